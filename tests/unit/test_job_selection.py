@@ -1,0 +1,141 @@
+"""The job file selection rule shared by beat, workers and the static docs reader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from platform_tasks.jobs.selection import is_ignored_name, path_label, select_job_files
+
+
+def _touch(root: Path, *relatives: str) -> None:
+    for relative in relatives:
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+
+
+def _relatives(root: Path, files: list[Path]) -> list[str]:
+    return [file.relative_to(root).as_posix() for file in files]
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    _touch(
+        tmp_path,
+        "nightly.py",
+        "billing/nightly.py",
+        "billing/weekly.py",
+        "_common.py",
+        "billing/_helpers.py",
+        "_private/job.py",
+        "_private/_deep/other.py",
+        "test_nightly.py",
+        "nightly_test.py",
+        "conftest.py",
+        "stubs.pyi",
+        "notes.txt",
+        "__pycache__/nightly.py",
+        ".hidden/job.py",
+        "billing/.cache/job.py",
+        ".dotfile.py",
+    )
+    return tmp_path
+
+
+def test_default_selection_takes_py_files_and_descends_into_underscore_dirs(tree: Path) -> None:
+    files = select_job_files(tree)
+
+    assert _relatives(tree, files) == [
+        "_private/_deep/other.py",
+        "_private/job.py",
+        "billing/nightly.py",
+        "billing/weekly.py",
+        "nightly.py",
+    ]
+
+
+def test_selected_paths_are_absolute_even_for_a_relative_root(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tree.parent)
+
+    files = select_job_files(Path(tree.name))
+
+    assert files
+    assert all(file.is_absolute() for file in files)
+    assert files == select_job_files(tree)
+
+
+def test_include_replaces_the_default_selection(tree: Path) -> None:
+    files = select_job_files(tree, include=["billing/*"])
+
+    assert _relatives(tree, files) == ["billing/nightly.py", "billing/weekly.py"]
+
+
+def test_include_cannot_select_built_in_ignores(tree: Path) -> None:
+    files = select_job_files(tree, include=["*"])
+
+    assert "_common.py" not in _relatives(tree, files)
+    assert "test_nightly.py" not in _relatives(tree, files)
+    assert "stubs.pyi" not in _relatives(tree, files)
+    assert "notes.txt" not in _relatives(tree, files)
+    assert _relatives(tree, files) == _relatives(tree, select_job_files(tree))
+
+
+def test_exclude_adds_to_the_built_in_ignores(tree: Path) -> None:
+    files = select_job_files(tree, exclude=["billing/*", "*/_deep/*"])
+
+    assert _relatives(tree, files) == ["_private/job.py", "nightly.py"]
+
+
+def test_include_and_exclude_combine(tree: Path) -> None:
+    files = select_job_files(tree, include=["*nightly.py"], exclude=["billing/*"])
+
+    assert _relatives(tree, files) == ["nightly.py"]
+
+
+def test_globs_are_case_sensitive(tree: Path) -> None:
+    assert select_job_files(tree, include=["BILLING/*"]) == []
+
+
+def test_missing_root_selects_nothing(tmp_path: Path) -> None:
+    assert select_job_files(tmp_path / "absent") == []
+
+
+@pytest.mark.parametrize(
+    ("name", "ignored"),
+    [
+        ("job.py", False),
+        ("_common.py", True),
+        ("__init__.py", True),
+        ("test_job.py", True),
+        ("job_test.py", True),
+        ("conftest.py", True),
+        ("job.pyi", True),
+        ("job.txt", True),
+        ("testing.py", False),
+        ("contest.py", False),
+    ],
+)
+def test_built_in_ignores(name: str, ignored: bool) -> None:
+    assert is_ignored_name(name) is ignored
+
+
+@pytest.mark.parametrize(
+    ("relative", "label"),
+    [
+        ("nightly.py", "nightly"),
+        ("billing/nightly.py", "billing.nightly"),
+        ("_private/job.py", "_private.job"),
+        ("a/b/c.py", "a.b.c"),
+    ],
+)
+def test_path_label(tmp_path: Path, relative: str, label: str) -> None:
+    assert path_label(tmp_path, tmp_path / relative) == label
+
+
+def test_path_label_refuses_a_file_outside_the_root(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        path_label(tmp_path / "jobs", tmp_path / "other" / "x.py")
