@@ -1,0 +1,30 @@
+"""``platform-tasks migrate``: apply or print the schema migrations."""
+
+from __future__ import annotations
+
+import click
+
+from platform_tasks.errors import PlatformError
+from platform_tasks.migrations import migrate as apply_migrations
+from platform_tasks.migrations import migration_sql
+from platform_tasks.settings import PlatformSettings
+
+
+@click.command()
+@click.option("--sql", "print_sql", is_flag=True, help="Print the SQL instead of applying it.")
+def migrate(print_sql: bool) -> None:
+    """Create or upgrade schema core in PLATFORM_DATABASE_URL."""
+    if print_sql:
+        click.echo(migration_sql(), nl=False)
+        return
+    try:
+        settings = PlatformSettings.from_env()
+        if not settings.database_url:
+            raise click.UsageError("PLATFORM_DATABASE_URL is not set")
+        applied = apply_migrations(settings.database_url)
+    except PlatformError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if applied:
+        click.echo(f"applied migrations: {', '.join(f'{v:04d}' for v in applied)}")
+    else:
+        click.echo("schema core is up to date")

@@ -1,0 +1,109 @@
+"""Promote due delayed jobs from inside every worker (and beat) process.
+
+Delays must be delivered while at least one worker runs, without requiring beat, so each
+worker runs a small promoter thread. Promotion is one atomic script per batch, so running
+it in many processes at once is safe and a killed process loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import redis
+from celery import bootsteps
+
+from platform_tasks.delay_store import DelayStore
+from platform_tasks.keys import delay_keys
+from platform_tasks.settings import PlatformSettings
+
+logger = logging.getLogger(__name__)
+
+
+class DelayPromoter:
+    """A background thread that promotes due entries until stopped."""
+
+    def __init__(self, settings: PlatformSettings, *, name: str = "platform-delay-promoter"
+                 ) -> None:  # fmt: skip
+        self.settings = settings
+        self.name = name
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.moved_total = 0
+
+    def run_once(self, store: DelayStore) -> int:
+        """Promote until nothing more is due; return how many entries were moved."""
+        moved = 0
+        while not self._stop.is_set():
+            result = store.promote_due(self.settings.delay_batch_size)
+            moved += result.moved
+            if not result.more_due:
+                break
+        return moved
+
+    def _loop(self) -> None:
+        client = redis.Redis.from_url(
+            self.settings.effective_broker_url, socket_timeout=10, socket_connect_timeout=5
+        )
+        store = DelayStore(client, delay_keys(self.settings.profile))
+        interval = self.settings.delay_poll_interval_seconds
+        failures = 0
+        try:
+            while not self._stop.is_set():
+                try:
+                    moved = self.run_once(store)
+                    failures = 0
+                    if moved:
+                        self.moved_total += moved
+                        logger.debug("promoted delayed jobs", extra={"event": "delay.promoted",
+                                                                    "count": moved})  # fmt: skip
+                except redis.RedisError as exc:
+                    failures += 1
+                    logger.warning(
+                        "delay promotion failed (%s); retrying", exc,
+                        extra={"event": "delay.promote_failed"},
+                    )  # fmt: skip
+                wait = interval if failures == 0 else min(30.0, interval * 2**min(failures, 6))
+                self._stop.wait(wait)
+        finally:
+            client.close()
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+
+class DelayPromoterStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """Worker bootstep: runs a :class:`DelayPromoter` in the worker's main process."""
+
+    label = "platform delay promoter"
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        self.promoter: DelayPromoter | None = None
+
+    def start(self, worker: Any) -> None:
+        self.promoter = DelayPromoter(worker.app.platform_settings)
+        self.promoter.start()
+
+    def stop(self, worker: Any) -> None:
+        if self.promoter is not None:
+            self.promoter.stop()
+
+    def shutdown(self, worker: Any) -> None:
+        self.stop(worker)
+
+
+def install(app: Any) -> None:
+    """Run a promoter in every worker of ``app``."""
+    app.steps["worker"].add(DelayPromoterStep)

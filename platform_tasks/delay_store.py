@@ -1,0 +1,72 @@
+"""Durable delays: jobs scheduled for later wait in Redis, not in a worker's memory.
+
+Celery's ETA messages are held by the worker that fetched them; with the Redis transport
+they come back only after the visibility timeout when that worker dies. Here a delayed
+job is stored as the exact wire message its queue will receive, and a promoter moves due
+entries onto the broker list in one atomic script, so any number of promoters can run and
+a killed one loses nothing.
+
+The store must live on the broker's Redis server: the hand-off from store to queue is
+atomic only because both are on the same server.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+
+from platform_tasks.keys import DelayKeys
+from platform_tasks.scripts import script_source
+
+
+@dataclass(frozen=True)
+class PromotionResult:
+    """What one promotion call did: entries moved, and whether more were already due."""
+
+    moved: int
+    more_due: bool
+
+
+class DelayStore:
+    """Add delayed entries and promote the due ones, in batches of one round trip."""
+
+    def __init__(self, client: redis.Redis, keys: DelayKeys) -> None:
+        self.client = client
+        self.keys = keys
+        self._add = client.register_script(script_source("add_delay"))
+        self._promote = client.register_script(script_source("promote_delays"))
+
+    def add(self, entry_id: str, due_ms: int, list_key: str, wire: str) -> None:
+        """Store one entry due at ``due_ms`` (ms since the epoch) for list ``list_key``."""
+        entry = json.dumps({"q": list_key, "m": wire}, separators=(",", ":"))
+        self._add(keys=[self.keys.schedule, self.keys.entries], args=[entry_id, due_ms, entry])
+
+    def add_many(self, entries: list[tuple[str, int, str, str]]) -> None:
+        """Store many entries with one pipelined round trip (bulk scheduling, benchmarks)."""
+        with self.client.pipeline(transaction=False) as pipe:
+            for entry_id, due_ms, list_key, wire in entries:
+                entry = json.dumps({"q": list_key, "m": wire}, separators=(",", ":"))
+                self._add(
+                    keys=[self.keys.schedule, self.keys.entries],
+                    args=[entry_id, due_ms, entry],
+                    client=pipe,
+                )
+            pipe.execute()
+
+    def promote_due(self, limit: int = 500) -> PromotionResult:
+        """Move up to ``limit`` due entries onto their lists; Redis ``TIME`` decides due-ness."""
+        raw = cast(list[Any], self._promote(keys=[self.keys.schedule, self.keys.entries],
+                                            args=[limit]))  # fmt: skip
+        return PromotionResult(moved=int(raw[0]), more_due=bool(int(raw[1])))
+
+    def pending(self) -> int:
+        """Entries still waiting (due or not)."""
+        return int(cast(int, self.client.zcard(self.keys.schedule)))
+
+    def next_due_ms(self) -> int | None:
+        first = cast(list[tuple[bytes, float]],
+                     self.client.zrange(self.keys.schedule, 0, 0, withscores=True))  # fmt: skip
+        return int(first[0][1]) if first else None

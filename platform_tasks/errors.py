@@ -1,0 +1,66 @@
+"""One rooted exception tree, so callers can catch everything platform-tasks raises.
+
+Each subclass names what went wrong in its docstring; structured fields sit on the
+exception so tests and operators do not have to parse messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class PlatformError(Exception):
+    """Base of every error raised by platform-tasks."""
+
+
+class ConfigurationError(PlatformError):
+    """A setting, option or declaration is invalid; raised before any work starts."""
+
+
+class SettingsError(ConfigurationError):
+    """One or more environment settings are invalid.
+
+    ``problems`` holds ``(variable, message)`` pairs, one per bad variable, so the error
+    always names the variable the operator has to fix.
+    """
+
+    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+        self.problems = list(problems)
+        lines = "; ".join(f"{var}: {msg}" for var, msg in self.problems)
+        super().__init__(f"invalid platform settings: {lines}")
+
+
+class EnvelopeError(PlatformError, ValueError):
+    """A job payload is not a valid envelope.
+
+    ``errors`` lists every bad field as ``(field, message)``; a subclass of ``ValueError``
+    because it is bad input, not a platform fault.
+    """
+
+    def __init__(self, errors: Sequence[tuple[str, str]]) -> None:
+        self.errors = list(errors)
+        detail = "; ".join(f"{field}: {msg}" for field, msg in self.errors)
+        super().__init__(f"invalid envelope: {detail}")
+
+
+class NaiveDatetimeError(PlatformError, ValueError):
+    """A datetime without a timezone was given where an instant is required."""
+
+
+class ServerStartError(PlatformError):
+    """A Redis or PostgreSQL server of the harness could not be started."""
+
+
+class MigrationError(PlatformError):
+    """A schema migration failed or the migration files are inconsistent."""
+
+
+class UnsafeRedisError(ConfigurationError):
+    """The Redis server is configured so that platform keys could be evicted."""
+
+
+class PermanentError(PlatformError):
+    """Raised by a handler for a failure that retrying cannot fix.
+
+    The job is dead-lettered at once, with no further attempts.
+    """

@@ -1,0 +1,137 @@
+"""The project's source files as the static reader may see them: parsed, never imported.
+
+Only files below the declared source roots are followed when a job file imports
+something; everything else is reported as outside the roots instead of being read.
+That boundary is what keeps the reader from wandering into business code, vendored
+packages or the virtualenv.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ParsedModule", "SourceIndex", "module_name_for"]
+
+
+@dataclass(frozen=True)
+class ParsedModule:
+    """A module inside the roots, or the syntax error that stopped its parsing."""
+
+    name: str
+    file: Path
+    tree: ast.Module | None
+    syntax_error: str | None = None
+
+    @property
+    def is_package(self) -> bool:
+        return self.file.name == "__init__.py"
+
+
+def module_name_for(base: Path, file: Path) -> str | None:
+    """The dotted module name of ``file`` when ``base`` is on ``sys.path``, if it has one."""
+    try:
+        relative = file.relative_to(base)
+    except ValueError:
+        return None
+    parts = list(relative.with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    if not parts or not all(part.isidentifier() for part in parts):
+        return None
+    return ".".join(parts)
+
+
+def _python_files(root: Path) -> list[Path]:
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
+        found.extend(Path(dirpath) / name for name in filenames if name.endswith(".py"))
+    return sorted(found)
+
+
+def _describe_syntax_error(exc: SyntaxError) -> str:
+    where = f"line {exc.lineno}" if exc.lineno else "unknown line"
+    return f"syntax error at {where}: {exc.msg}"
+
+
+class SourceIndex:
+    """Maps module names to files below the roots and parses each file at most once.
+
+    A file is reachable under two names: relative to the project directory (the usual
+    ``sys.path`` entry, giving ``beat_schedules._common``) and relative to its root's
+    parent (a ``src/`` layout declaring ``src/mypkg`` as root gives ``mypkg.x``).
+    """
+
+    def __init__(self, project_dir: Path, roots: list[Path]) -> None:
+        self.project_dir = project_dir.absolute()
+        self.roots = [root.absolute() for root in roots]
+        self._by_name: dict[str, Path] = {}
+        self._parsed: dict[Path, ParsedModule] = {}
+        for root in self.roots:
+            if not root.is_dir():
+                continue
+            for file in _python_files(root):
+                for base in (self.project_dir, root.parent):
+                    name = module_name_for(base, file)
+                    if name is not None:
+                        self._by_name.setdefault(name, file)
+
+    def inside_roots(self, file: Path) -> bool:
+        path = file.absolute()
+        return any(path == root or root in path.parents for root in self.roots)
+
+    def file_for(self, module: str) -> Path | None:
+        """The file of a module inside the roots, or ``None`` when it is not one of ours."""
+        return self._by_name.get(module)
+
+    def exists_outside_roots(self, module: str) -> Path | None:
+        """The project file a module name would load from, when it lies outside the roots.
+
+        Used only to word the reason precisely; the file is never read.
+        """
+        relative = Path(*module.split("."))
+        for candidate in (
+            self.project_dir / relative.with_suffix(".py"),
+            self.project_dir / relative / "__init__.py",
+        ):
+            if candidate.is_file() and not self.inside_roots(candidate):
+                return candidate
+        return None
+
+    def name_of(self, file: Path) -> str:
+        """The module name used for ``file``'s own relative imports."""
+        path = file.absolute()
+        for base in (self.project_dir, *(root.parent for root in self.roots)):
+            name = module_name_for(base, path)
+            if name is not None:
+                return name
+        return path.stem
+
+    def parse(self, file: Path) -> ParsedModule:
+        path = file.absolute()
+        cached = self._parsed.get(path)
+        if cached is not None:
+            return cached
+        name = self.name_of(path)
+        try:
+            source = path.read_bytes()
+            tree = ast.parse(source, filename=str(path))
+        except SyntaxError as exc:
+            parsed = ParsedModule(name, path, None, _describe_syntax_error(exc))
+        except (OSError, ValueError) as exc:
+            parsed = ParsedModule(name, path, None, f"cannot be read: {exc}")
+        else:
+            parsed = ParsedModule(name, path, tree)
+        self._parsed[path] = parsed
+        return parsed
+
+    def relative(self, file: Path) -> str:
+        """How outputs name a file: relative to the project when possible, ``/``-separated."""
+        path = file.absolute()
+        try:
+            return path.relative_to(self.project_dir).as_posix()
+        except ValueError:
+            return path.as_posix()

@@ -1,0 +1,153 @@
+"""The queue port: the one way application code hands work to the platform.
+
+``publish`` and ``schedule`` complete and validate the envelope before anything reaches
+the broker, make the Celery task id equal the job id (so Flower and logs find a job by
+its id), and keep ``data`` out of what Flower and logs show.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from platform_tasks.context import current_correlation_id
+from platform_tasks.delay_store import DelayStore
+from platform_tasks.envelope import Envelope, parse_envelope, uuid7, validation_errors
+from platform_tasks.errors import ConfigurationError, NaiveDatetimeError
+from platform_tasks.keys import delay_keys
+from platform_tasks.wire import WireBuilder
+
+ATTEMPT_HEADER = "platform_attempt"
+
+
+class PublishOptions(BaseModel):
+    """Options of one publish; unknown keys are rejected rather than ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    priority: int | None = Field(default=None, ge=0, le=255)
+    headers: dict[str, Any] = Field(default_factory=dict)
+    attempt: int = Field(default=1, ge=1)
+
+
+def _options(opts: Mapping[str, Any] | PublishOptions | None) -> PublishOptions:
+    if isinstance(opts, PublishOptions):
+        return opts
+    try:
+        return PublishOptions.model_validate(dict(opts or {}))
+    except ValidationError as exc:
+        detail = "; ".join(f"opts.{field}: {msg}" for field, msg in validation_errors(exc))
+        raise ValueError(f"invalid publish options: {detail}") from None
+
+
+class QueuePort:
+    """Publish now or schedule for later, with the envelope validated first."""
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        redis_client: redis.Redis | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.app = app
+        self.settings = app.platform_settings
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._wire = WireBuilder(app)
+        self._owns_client = redis_client is None
+        self._redis = redis_client
+        self._store: DelayStore | None = None
+
+    def _delay_store(self) -> DelayStore:
+        if self._store is None:
+            if self._redis is None:
+                self._redis = redis.Redis.from_url(self.settings.effective_broker_url)
+            self._store = DelayStore(self._redis, delay_keys(self.settings.profile))
+        return self._store
+
+    def envelope(self, payload: Mapping[str, Any]) -> Envelope[Any]:
+        """Complete ``payload`` (job_id, correlation_id) and validate it as an envelope."""
+        if not isinstance(payload, Mapping):
+            raise TypeError(f"payload must be a mapping, got {type(payload).__name__}")
+        complete = dict(payload)
+        if complete.get("job_id") is None:
+            complete["job_id"] = str(uuid7())
+        if complete.get("correlation_id") is None:
+            complete["correlation_id"] = current_correlation_id.get() or uuid.uuid4().hex
+        return parse_envelope(complete, dict, max_bytes=self.settings.max_payload_bytes)
+
+    def _send_options(self, queue: str, envelope: Envelope[Any], options: PublishOptions
+                      ) -> dict[str, Any]:  # fmt: skip
+        if not queue:
+            raise ValueError("queue must be a non-empty queue name")
+        headers = dict(options.headers)
+        headers[ATTEMPT_HEADER] = options.attempt
+        send: dict[str, Any] = {
+            "args": [envelope.to_message()],
+            "task_id": str(envelope.job_id),
+            "queue": queue,
+            "argsrepr": f"({envelope.redacted()})",
+            "kwargsrepr": "{}",
+            "headers": headers,
+        }
+        if options.priority is not None:
+            send["priority"] = options.priority
+        return send
+
+    def publish(
+        self,
+        queue: str,
+        payload: Mapping[str, Any],
+        opts: Mapping[str, Any] | PublishOptions | None = None,
+    ) -> uuid.UUID:
+        """Validate and publish now; returns the job id (also the Celery task id)."""
+        options = _options(opts)
+        envelope = self.envelope(payload)
+        self.app.send_task(envelope.kind, **self._send_options(queue, envelope, options))
+        return envelope.job_id
+
+    def schedule(
+        self,
+        queue: str,
+        payload: Mapping[str, Any],
+        run_at: datetime,
+        opts: Mapping[str, Any] | PublishOptions | None = None,
+    ) -> uuid.UUID:
+        """Validate and store for delivery at ``run_at`` (aware); a past time publishes now."""
+        if not isinstance(run_at, datetime):
+            raise TypeError(f"run_at must be a datetime, got {type(run_at).__name__}")
+        if run_at.tzinfo is None or run_at.utcoffset() is None:
+            raise NaiveDatetimeError(
+                "run_at must be timezone-aware (e.g. datetime.now(UTC) + delay); "
+                f"got naive {run_at.isoformat()}"
+            )
+        options = _options(opts)
+        envelope = self.envelope(payload)
+        if run_at <= self._clock():
+            self.app.send_task(envelope.kind, **self._send_options(queue, envelope, options))
+            return envelope.job_id
+        message = self._wire.build(envelope.kind, **self._send_options(queue, envelope, options))
+        due_ms = int(run_at.timestamp() * 1000)
+        self._delay_store().add(message.delivery_tag, due_ms, message.list_key, message.wire)
+        return envelope.job_id
+
+    def close(self) -> None:
+        self._wire.close()
+        if self._owns_client and self._redis is not None:
+            self._redis.close()
+            self._redis = None
+            self._store = None
+
+
+def require_redis_broker(app: Any) -> None:
+    """Durable delays need the broker's Redis; refuse another broker with a clear error."""
+    url = app.platform_settings.effective_broker_url
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigurationError(
+            f"PLATFORM_BROKER_URL: durable delays need a Redis broker, got {url.split('://')[0]}"
+        )
