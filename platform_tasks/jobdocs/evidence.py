@@ -86,8 +86,10 @@ class JobEvidence:
 
     @property
     def reasons(self) -> list[str]:
-        return [*self.gaps, *(p.message if p.field is None else f"{p.field}: {p.message}"
-                              for p in self.problems)]
+        return [
+            *self.gaps,
+            *(p.message if p.field is None else f"{p.field}: {p.message}" for p in self.problems),
+        ]
 
 
 @dataclass

@@ -70,6 +70,7 @@ class SourceIndex:
         self.roots = [root.absolute() for root in roots]
         self._by_name: dict[str, Path] = {}
         self._parsed: dict[Path, ParsedModule] = {}
+        self._packages: set[str] = set()
         for root in self.roots:
             if not root.is_dir():
                 continue
@@ -78,6 +79,8 @@ class SourceIndex:
                     name = module_name_for(base, file)
                     if name is not None:
                         self._by_name.setdefault(name, file)
+                        parts = name.split(".")
+                        self._packages.update(".".join(parts[:i]) for i in range(1, len(parts)))
 
     def inside_roots(self, file: Path) -> bool:
         path = file.absolute()
@@ -86,6 +89,10 @@ class SourceIndex:
     def file_for(self, module: str) -> Path | None:
         """The file of a module inside the roots, or ``None`` when it is not one of ours."""
         return self._by_name.get(module)
+
+    def is_project_module(self, module: str) -> bool:
+        """Whether ``module`` is a module or (possibly namespace) package inside the roots."""
+        return module in self._by_name or module in self._packages
 
     def exists_outside_roots(self, module: str) -> Path | None:
         """The project file a module name would load from, when it lies outside the roots.

@@ -1,0 +1,83 @@
+"""Reading one selected job file into job evidence, or into a reason why there is none.
+
+A file is handled on its own: a syntax error, a wrapper or a cycle in one file costs
+that file's evidence, never the rest of the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from platform_tasks.jobdocs.definitions import find_definition_calls
+from platform_tasks.jobdocs.evidence import (
+    FileWithoutEvidence,
+    JobEvidence,
+    Problem,
+    Severity,
+)
+from platform_tasks.jobdocs.fields import read_call_fields
+from platform_tasks.jobdocs.resolve import DEFINE_JOB, Resolver
+from platform_tasks.jobdocs.validation import validate_fields
+
+__all__ = ["FileAnalysis", "analyse_file"]
+
+
+@dataclass
+class FileAnalysis:
+    jobs: list[JobEvidence] = field(default_factory=list)
+    without_evidence: FileWithoutEvidence | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _error(file: str, message: str, field_name: str | None = None) -> Problem:
+    return Problem(Severity.ERROR, file, message, field_name)
+
+
+def analyse_file(resolver: Resolver, path: Path, label: str) -> FileAnalysis:
+    """Evidence for one selected job file; never imports it."""
+    index = resolver.index
+    file = index.relative(path)
+    result = FileAnalysis()
+    module = index.parse(path)
+    if module.tree is None:
+        reason = module.syntax_error or "cannot be parsed"
+        result.without_evidence = FileWithoutEvidence(file, [reason])
+        result.problems.append(_error(file, reason))
+        return result
+
+    found = find_definition_calls(resolver, module)
+    if not found.definitions:
+        if found.wrappers or found.hidden:
+            reasons = [*found.wrappers, *found.hidden]
+            result.without_evidence = FileWithoutEvidence(file, reasons)
+            result.problems.extend(Problem(Severity.WARNING, file, r) for r in reasons)
+        else:
+            reason = f"no call to {DEFINE_JOB}; every selected file must define exactly one job"
+            result.without_evidence = FileWithoutEvidence(file, [reason])
+            result.problems.append(_error(file, reason))
+        return result
+
+    if len(found.definitions) > 1:
+        lines = ", ".join(str(call.lineno) for call in found.definitions)
+        result.problems.append(
+            _error(
+                file, f"{len(found.definitions)} definitions (lines {lines}); exactly one allowed"
+            )
+        )
+    for call in found.definitions:
+        fields = read_call_fields(resolver, module, call, label)
+        job = JobEvidence(
+            file=file,
+            path_label=label,
+            line=call.lineno,
+            fields=fields.evidence,
+            gaps=[*found.wrappers, *fields.gaps],
+        )
+        job.problems.extend(_error(file, message) for message in fields.call_errors)
+        job.problems.extend(
+            _error(file, message, name)
+            for name, message in validate_fields(fields.evidence, fields.known)
+        )
+        result.jobs.append(job)
+    return result

@@ -1,0 +1,94 @@
+"""Finding the ``define_job`` calls a job file makes at import time, by provenance only.
+
+A call counts when its callee resolves to ``platform_tasks.jobs.define_job``; the name
+written at the call site is irrelevant, so aliases count and look-alikes do not. Calls
+into project functions that themselves reach ``define_job`` are wrappers: they define a
+job with arguments the reader does not evaluate, which is missing evidence, not a guess.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from platform_tasks.jobdocs.resolve import (
+    DefineJob,
+    ProjectFunction,
+    Resolver,
+    Unresolved,
+    source_of,
+)
+from platform_tasks.jobdocs.sources import ParsedModule
+
+__all__ = ["FoundCalls", "find_definition_calls", "import_time_calls"]
+
+_MAX_WRAPPER_DEPTH = 16
+
+
+@dataclass
+class FoundCalls:
+    """The definitions of one file and the calls that may hide further ones."""
+
+    definitions: list[ast.Call] = field(default_factory=list)
+    wrappers: list[str] = field(default_factory=list)
+    hidden: list[str] = field(default_factory=list)
+
+
+def import_time_calls(tree: ast.Module) -> Iterator[ast.Call]:
+    """Calls evaluated when the module is imported: module and class bodies, decorators
+    and default values, but not function bodies or lambdas (those run later, if ever)."""
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            pending.extend(node.decorator_list)
+            pending.extend(node.args.defaults)
+            pending.extend(d for d in node.args.kw_defaults if d is not None)
+            continue
+        if isinstance(node, ast.Lambda):
+            pending.extend(node.args.defaults)
+            continue
+        if isinstance(node, ast.Call):
+            yield node
+        pending.extend(ast.iter_child_nodes(node))
+
+
+def _function_reaches_define_job(
+    resolver: Resolver, function: ProjectFunction, seen: set[tuple[str, str]]
+) -> bool:
+    key = (function.module.name, function.node.name)
+    if key in seen or len(seen) > _MAX_WRAPPER_DEPTH:
+        return False
+    seen.add(key)
+    for node in ast.walk(function.node):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = resolver.expr(node.func, function.module)
+        if isinstance(callee, DefineJob):
+            return True
+        if isinstance(callee, ProjectFunction) and _function_reaches_define_job(
+            resolver, callee, seen
+        ):
+            return True
+    return False
+
+
+def find_definition_calls(resolver: Resolver, module: ParsedModule) -> FoundCalls:
+    """Classify every import-time call of ``module`` (which must have parsed)."""
+    assert module.tree is not None
+    found = FoundCalls()
+    for call in import_time_calls(module.tree):
+        callee = resolver.expr(call.func, module)
+        if isinstance(callee, DefineJob):
+            found.definitions.append(call)
+        elif isinstance(callee, ProjectFunction):
+            if _function_reaches_define_job(resolver, callee, set()):
+                where = resolver.index.relative(callee.module.file)
+                found.wrappers.append(
+                    f"line {call.lineno}: {source_of(call.func)}() defined in {where} wraps "
+                    "define_job; the definition it makes is not resolved statically"
+                )
+        elif isinstance(callee, Unresolved) and callee.hidden:
+            found.hidden.append(f"line {call.lineno}: {source_of(call.func)}: {callee.reason}")
+    return found

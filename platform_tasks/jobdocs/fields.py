@@ -1,0 +1,118 @@
+"""Turning the keywords of one ``define_job`` call into per-field evidence.
+
+Every field ends in exactly one state. A literal (or a constant resolved inside the
+roots) is *known*; a keyword that is not written is *absent* and shows the documented
+default; anything else is *unknown* with the reason, even when a plausible value is
+in sight (for ``name``, the path label is never substituted for an unknown value).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from platform_tasks.jobdocs.defaults import (
+    ACCEPTED_KEYWORDS,
+    DEFAULT_ENABLED,
+    DEFAULT_QUEUE,
+    DEFAULT_TIMEZONE,
+    FIELDS_DEFAULTING_ON_NONE,
+    default_lease_ttl,
+)
+from platform_tasks.jobdocs.evidence import FIELD_NAMES, FieldEvidence, FieldState, JsonValue
+from platform_tasks.jobdocs.resolve import LiteralValue, Resolver, Unresolved, Value, source_of
+from platform_tasks.jobdocs.sources import ParsedModule
+
+__all__ = ["CallFields", "read_call_fields", "to_json_value"]
+
+
+@dataclass
+class CallFields:
+    """The outcome of reading one call: evidence, raw known values and what went wrong."""
+
+    evidence: dict[str, FieldEvidence]
+    known: dict[str, LiteralValue]
+    gaps: list[str] = field(default_factory=list)
+    call_errors: list[str] = field(default_factory=list)
+
+
+def to_json_value(value: LiteralValue) -> JsonValue:
+    """Durations become seconds so the JSON needs no custom types."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+        return int(seconds) if seconds.is_integer() else seconds
+    return value
+
+
+def _absent_value(name: str, path_label: str, known: dict[str, LiteralValue]) -> LiteralValue:
+    if name == "name":
+        return path_label
+    if name == "timezone":
+        return DEFAULT_TIMEZONE
+    if name == "enabled":
+        return DEFAULT_ENABLED
+    if name == "queue":
+        return DEFAULT_QUEUE
+    if name == "lease_ttl":
+        interval = known.get("interval")
+        return default_lease_ttl(interval if isinstance(interval, timedelta) else None)
+    return None
+
+
+def read_call_fields(
+    resolver: Resolver, module: ParsedModule, call: ast.Call, path_label: str
+) -> CallFields:
+    """Evidence for every documented field of ``call``."""
+    given: dict[str, ast.expr] = {}
+    splats: list[str] = []
+    errors: list[str] = []
+    if call.args:
+        errors.append("define_job takes keyword arguments only; positional arguments given")
+    for keyword in call.keywords:
+        if keyword.arg is None:
+            splats.append(source_of(keyword.value))
+        elif keyword.arg not in ACCEPTED_KEYWORDS:
+            errors.append(f"unexpected keyword argument {keyword.arg!r}")
+        else:
+            given[keyword.arg] = keyword.value
+    if "handler" not in given and not splats:
+        errors.append("handler is required")
+
+    result = CallFields(evidence={}, known={}, call_errors=errors)
+    states: dict[str, FieldState] = {}
+    for name in FIELD_NAMES:
+        node = given.get(name)
+        if node is None:
+            if splats:
+                states[name] = FieldState.UNKNOWN
+                result.gaps.append(f"{name}: may be set by **{splats[0]}, not resolved statically")
+            else:
+                states[name] = FieldState.ABSENT
+            continue
+        resolved = resolver.expr(node, module)
+        if isinstance(resolved, Value):
+            if resolved.value is None and name in FIELDS_DEFAULTING_ON_NONE:
+                states[name] = FieldState.ABSENT
+            else:
+                states[name] = FieldState.KNOWN
+                result.known[name] = resolved.value
+        else:
+            states[name] = FieldState.UNKNOWN
+            reason = (
+                resolved.reason
+                if isinstance(resolved, Unresolved)
+                else f"{source_of(node)} is not a literal value"
+            )
+            result.gaps.append(f"{name}: {reason}")
+
+    for name in FIELD_NAMES:
+        state = states[name]
+        if state is FieldState.KNOWN:
+            value: JsonValue = to_json_value(result.known[name])
+        elif state is FieldState.ABSENT:
+            value = to_json_value(_absent_value(name, path_label, result.known))
+        else:
+            value = None
+        result.evidence[name] = FieldEvidence(state, value)
+    return result

@@ -1,0 +1,100 @@
+"""The conservative project state: what the selected profile would schedule, if anything.
+
+"Active" is only claimed on evidence (a definition known to be enabled and a switch known
+to be on); whenever a missing piece could change the answer, the state is ``unknown``
+and the reasons name the missing piece.
+"""
+
+from __future__ import annotations
+
+from platform_tasks.jobdocs.config import DocsConfig
+from platform_tasks.jobdocs.evidence import (
+    FieldState,
+    FileWithoutEvidence,
+    JobEvidence,
+    ProjectState,
+    ProjectStateName,
+)
+
+__all__ = ["project_state"]
+
+
+def _activity(job: JobEvidence) -> bool | None:
+    """True active, False disabled, None when the source does not say."""
+    enabled = job.fields["enabled"]
+    if enabled.state is FieldState.ABSENT:
+        return True
+    if enabled.state is FieldState.KNOWN and isinstance(enabled.value, bool):
+        return enabled.value
+    return None
+
+
+def _label(job: JobEvidence) -> str:
+    name = job.fields["name"]
+    return str(name.value) if name.state is not FieldState.UNKNOWN else f"<unknown> ({job.file})"
+
+
+def _shown(config: DocsConfig) -> str:
+    try:
+        return config.jobs_dir.relative_to(config.project_dir).as_posix()
+    except ValueError:
+        return config.jobs_dir.as_posix()
+
+
+def project_state(
+    config: DocsConfig, jobs: list[JobEvidence], without_evidence: list[FileWithoutEvidence]
+) -> ProjectState:
+    """Summarise ``jobs`` under ``config``'s profile; see the module docstring."""
+    switch = config.jobs_enabled
+    if switch.known and switch.value is False:
+        return ProjectState(
+            ProjectStateName.GLOBALLY_DISABLED,
+            [
+                f"jobs_enabled is false ({switch.source})",
+                f"{len(jobs)} definition(s) documented but not scheduled",
+            ],
+        )
+
+    active = [job for job in jobs if _activity(job) is True]
+    undetermined = [job for job in jobs if _activity(job) is None]
+    gaps: list[str] = [f"enabled of {_label(job)} is not statically known" for job in undetermined]
+    gaps += [f"{item.file} has no statically known definition" for item in without_evidence]
+
+    if not jobs and not without_evidence:
+        where = _shown(config)
+        reason = (
+            f"no job files selected under {where}"
+            if config.jobs_dir.is_dir()
+            else f"jobs directory {where} does not exist"
+        )
+        return ProjectState(ProjectStateName.NO_JOBS, [reason])
+
+    if active:
+        names = ", ".join(sorted(_label(job) for job in active))
+        reasons = [f"{len(active)} active definition(s): {names}", *gaps]
+        if not switch.known:
+            return ProjectState(
+                ProjectStateName.UNKNOWN,
+                [f"jobs_enabled is not statically known: {switch.source}", *reasons],
+            )
+        reasons.insert(0, f"jobs_enabled is true ({switch.source})")
+        redis = config.redis_url
+        if redis.value is not None:
+            return ProjectState(
+                ProjectStateName.ACTIVE, [*reasons, f"Redis configured by {redis.source}"]
+            )
+        if not redis.known:
+            return ProjectState(
+                ProjectStateName.UNKNOWN,
+                [*reasons, f"Redis configuration is not statically known: {redis.source}"],
+            )
+        return ProjectState(
+            ProjectStateName.ACTIVE_WITHOUT_REDIS,
+            [*reasons, f"no Redis configured: {redis.source} and PLATFORM_REDIS_URL is not set"],
+        )
+
+    if gaps:
+        return ProjectState(ProjectStateName.UNKNOWN, gaps)
+    return ProjectState(
+        ProjectStateName.ALL_DISABLED, [f"all {len(jobs)} definition(s) have enabled=False"]
+    )

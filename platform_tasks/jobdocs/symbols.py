@@ -1,0 +1,219 @@
+"""Module-level name bindings of one parsed module, as far as they are unambiguous.
+
+Resolution only trusts a name that is bound exactly once, unconditionally, at module
+level: a second assignment, an ``if`` or a ``try`` means the value depends on what
+happens at import time, which is precisely what the reader refuses to guess.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+__all__ = [
+    "Binding",
+    "ClassBinding",
+    "ExprBinding",
+    "FunctionBinding",
+    "ImportBinding",
+    "ModuleSymbols",
+    "UnresolvableBinding",
+    "absolute_module",
+    "collect_symbols",
+]
+
+
+@dataclass(frozen=True)
+class ExprBinding:
+    """``NAME = <expr>``: resolved lazily, in the module that holds it."""
+
+    node: ast.expr
+
+
+@dataclass(frozen=True)
+class ImportBinding:
+    """``import module as NAME`` (``attr`` is None) or ``from module import attr as NAME``."""
+
+    module: str
+    attr: str | None
+    line: int
+
+
+@dataclass(frozen=True)
+class FunctionBinding:
+    node: ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass(frozen=True)
+class ClassBinding:
+    node: ast.ClassDef
+
+
+@dataclass(frozen=True)
+class UnresolvableBinding:
+    """A binding whose value depends on import-time behaviour; carries the reason."""
+
+    reason: str
+    escapes: bool = False
+
+
+Binding: TypeAlias = (
+    ExprBinding | ImportBinding | FunctionBinding | ClassBinding | UnresolvableBinding
+)
+
+
+@dataclass
+class ModuleSymbols:
+    """The module-level names of one module and the modules it star-imports."""
+
+    bindings: dict[str, Binding] = field(default_factory=dict)
+    star_modules: list[str] = field(default_factory=list)
+
+    def lookup(self, name: str) -> Binding | None:
+        found = self.bindings.get(name)
+        if found is not None:
+            return found
+        if len(self.star_modules) == 1:
+            return ImportBinding(self.star_modules[0], name, 0)
+        if self.star_modules:
+            return UnresolvableBinding(f"{name} may come from several star imports")
+        return None
+
+
+def absolute_module(current: str, is_package: bool, level: int, module: str | None) -> str | None:
+    """The absolute target of a (possibly relative) ``from`` import, or ``None`` when a
+    relative import climbs above the top-level package."""
+    if level == 0:
+        return module
+    package = current.split(".") if is_package else current.split(".")[:-1]
+    if level - 1 > len(package) or (level - 1 == len(package) and not module):
+        return None
+    base = package[: len(package) - (level - 1)]
+    if module:
+        base = [*base, *module.split(".")]
+    return ".".join(base) if base else None
+
+
+class _Collector:
+    def __init__(self, module: str, is_package: bool) -> None:
+        self.module = module
+        self.is_package = is_package
+        self.seen: dict[str, list[tuple[Binding, bool]]] = {}
+        self.star_modules: list[str] = []
+
+    def bind(self, name: str, binding: Binding, conditional: bool) -> None:
+        self.seen.setdefault(name, []).append((binding, conditional))
+
+    def statements(self, body: list[ast.stmt], conditional: bool) -> None:
+        for stmt in body:
+            self.statement(stmt, conditional)
+
+    def statement(self, stmt: ast.stmt, conditional: bool) -> None:
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                if alias.asname:
+                    self.bind(
+                        alias.asname, ImportBinding(alias.name, None, stmt.lineno), conditional
+                    )
+                else:
+                    top = alias.name.split(".")[0]
+                    self.bind(top, ImportBinding(top, None, stmt.lineno), conditional)
+        elif isinstance(stmt, ast.ImportFrom):
+            self.import_from(stmt, conditional)
+        elif isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                self.target(target, stmt.value, conditional)
+        elif isinstance(stmt, ast.AnnAssign):
+            if stmt.value is not None:
+                self.target(stmt.target, stmt.value, conditional)
+        elif isinstance(stmt, ast.AugAssign):
+            if isinstance(stmt.target, ast.Name):
+                self.bind(stmt.target.id, UnresolvableBinding("modified in place"), conditional)
+        elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+            self.bind(stmt.name, FunctionBinding(stmt), conditional)
+        elif isinstance(stmt, ast.ClassDef):
+            self.bind(stmt.name, ClassBinding(stmt), conditional)
+        elif isinstance(stmt, ast.Delete):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    self.bind(target.id, UnresolvableBinding("deleted at import"), conditional)
+        else:
+            self.compound(stmt)
+
+    def compound(self, stmt: ast.stmt) -> None:
+        if isinstance(stmt, ast.If) and _is_type_checking(stmt.test):
+            return
+        for attr in ("body", "orelse", "finalbody"):
+            self.statements(getattr(stmt, attr, []), conditional=True)
+        for handler in getattr(stmt, "handlers", []):
+            self.statements(handler.body, conditional=True)
+        for case in getattr(stmt, "cases", []):
+            self.statements(case.body, conditional=True)
+        for target in _loop_or_with_targets(stmt):
+            self.bind(target, UnresolvableBinding("bound by a loop or with"), True)
+
+    def import_from(self, stmt: ast.ImportFrom, conditional: bool) -> None:
+        target = absolute_module(self.module, self.is_package, stmt.level, stmt.module)
+        for alias in stmt.names:
+            if target is None:
+                binding: Binding = UnresolvableBinding(
+                    f"relative import at line {stmt.lineno} climbs above the source roots",
+                    escapes=True,
+                )
+                if alias.name != "*":
+                    self.bind(alias.asname or alias.name, binding, conditional)
+                continue
+            if alias.name == "*":
+                self.star_modules.append(target)
+                continue
+            self.bind(
+                alias.asname or alias.name,
+                ImportBinding(target, alias.name, stmt.lineno),
+                conditional,
+            )
+
+    def target(self, target: ast.expr, value: ast.expr, conditional: bool) -> None:
+        if isinstance(target, ast.Name):
+            self.bind(target.id, ExprBinding(value), conditional)
+        elif isinstance(target, ast.Tuple | ast.List):
+            for element in ast.walk(target):
+                if isinstance(element, ast.Name):
+                    self.bind(element.id, UnresolvableBinding("bound by unpacking"), conditional)
+
+    def result(self) -> ModuleSymbols:
+        symbols = ModuleSymbols(star_modules=self.star_modules)
+        for name, entries in self.seen.items():
+            if len(entries) == 1 and not entries[0][1]:
+                symbols.bindings[name] = entries[0][0]
+            elif len(entries) == 1:
+                symbols.bindings[name] = UnresolvableBinding(
+                    f"{name} is bound conditionally at import time"
+                )
+            else:
+                symbols.bindings[name] = UnresolvableBinding(
+                    f"{name} is bound {len(entries)} times at module level"
+                )
+        return symbols
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    if isinstance(test, ast.Name):
+        return test.id == "TYPE_CHECKING"
+    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+
+
+def _loop_or_with_targets(node: ast.AST) -> list[str]:
+    targets: list[ast.expr] = []
+    if isinstance(node, ast.For | ast.AsyncFor):
+        targets.append(node.target)
+    elif isinstance(node, ast.With | ast.AsyncWith):
+        targets.extend(item.optional_vars for item in node.items if item.optional_vars)
+    return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+
+
+def collect_symbols(tree: ast.Module, module: str, is_package: bool) -> ModuleSymbols:
+    """The unambiguous module-level bindings of ``tree``."""
+    collector = _Collector(module, is_package)
+    collector.statements(tree.body, conditional=False)
+    return collector.result()

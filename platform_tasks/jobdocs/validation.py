@@ -1,0 +1,105 @@
+"""The start-up rules a static reader can already enforce on known values.
+
+These are the same errors beat would raise at start-up (bad cron, unknown timezone,
+both or neither schedule), found in CI before any process starts. Only *known* values
+are judged: an unknown value is missing evidence, never assumed valid or invalid.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from croniter import CroniterBadDateError, croniter
+
+from platform_tasks.jobdocs.evidence import FieldEvidence, FieldState
+from platform_tasks.jobdocs.resolve import LiteralValue
+
+__all__ = ["validate_fields"]
+
+_REFERENCE = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+@cache
+def _timezones() -> frozenset[str]:
+    return frozenset(available_timezones())
+
+
+def valid_timezone(name: str) -> bool:
+    if name in _timezones():
+        return True
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return False
+    return True
+
+
+def _cron_problem(expr: LiteralValue) -> str | None:
+    if not isinstance(expr, str):
+        return f"{expr!r} is not a string"
+    if len(expr.split()) != 5 or not croniter.is_valid(expr):
+        return f"{expr!r} is not a valid 5-field cron expression"
+    return None
+
+
+def _has_future_point(expr: str) -> bool:
+    try:
+        croniter(expr, _REFERENCE).get_next(datetime)
+    except CroniterBadDateError:
+        return False
+    return True
+
+
+def _positive_duration(name: str, value: LiteralValue) -> str | None:
+    if not isinstance(value, timedelta):
+        return f"{value!r} is not a timedelta"
+    if value <= timedelta(0):
+        return f"{name} must be positive, got {value}"
+    return None
+
+
+def _enabled(fields: dict[str, FieldEvidence], known: dict[str, LiteralValue]) -> bool:
+    return fields["enabled"].state is FieldState.ABSENT or known.get("enabled") is True
+
+
+def _present(field: FieldEvidence) -> bool:
+    return field.state is not FieldState.ABSENT
+
+
+def validate_fields(
+    fields: dict[str, FieldEvidence], known: dict[str, LiteralValue]
+) -> list[tuple[str | None, str]]:
+    """``(field, message)`` for every rule the known values break."""
+    problems: list[tuple[str | None, str]] = []
+    has_cron, has_interval = _present(fields["cron"]), _present(fields["interval"])
+    if has_cron and has_interval:
+        problems.append((None, "both cron and interval are given; exactly one is required"))
+    if not has_cron and not has_interval:
+        problems.append((None, "neither cron nor interval is given; exactly one is required"))
+    if _present(fields["timezone"]) and has_interval and not has_cron:
+        problems.append(("timezone", "timezone applies to cron schedules only"))
+
+    if "name" in known and (not isinstance(known["name"], str) or not known["name"]):
+        problems.append(("name", f"{known['name']!r} is not a non-empty string"))
+    if "cron" in known:
+        cron_problem = _cron_problem(known["cron"])
+        if cron_problem:
+            problems.append(("cron", cron_problem))
+        elif _enabled(fields, known) and not _has_future_point(str(known["cron"])):
+            problems.append(("cron", f"{known['cron']!r} has no representable future point"))
+    for duration in ("interval", "lease_ttl"):
+        if duration in known:
+            message = _positive_duration(duration, known[duration])
+            if message:
+                problems.append((duration, message))
+    if "timezone" in known:
+        zone = known["timezone"]
+        if not isinstance(zone, str) or not valid_timezone(zone):
+            problems.append(("timezone", f"{zone!r} is not a known IANA timezone"))
+    if "enabled" in known and not isinstance(known["enabled"], bool):
+        problems.append(("enabled", f"{known['enabled']!r} is not a boolean"))
+    if "queue" in known and (not isinstance(known["queue"], str) or not known["queue"]):
+        problems.append(("queue", f"{known['queue']!r} is not a non-empty string"))
+    return problems
