@@ -9,6 +9,7 @@ import click
 def jobs() -> None:
     """Inspect scheduled job definitions (runtime listing or static evidence)."""
 
+
 from platform_tasks.cli.jobs_static import check as static_check  # noqa: E402
 from platform_tasks.cli.jobs_static import docs as static_docs  # noqa: E402
 

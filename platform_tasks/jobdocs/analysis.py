@@ -58,13 +58,11 @@ def analyse_file(resolver: Resolver, path: Path, label: str) -> FileAnalysis:
             result.problems.append(_error(file, reason))
         return result
 
+    several: Problem | None = None
     if len(found.definitions) > 1:
         lines = ", ".join(str(call.lineno) for call in found.definitions)
-        result.problems.append(
-            _error(
-                file, f"{len(found.definitions)} definitions (lines {lines}); exactly one allowed"
-            )
-        )
+        count = len(found.definitions)
+        several = _error(file, f"{count} definitions (lines {lines}); exactly one allowed")
     for call in found.definitions:
         fields = read_call_fields(resolver, module, call, label)
         job = JobEvidence(
@@ -74,10 +72,10 @@ def analyse_file(resolver: Resolver, path: Path, label: str) -> FileAnalysis:
             fields=fields.evidence,
             gaps=[*found.wrappers, *fields.gaps],
         )
+        if several is not None:
+            job.problems.append(several)
         job.problems.extend(_error(file, message) for message in fields.call_errors)
-        job.problems.extend(
-            _error(file, message, name)
-            for name, message in validate_fields(fields.evidence, fields.known)
-        )
+        violations = validate_fields(fields.evidence, fields.known)
+        job.problems.extend(_error(file, message, name) for name, message in violations)
         result.jobs.append(job)
     return result

@@ -71,27 +71,21 @@ def project_state(
 
     if active:
         names = ", ".join(sorted(_label(job) for job in active))
-        reasons = [f"{len(active)} active definition(s): {names}", *gaps]
+        found = f"{len(active)} active definition(s): {names}"
         if not switch.known:
-            return ProjectState(
-                ProjectStateName.UNKNOWN,
-                [f"jobs_enabled is not statically known: {switch.source}", *reasons],
-            )
-        reasons.insert(0, f"jobs_enabled is true ({switch.source})")
+            lead = f"jobs_enabled is not statically known: {switch.source}"
+            return ProjectState(ProjectStateName.UNKNOWN, [lead, found, *gaps])
+        lead = f"jobs_enabled is true ({switch.source})"
         redis = config.redis_url
         if redis.value is not None:
-            return ProjectState(
-                ProjectStateName.ACTIVE, [*reasons, f"Redis configured by {redis.source}"]
-            )
-        if not redis.known:
-            return ProjectState(
-                ProjectStateName.UNKNOWN,
-                [*reasons, f"Redis configuration is not statically known: {redis.source}"],
-            )
-        return ProjectState(
-            ProjectStateName.ACTIVE_WITHOUT_REDIS,
-            [*reasons, f"no Redis configured: {redis.source} and PLATFORM_REDIS_URL is not set"],
-        )
+            state, redis_reason = ProjectStateName.ACTIVE, f"Redis configured by {redis.source}"
+        elif not redis.known:
+            state = ProjectStateName.UNKNOWN
+            redis_reason = f"Redis configuration is not statically known: {redis.source}"
+        else:
+            state = ProjectStateName.ACTIVE_WITHOUT_REDIS
+            redis_reason = f"no Redis configured: {redis.source} and PLATFORM_REDIS_URL is not set"
+        return ProjectState(state, [lead, found, redis_reason, *gaps])
 
     if gaps:
         return ProjectState(ProjectStateName.UNKNOWN, gaps)

@@ -68,5 +68,6 @@ def build_report(config: DocsConfig) -> Report:
         project=project_state(config, jobs, without),
         jobs=jobs,
         files_without_evidence=without,
-        problems=problems,
+        # A file-level problem is attached to each of its definitions; report it once.
+        problems=list(dict.fromkeys(problems)),
     )

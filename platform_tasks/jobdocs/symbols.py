@@ -87,7 +87,7 @@ def absolute_module(current: str, is_package: bool, level: int, module: str | No
     if level == 0:
         return module
     package = current.split(".") if is_package else current.split(".")[:-1]
-    if level - 1 > len(package) or (level - 1 == len(package) and not module):
+    if level - 1 >= len(package):
         return None
     base = package[: len(package) - (level - 1)]
     if module:
