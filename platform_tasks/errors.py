@@ -64,3 +64,19 @@ class PermanentError(PlatformError):
 
     The job is dead-lettered at once, with no further attempts.
     """
+
+
+class ReplayError(PlatformError):
+    """Publishing a dead letter during replay failed.
+
+    ``dead_letter_id`` is the row that could not be published; it stays ``pending_review``.
+    ``replayed`` lists the ids published and marked ``replayed`` before the failure.
+    """
+
+    def __init__(self, dead_letter_id: int, replayed: Sequence[int], cause: BaseException) -> None:
+        self.dead_letter_id = dead_letter_id
+        self.replayed = list(replayed)
+        super().__init__(
+            f"publishing dead letter {dead_letter_id} failed ({type(cause).__name__}: {cause}); "
+            f"it stays pending_review; {len(self.replayed)} row(s) were replayed before it"
+        )

@@ -1,0 +1,369 @@
+"""The dead-letter repository: write, list, show, replay and discard rows of core.dead_letters.
+
+A dead letter is a job that will not be retried: its envelope (or, for a message that was not
+a readable envelope, what could be read of it) waits here for an operator. Replay is written
+so that two operators replaying the same rows at once publish each row once: rows are locked
+with ``FOR UPDATE SKIP LOCKED``, published, marked ``replayed`` and committed in one
+transaction per batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any
+
+from psycopg2.extensions import connection as Connection
+from psycopg2.extensions import cursor as Cursor
+from psycopg2.extras import Json
+
+from platform_tasks.envelope import parse_envelope
+from platform_tasks.errors import EnvelopeError, ReplayError
+from platform_tasks.queries import load_queries
+
+logger = logging.getLogger(__name__)
+
+STATUSES = ("pending_review", "replayed", "discarded")
+REPLAY_BATCH_SIZE = 100
+
+Publish = Callable[[str, Mapping[str, Any]], object]
+"""Publishes one envelope to a queue, e.g. ``QueuePort(app).publish``."""
+
+
+def _queries() -> dict[str, str]:
+    return load_queries("dead_letters")
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One row of core.dead_letters."""
+
+    id: int
+    job_id: uuid.UUID | None
+    queue: str | None
+    kind: str | None
+    tenant_id: str | None
+    payload: Any
+    attempts: int
+    last_error: str | None
+    error_type: str | None
+    reason: str
+    status: str
+    correlation_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    replay_count: int
+    replayed_at: datetime | None
+    discard_reason: str | None
+    discarded_at: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-safe dict for ``--json`` output."""
+        out: dict[str, Any] = {}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, uuid.UUID):
+                value = str(value)
+            out[item.name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class DeadLetterFilter:
+    """Which rows an operator means; ``None`` matches anything."""
+
+    queue: str | None = None
+    kind: str | None = None
+    tenant_id: str | None = None
+    status: str | None = None
+    since: datetime | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "kind": self.kind,
+            "tenant_id": self.tenant_id,
+            "status": self.status,
+            "since": self.since,
+        }
+
+    @property
+    def is_empty(self) -> bool:
+        return all(value is None for value in self.params().values())
+
+
+@dataclass(frozen=True)
+class ReplayedRow:
+    id: int
+    job_id: uuid.UUID
+    queue: str
+
+
+@dataclass
+class ReplayReport:
+    """What a replay did (or, for a dry run, would do)."""
+
+    dry_run: bool
+    replayed: list[ReplayedRow] = field(default_factory=list)
+    refused: list[tuple[int, str]] = field(default_factory=list)
+    """``(id, why)`` for pending rows that cannot be replayed (e.g. not an envelope)."""
+    not_pending: list[tuple[int, str]] = field(default_factory=list)
+    """``(id, status or 'not found')`` for explicitly named ids that were not acted on."""
+
+
+@dataclass
+class DiscardReport:
+    discarded: list[int] = field(default_factory=list)
+    not_pending: list[tuple[int, str]] = field(default_factory=list)
+
+
+def insert_dead_letter(
+    cursor: Cursor,
+    *,
+    job_id: uuid.UUID | None,
+    queue: str | None,
+    kind: str | None,
+    tenant_id: str | None,
+    payload: dict[str, Any],
+    attempts: int,
+    last_error: str,
+    error_type: str | None,
+    reason: str,
+    correlation_id: str | None,
+) -> int:
+    """Insert one ``pending_review`` row and return its id; the caller commits.
+
+    Taking a cursor lets the consumer write the row in the same transaction as anything
+    else it records about the failure.
+    """
+    cursor.execute(
+        _queries()["insert_dead_letter"],
+        {
+            "job_id": str(job_id) if job_id is not None else None,
+            "queue": queue,
+            "kind": kind,
+            "tenant_id": tenant_id,
+            "payload": Json(payload),
+            "attempts": attempts,
+            "last_error": last_error,
+            "error_type": error_type,
+            "reason": reason,
+            "correlation_id": correlation_id,
+        },
+    )
+    row = cursor.fetchone()
+    assert row is not None
+    dead_letter_id = int(row[0])
+    logger.info(
+        "dead letter %s written for job %s (%s)",
+        dead_letter_id,
+        job_id,
+        reason,
+        extra={
+            "event": "dead_letter.inserted",
+            "dead_letter_id": dead_letter_id,
+            "job_id": str(job_id) if job_id else None,
+            "queue": queue,
+            "kind": kind,
+            "reason": reason,
+        },
+    )
+    return dead_letter_id
+
+
+def _rows(cursor: Cursor) -> list[DeadLetter]:
+    names = [column[0] for column in cursor.description or ()]
+    result = []
+    for values in cursor.fetchall():
+        row = dict(zip(names, values, strict=True))
+        if row["job_id"] is not None:
+            row["job_id"] = uuid.UUID(str(row["job_id"]))
+        result.append(DeadLetter(**row))
+    return result
+
+
+def list_dead_letters(
+    cursor: Cursor, where: DeadLetterFilter | None = None, *, limit: int = 100
+) -> list[DeadLetter]:
+    """Rows matching ``where``, newest first, at most ``limit``."""
+    params = (where or DeadLetterFilter()).params()
+    params["limit"] = limit
+    cursor.execute(_queries()["list_dead_letters"], params)
+    return _rows(cursor)
+
+
+def get_dead_letter(cursor: Cursor, dead_letter_id: int) -> DeadLetter | None:
+    cursor.execute(_queries()["get_dead_letter"], {"id": dead_letter_id})
+    rows = _rows(cursor)
+    return rows[0] if rows else None
+
+
+def replay_refusal(queue: str | None, payload: Any) -> str | None:
+    """Why a row cannot be replayed, or ``None`` when it can.
+
+    Only a readable envelope with a known queue can be republished as the original job;
+    a raw poison message has no envelope to republish.
+    """
+    if not queue:
+        return "no original queue recorded"
+    if isinstance(payload, dict) and "raw" in payload and "job_id" not in payload:
+        return "payload is a raw message, not a readable envelope"
+    try:
+        parse_envelope(payload, dict, max_bytes=1 << 62)
+    except EnvelopeError as exc:
+        return f"payload is not a readable envelope ({exc})"
+    return None
+
+
+def _not_pending(cursor: Cursor, ids: Sequence[int], acted_on: set[int]) -> list[tuple[int, str]]:
+    missing = [i for i in ids if i not in acted_on]
+    if not missing:
+        return []
+    cursor.execute(_queries()["statuses_of"], {"ids": list(missing)})
+    found = dict(cursor.fetchall())
+    return [(i, found.get(i, "not found")) for i in sorted(set(missing))]
+
+
+def _replay_params(ids: Sequence[int] | None, where: DeadLetterFilter) -> dict[str, Any]:
+    params = where.params()
+    params.pop("status")
+    params["ids"] = list(ids) if ids else None
+    return params
+
+
+def replay_dead_letters(
+    conn: Connection,
+    publish: Publish,
+    *,
+    ids: Sequence[int] | None = None,
+    where: DeadLetterFilter | None = None,
+    dry_run: bool = False,
+    batch_size: int = REPLAY_BATCH_SIZE,
+    now: datetime | None = None,
+) -> ReplayReport:
+    """Republish pending rows (by ``ids`` and/or ``where``) and mark them ``replayed``.
+
+    Each batch is one transaction: lock the rows (skipping rows another replay holds),
+    publish each envelope to its original queue with its original job id, mark them, commit.
+    A row whose publish fails is not marked, so it stays ``pending_review``; the rows
+    published before it are committed as replayed and :class:`ReplayError` is raised.
+    If the commit itself fails after publishing, those rows stay pending and a later
+    replay publishes them again: the consumer's idempotency row makes that harmless.
+    ``where.status`` is ignored: only ``pending_review`` rows are ever replayed.
+    """
+    where = where or DeadLetterFilter()
+    params = _replay_params(ids, where)
+    report = ReplayReport(dry_run=dry_run)
+    queries = _queries()
+    if dry_run:
+        with conn, conn.cursor() as cur:
+            cur.execute(queries["select_replay_candidates"], params)
+            for row_id, _job_id, queue, _kind, _tenant, payload in cur.fetchall():
+                refusal = replay_refusal(queue, payload)
+                if refusal:
+                    report.refused.append((row_id, refusal))
+                else:
+                    report.replayed.append(
+                        ReplayedRow(row_id, uuid.UUID(str(payload["job_id"])), queue)
+                    )
+            if ids:
+                acted = {r.id for r in report.replayed} | {i for i, _ in report.refused}
+                report.not_pending = _not_pending(cur, ids, acted)
+        return report
+
+    after_id = 0
+    while True:
+        with conn, conn.cursor() as cur:
+            cur.execute(queries["lock_replay_batch"], {**params, "after_id": after_id,
+                                                        "limit": batch_size})  # fmt: skip
+            rows = cur.fetchall()
+            if not rows:
+                break
+            published: list[ReplayedRow] = []
+            for row_id, _job_id, queue, _kind, _tenant, payload in rows:
+                refusal = replay_refusal(queue, payload)
+                if refusal:
+                    report.refused.append((row_id, refusal))
+                    _log_refused(row_id, refusal)
+                    continue
+                try:
+                    job_id = uuid.UUID(str(publish(queue, payload)))
+                except Exception as exc:
+                    _mark_replayed(cur, published, now)
+                    conn.commit()
+                    report.replayed.extend(published)
+                    done = [r.id for r in report.replayed]
+                    raise ReplayError(row_id, done, exc) from exc
+                published.append(ReplayedRow(row_id, job_id, queue))
+            _mark_replayed(cur, published, now)
+        report.replayed.extend(published)
+        for replayed in published:
+            _log_replayed(replayed)
+        after_id = rows[-1][0]
+    if ids:
+        acted = {r.id for r in report.replayed} | {i for i, _ in report.refused}
+        with conn, conn.cursor() as cur:
+            report.not_pending = _not_pending(cur, ids, acted)
+    return report
+
+
+def _mark_replayed(cur: Cursor, published: list[ReplayedRow], now: datetime | None) -> None:
+    if not published:
+        return
+    cur.execute(
+        _queries()["mark_replayed"],
+        {"ids": [r.id for r in published], "now": now or datetime.now(UTC)},
+    )
+
+
+def _log_replayed(row: ReplayedRow) -> None:
+    logger.info(
+        "dead letter %s replayed as job %s to queue %s",
+        row.id,
+        row.job_id,
+        row.queue,
+        extra={
+            "event": "dead_letter.replayed",
+            "dead_letter_id": row.id,
+            "job_id": str(row.job_id),
+            "queue": row.queue,
+        },
+    )
+
+
+def _log_refused(row_id: int, why: str) -> None:
+    logger.warning(
+        "dead letter %s not replayed: %s",
+        row_id,
+        why,
+        extra={"event": "dead_letter.replay_refused", "dead_letter_id": row_id},
+    )
+
+
+def discard_dead_letters(
+    conn: Connection, ids: Sequence[int], *, reason: str, now: datetime | None = None
+) -> DiscardReport:
+    """Mark pending rows ``discarded`` with the operator's reason; others are reported."""
+    if not reason.strip():
+        raise ValueError("a discard reason is required")
+    report = DiscardReport()
+    with conn, conn.cursor() as cur:
+        cur.execute(
+            _queries()["discard_dead_letters"],
+            {"ids": list(ids), "reason": reason, "now": now or datetime.now(UTC)},
+        )
+        report.discarded = sorted(int(row[0]) for row in cur.fetchall())
+        report.not_pending = _not_pending(cur, ids, set(report.discarded))
+    for row_id in report.discarded:
+        logger.info(
+            "dead letter %s discarded: %s",
+            row_id,
+            reason,
+            extra={"event": "dead_letter.discarded", "dead_letter_id": row_id},
+        )
+    return report

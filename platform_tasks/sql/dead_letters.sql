@@ -1,0 +1,92 @@
+-- Queries of core.dead_letters, loaded by name by platform_tasks.dead_letters.
+
+-- name: insert_dead_letter
+-- One row per job that will not be retried; the caller's transaction commits it.
+INSERT INTO core.dead_letters
+    (job_id, queue, kind, tenant_id, payload, attempts, last_error, error_type, reason,
+     correlation_id)
+VALUES
+    (%(job_id)s, %(queue)s, %(kind)s, %(tenant_id)s, %(payload)s, %(attempts)s,
+     %(last_error)s, %(error_type)s, %(reason)s, %(correlation_id)s)
+RETURNING id;
+
+-- name: list_dead_letters
+-- Newest first; every filter is optional (NULL means "any").
+SELECT id, job_id, queue, kind, tenant_id, payload, attempts, last_error, error_type, reason,
+       status, correlation_id, created_at, updated_at, replay_count, replayed_at,
+       discard_reason, discarded_at
+FROM core.dead_letters
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: get_dead_letter
+SELECT id, job_id, queue, kind, tenant_id, payload, attempts, last_error, error_type, reason,
+       status, correlation_id, created_at, updated_at, replay_count, replayed_at,
+       discard_reason, discarded_at
+FROM core.dead_letters
+WHERE id = %(id)s;
+
+-- name: statuses_of
+-- Which of the given ids exist, and in which status (to explain what was not acted on).
+SELECT id, status FROM core.dead_letters WHERE id = ANY(%(ids)s) ORDER BY id;
+
+-- name: select_replay_candidates
+-- Pending rows a replay would act on, without locking them (dry run).
+SELECT id, job_id, queue, kind, tenant_id, payload
+FROM core.dead_letters
+WHERE status = 'pending_review'
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s))
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+ORDER BY id;
+
+-- name: lock_replay_batch
+-- The next batch of pending rows after %(after_id)s, locked for this transaction.
+-- SKIP LOCKED: a row another replay holds is that replay's to publish; a row it has
+-- already committed as replayed no longer matches status = 'pending_review'.
+SELECT id, job_id, queue, kind, tenant_id, payload
+FROM core.dead_letters
+WHERE status = 'pending_review'
+  AND id > %(after_id)s
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s))
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+ORDER BY id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: mark_replayed
+-- Rows this transaction holds locked and has published.
+UPDATE core.dead_letters
+SET status = 'replayed',
+    replay_count = replay_count + 1,
+    replayed_at = %(now)s,
+    updated_at = %(now)s
+WHERE id = ANY(%(ids)s) AND status = 'pending_review'
+RETURNING id;
+
+-- name: discard_dead_letters
+UPDATE core.dead_letters
+SET status = 'discarded',
+    discard_reason = %(reason)s,
+    discarded_at = %(now)s,
+    updated_at = %(now)s
+WHERE id = ANY(%(ids)s) AND status = 'pending_review'
+RETURNING id;
+
+-- name: stale_dead_letters
+-- Pending rows older than the alert age, grouped so the alert can say where they are.
+SELECT queue, kind, count(*) AS rows, min(created_at) AS oldest
+FROM core.dead_letters
+WHERE status = 'pending_review' AND created_at < %(cutoff)s
+GROUP BY queue, kind
+ORDER BY count(*) DESC, queue, kind;
