@@ -8,7 +8,7 @@ its id), and keep ``data`` out of what Flower and logs show.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -119,13 +119,7 @@ class QueuePort:
         opts: Mapping[str, Any] | PublishOptions | None = None,
     ) -> uuid.UUID:
         """Validate and store for delivery at ``run_at`` (aware); a past time publishes now."""
-        if not isinstance(run_at, datetime):
-            raise TypeError(f"run_at must be a datetime, got {type(run_at).__name__}")
-        if run_at.tzinfo is None or run_at.utcoffset() is None:
-            raise NaiveDatetimeError(
-                "run_at must be timezone-aware (e.g. datetime.now(UTC) + delay); "
-                f"got naive {run_at.isoformat()}"
-            )
+        _require_aware(run_at)
         options = _options(opts)
         envelope = self.envelope(payload)
         if run_at <= self._clock():
@@ -136,12 +130,47 @@ class QueuePort:
         self._delay_store().add(message.delivery_tag, due_ms, message.list_key, message.wire)
         return envelope.job_id
 
+    def schedule_many(
+        self,
+        queue: str,
+        items: Iterable[tuple[Mapping[str, Any], datetime]],
+        opts: Mapping[str, Any] | PublishOptions | None = None,
+    ) -> list[uuid.UUID]:
+        """Schedule many ``(payload, run_at)`` pairs with one pipelined round trip.
+
+        Every envelope is validated before any entry is stored, so a bad item stores none.
+        """
+        options = _options(opts)
+        prepared = []
+        for payload, run_at in items:
+            _require_aware(run_at)
+            prepared.append((self.envelope(payload), run_at))
+        entries = []
+        for envelope, run_at in prepared:
+            message = self._wire.build(
+                envelope.kind, **self._send_options(queue, envelope, options)
+            )
+            due_ms = int(run_at.timestamp() * 1000)
+            entries.append((message.delivery_tag, due_ms, message.list_key, message.wire))
+        self._delay_store().add_many(entries)
+        return [envelope.job_id for envelope, _ in prepared]
+
     def close(self) -> None:
         self._wire.close()
         if self._owns_client and self._redis is not None:
             self._redis.close()
             self._redis = None
             self._store = None
+
+
+def _require_aware(run_at: datetime) -> None:
+    if not isinstance(run_at, datetime):
+        raise TypeError(f"run_at must be a datetime, got {type(run_at).__name__}")
+    if run_at.tzinfo is None or run_at.utcoffset() is None:
+        raise NaiveDatetimeError(
+            "run_at must be timezone-aware (e.g. datetime.now(UTC) + delay); "
+            f"got naive {run_at.isoformat()}"
+        )
 
 
 def require_redis_broker(app: Any) -> None:

@@ -1,0 +1,5 @@
+"""``python -m platform_tasks.cli`` is the console script."""
+
+from platform_tasks.cli import main
+
+main()

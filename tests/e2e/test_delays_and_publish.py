@@ -1,0 +1,96 @@
+"""Publish and schedule through real worker processes; promoters killed mid-run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import redis
+
+from platform_tasks import QueuePort, create_app
+from platform_tasks.delay_store import DelayStore
+from platform_tasks.harness import wait_until
+from platform_tasks.keys import delay_keys
+from platform_tasks.settings import PlatformSettings
+from tests.conftest import REPO_ROOT
+from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
+
+
+def _recorded_ids(client: redis.Redis) -> list[str]:
+    return [json.loads(raw)["job_id"] for raw in client.lrange("test:recorded", 0, -1)]
+
+
+def test_publish_and_schedule_reach_a_real_worker(redis_url: str, tmp_path: Path) -> None:
+    settings = PlatformSettings.build(redis_url=redis_url, profile="test")
+    app = create_app("e2e_publisher", settings=settings)
+    port = QueuePort(app)
+    client = redis.Redis.from_url(redis_url)
+    env = platform_env(redis_url=redis_url, database_url=None,
+                       extra={"PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1"})  # fmt: skip
+    with celery_processes() as started:
+        worker = CeleryProcess(
+            worker_argv("tests.apps.basic_app", queues="default", concurrency=1),
+            env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log",
+        ).start()  # fmt: skip
+        started.append(worker)
+        worker.wait_for_log("ready.")
+        now_id = port.publish("default", {"tenant_id": "t", "kind": "tests.record", "data": {}})
+        run_at = datetime.now(UTC) + timedelta(seconds=2)
+        later_id = port.schedule("default", {"tenant_id": "t", "kind": "tests.record",
+                                             "data": {"n": 1}}, run_at)  # fmt: skip
+        wait_until(lambda: str(now_id) in _recorded_ids(client), timeout=30,
+                   message="published job recorded")  # fmt: skip
+        assert str(later_id) not in _recorded_ids(client), "delayed job ran before run_at"
+        wait_until(lambda: str(later_id) in _recorded_ids(client), timeout=30,
+                   message="delayed job recorded")  # fmt: skip
+        assert datetime.now(UTC) >= run_at
+        log = worker.log()
+        assert f"tests.record[{now_id}]" in log, "the Celery task id is the job id"
+    assert sorted(_recorded_ids(client)) == sorted([str(now_id), str(later_id)])
+    port.close()
+
+
+def test_ten_thousand_due_at_once_two_promoters_one_killed(
+    server_factory, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    server = server_factory.redis(appendfsync="everysec")
+    settings = PlatformSettings.build(redis_url=server.url, profile="test", delay_batch_size=20)
+    app = create_app("e2e_delays", settings=settings)
+    port = QueuePort(app)
+    client = redis.Redis.from_url(server.url)
+    store = DelayStore(client, delay_keys("test"))
+    # All 10,000 fall due within one second, a few seconds from now.
+    second = datetime.fromtimestamp(int(time.time()) + 4, UTC)
+    items = [
+        ({"tenant_id": "t", "kind": "tests.record", "data": {"n": n}},
+         second + timedelta(milliseconds=n % 1000))
+        for n in range(10_000)
+    ]  # fmt: skip
+    job_ids = [str(job_id) for job_id in port.schedule_many("bulk", items)]
+    assert store.pending() == 10_000
+
+    env = platform_env(redis_url=server.url, database_url=None,
+                       extra={"PLATFORM_DELAY_BATCH_SIZE": "20",
+                              "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.05"})  # fmt: skip
+    argv = [sys.executable, "-m", "tests.support.promoter_main"]
+    with celery_processes() as started:
+        first = CeleryProcess(argv, env=env, cwd=REPO_ROOT, log_path=tmp_path / "p1.log").start()
+        second = CeleryProcess(argv, env=env, cwd=REPO_ROOT, log_path=tmp_path / "p2.log").start()
+        started += [first, second]
+        first.wait_for_log("promoter started")
+        second.wait_for_log("promoter started")
+        wait_until(lambda: client.llen("bulk") > 0, timeout=30, interval=0.001,
+                   message="promotion started")  # fmt: skip
+        first.signal(signal.SIGKILL)
+        pending_at_kill = store.pending()
+        wait_until(lambda: store.pending() == 0, timeout=60, message="all entries promoted")
+    ids = [json.loads(raw)["headers"]["id"] for raw in client.lrange("bulk", 0, -1)]
+    assert pending_at_kill > 0, "the kill must land while entries were still waiting"
+    assert len(ids) == 10_000, f"{len(ids)} messages for 10,000 entries"
+    assert sorted(ids) == sorted(job_ids), "every entry delivered exactly once"
+    assert client.hlen(delay_keys("test").entries) == 0
+    port.close()

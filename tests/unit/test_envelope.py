@@ -1,0 +1,123 @@
+"""Envelope validation: the table of bad inputs, and round trips of good ones."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from platform_tasks.envelope import Envelope, parse_envelope, uuid7
+from platform_tasks.errors import EnvelopeError
+
+
+class Charge(BaseModel):
+    invoice_id: int
+    amount_cents: int
+
+
+def valid(**overrides: object) -> dict[str, object]:
+    payload: dict[str, object] = {
+        "job_id": str(uuid7()),
+        "tenant_id": "acme-01",
+        "correlation_id": "req-123",
+        "kind": "billing.charge_invoice",
+        "data": {"invoice_id": 7, "amount_cents": 1200},
+    }
+    payload.update(overrides)
+    return payload
+
+
+def test_uuid7_has_version_7_and_is_time_ordered() -> None:
+    first, second = uuid7(1_700_000_000_000), uuid7(1_700_000_000_001)
+    assert first.version == 7 and second.version == 7
+    assert first.variant == uuid.RFC_4122
+    assert first < second
+    assert int(first.hex[:12], 16) == 1_700_000_000_000
+
+
+def test_valid_payload_is_typed_by_data_model() -> None:
+    envelope = parse_envelope(valid(), Charge)
+    assert isinstance(envelope.data, Charge)
+    assert envelope.data.amount_cents == 1200
+    assert envelope.kind == "billing.charge_invoice"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "fragment"),
+    [
+        ({"job_id": str(uuid.uuid4())}, "job_id", "version 7"),
+        ({"job_id": "not-a-uuid"}, "job_id", "UUID"),
+        ({"tenant_id": ""}, "tenant_id", "pattern"),
+        ({"tenant_id": "x" * 129}, "tenant_id", "pattern"),
+        ({"tenant_id": "acme/../etc"}, "tenant_id", "pattern"),
+        ({"correlation_id": ""}, "correlation_id", "at least 1"),
+        ({"correlation_id": "c" * 129}, "correlation_id", "at most 128"),
+        ({"kind": "charge"}, "kind", "dot-separated"),
+        ({"kind": "billing..charge"}, "kind", "dot-separated"),
+        ({"kind": "billing.1charge"}, "kind", "dot-separated"),
+        ({"surprise": 1}, "surprise", "Extra inputs"),
+        ({"data": {"invoice_id": "x", "amount_cents": 1}}, "data.invoice_id", "integer"),
+    ],
+)
+def test_each_bad_field_is_named(overrides: dict[str, object], field: str, fragment: str) -> None:
+    with pytest.raises(EnvelopeError) as info:
+        parse_envelope(valid(**overrides), Charge)
+    fields = dict(info.value.errors)
+    assert field in fields, info.value.errors
+    assert fragment in fields[field]
+
+
+def test_missing_fields_are_all_listed_at_once() -> None:
+    with pytest.raises(EnvelopeError) as info:
+        parse_envelope({"data": {}}, dict)
+    named = {field for field, _ in info.value.errors}
+    assert {"job_id", "tenant_id", "correlation_id", "kind"} <= named
+
+
+def test_oversized_payload_is_refused_with_its_size() -> None:
+    payload = valid(data={"blob": "x" * 2000})
+    with pytest.raises(EnvelopeError) as info:
+        parse_envelope(payload, dict, max_bytes=1024)
+    assert "exceeds 1024" in str(info.value)
+
+
+def test_non_object_payload() -> None:
+    with pytest.raises(EnvelopeError, match="must be an object"):
+        parse_envelope(["not", "a", "dict"], dict)
+
+
+def test_redacted_form_never_shows_data() -> None:
+    envelope = parse_envelope(valid(data={"invoice_id": 1, "amount_cents": 999_999}), Charge)
+    text = envelope.redacted()
+    assert "999999" not in text
+    assert str(envelope.job_id) in text and "acme-01" in text
+
+
+tenants = st.from_regex(r"\A[A-Za-z0-9_.:\-]{1,128}\Z", fullmatch=True)
+identifiers = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,10}\Z", fullmatch=True)
+kinds = st.lists(identifiers, min_size=2, max_size=4).map(".".join)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    max_leaves=10,
+)
+
+
+@given(
+    tenant=tenants,
+    correlation=st.text(min_size=1, max_size=128),
+    kind=kinds,
+    data=st.dictionaries(st.text(max_size=8), json_values, max_size=5),
+)
+def test_round_trip_through_json(tenant: str, correlation: str, kind: str, data: dict) -> None:
+    envelope = parse_envelope(valid(tenant_id=tenant, correlation_id=correlation, kind=kind,
+                                    data=data), dict)  # fmt: skip
+    wire = json.loads(json.dumps(envelope.to_message()))
+    again = parse_envelope(wire, dict)
+    assert again == envelope
+    assert Envelope[dict].model_validate(wire).tenant_id == tenant  # type: ignore[type-arg]
