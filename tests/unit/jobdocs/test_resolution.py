@@ -1,0 +1,98 @@
+"""Constants resolve inside the roots only; every gap is a reason, never a guess."""
+
+from __future__ import annotations
+
+from platform_tasks.jobdocs import FieldState
+from tests.unit.jobdocs.conftest import job_in, report_for
+
+
+def test_constants_resolve_from_private_common_module() -> None:
+    report = report_for("constants")
+    nightly = job_in(report, "beat_schedules/nightly.py")
+    sweep = job_in(report, "beat_schedules/sweep.py")
+
+    assert nightly.fields["cron"].value == "0 3 * * *"
+    assert nightly.fields["timezone"].value == "Europe/Berlin"
+    assert sweep.fields["name"].value == "maintenance.sweep"
+    assert sweep.fields["interval"].value == 900
+    assert sweep.fields["lease_ttl"].value == 300
+    assert sweep.fields["queue"].value == "platform.maintenance"
+    assert nightly.complete and sweep.complete
+
+
+def test_wrapper_function_is_missing_evidence_not_an_error() -> None:
+    report = report_for("wrapper")
+
+    assert report.jobs == []
+    [item] = report.files_without_evidence
+    assert item.file == "beat_schedules/cleanup.py"
+    assert "nightly() defined in beat_schedules/_factory.py wraps define_job" in item.reasons[0]
+    assert report.errors == []
+    assert len(report.warnings) == 1
+
+
+def test_import_cycle_is_reported_with_its_chain() -> None:
+    job = job_in(report_for("cycle"), "beat_schedules/looped.py")
+
+    assert job.fields["cron"].state is FieldState.UNKNOWN
+    assert job.fields["cron"].value is None
+    assert not job.complete
+    assert job.reasons == [
+        "cron: import cycle: beat_schedules._a.NIGHTLY -> beat_schedules._b.NIGHTLY"
+        " -> beat_schedules._a.NIGHTLY"
+    ]
+
+
+def test_imports_escaping_the_roots_are_not_followed() -> None:
+    report = report_for("root_escape")
+    constant = job_in(report, "beat_schedules/escaping_constant.py")
+    climbing = job_in(report, "beat_schedules/climbing.py")
+
+    assert constant.fields["cron"].state is FieldState.UNKNOWN
+    assert "shared.schedules.NIGHTLY is outside the source roots" in constant.reasons[0]
+    assert climbing.fields["cron"].state is FieldState.UNKNOWN
+    assert "climbs above" in climbing.reasons[0]
+    [item] = report.files_without_evidence
+    assert item.file == "beat_schedules/escaping_define_job.py"
+    assert "shared.schedules.define_job is outside the source roots" in item.reasons[0]
+
+
+def test_syntax_error_costs_only_its_own_file() -> None:
+    report = report_for("syntax_error")
+
+    assert [job.file for job in report.jobs] == ["beat_schedules/fine.py"]
+    [item] = report.files_without_evidence
+    assert item.file == "beat_schedules/broken.py"
+    assert item.reasons[0].startswith("syntax error at line 3")
+    assert [p.file for p in report.errors] == ["beat_schedules/broken.py"]
+
+
+def test_calls_and_environment_lookups_are_unknown() -> None:
+    job = job_in(report_for("unknown_field"), "beat_schedules/from_env.py")
+
+    states = {name: field.state for name, field in job.fields.items()}
+    assert states == {
+        "name": FieldState.ABSENT,
+        "cron": FieldState.UNKNOWN,
+        "interval": FieldState.ABSENT,
+        "timezone": FieldState.UNKNOWN,
+        "enabled": FieldState.ABSENT,
+        "lease_ttl": FieldState.ABSENT,
+        "queue": FieldState.UNKNOWN,
+    }
+    assert job.reasons == [
+        "cron: environment lookup os.environ['NIGHTLY_CRON']",
+        "timezone: environment lookup os.getenv('JOB_TZ', 'UTC')",
+        "queue: call pick_queue() is evaluated at import time",
+    ]
+
+
+def test_given_but_unknown_name_is_not_replaced_by_the_path_label() -> None:
+    report = report_for("unknown_name")
+    job = job_in(report, "beat_schedules/billing/named_at_runtime.py")
+
+    assert job.fields["name"].state is FieldState.UNKNOWN
+    assert job.fields["name"].value is None
+    assert job.path_label == "billing.named_at_runtime"
+    assert job.fields["interval"].state is FieldState.ABSENT  # interval=None is the default
+    assert report.errors == []
