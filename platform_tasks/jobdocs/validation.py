@@ -52,11 +52,21 @@ def _has_future_point(expr: str) -> bool:
     return True
 
 
-def _positive_duration(name: str, value: LiteralValue) -> str | None:
+def _duration_problem(name: str, value: LiteralValue) -> str | None:
     if not isinstance(value, timedelta):
         return f"{value!r} is not a timedelta"
-    if value <= timedelta(0):
-        return f"{name} must be positive, got {value}"
+    if value < timedelta(seconds=1):
+        return f"{name} must be at least 1 second, got {value}"
+    if name == "interval" and value % timedelta(milliseconds=1):
+        return f"interval must be a whole number of milliseconds, got {value}"
+    return None
+
+
+def _name_problem(name: LiteralValue) -> str | None:
+    if not isinstance(name, str) or not name.strip() or any(c.isspace() for c in name):
+        return f"{name!r} is not a non-empty string without spaces"
+    if "{" in name or "}" in name:
+        return f"{name!r} must not contain braces (they delimit Redis hash tags)"
     return None
 
 
@@ -81,8 +91,9 @@ def validate_fields(
     if _present(fields["timezone"]) and has_interval and not has_cron:
         problems.append(("timezone", "timezone applies to cron schedules only"))
 
-    if "name" in known and (not isinstance(known["name"], str) or not known["name"]):
-        problems.append(("name", f"{known['name']!r} is not a non-empty string"))
+    name_problem = _name_problem(known["name"]) if "name" in known else None
+    if name_problem:
+        problems.append(("name", name_problem))
     if "cron" in known:
         cron_problem = _cron_problem(known["cron"])
         if cron_problem:
@@ -91,7 +102,7 @@ def validate_fields(
             problems.append(("cron", f"{known['cron']!r} has no representable future point"))
     for duration in ("interval", "lease_ttl"):
         if duration in known:
-            message = _positive_duration(duration, known[duration])
+            message = _duration_problem(duration, known[duration])
             if message:
                 problems.append((duration, message))
     if "timezone" in known:
@@ -100,6 +111,7 @@ def validate_fields(
             problems.append(("timezone", f"{zone!r} is not a known IANA timezone"))
     if "enabled" in known and not isinstance(known["enabled"], bool):
         problems.append(("enabled", f"{known['enabled']!r} is not a boolean"))
-    if "queue" in known and (not isinstance(known["queue"], str) or not known["queue"]):
+    queue = known.get("queue")
+    if "queue" in known and (not isinstance(queue, str) or not queue.strip()):
         problems.append(("queue", f"{known['queue']!r} is not a non-empty string"))
     return problems

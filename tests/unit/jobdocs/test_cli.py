@@ -89,7 +89,7 @@ def test_check_fails_on_errors() -> None:
 
     assert code == 1
     assert "error: beat_schedules/bad_cron.py: cron: '61 * * * *'" in err
-    assert "13 error(s)" in out
+    assert "14 error(s)" in out
 
 
 def test_check_without_static_is_a_usage_error() -> None:

@@ -16,11 +16,13 @@ def test_every_rule_is_reported_with_file_and_field() -> None:
     assert rendered == [
         "error: beat_schedules/bad_cron.py: cron: '61 * * * *' is not a valid 5-field cron "
         "expression",
+        "error: beat_schedules/bad_name.py: name: 'billing{eu}' must not contain braces (they "
+        "delimit Redis hash tags)",
         "error: beat_schedules/bad_timezone.py: timezone: 'Mars/Olympus_Mons' is not a known "
         "IANA timezone",
         "error: beat_schedules/bad_types.py: enabled: 'yes' is not a boolean",
         "error: beat_schedules/bad_types.py: interval: 15 is not a timedelta",
-        "error: beat_schedules/bad_types.py: lease_ttl: lease_ttl must be positive, got 0:00:00",
+        "error: beat_schedules/bad_types.py: lease_ttl: lease_ttl must be at least 1 second, got 0:00:00",
         "error: beat_schedules/both.py: both cron and interval are given; exactly one is required",
         "error: beat_schedules/dup_a.py: name: duplicate name 'duplicate', also in "
         "beat_schedules/dup_b.py:8",
