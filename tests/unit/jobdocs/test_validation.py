@@ -22,7 +22,8 @@ def test_every_rule_is_reported_with_file_and_field() -> None:
         "IANA timezone",
         "error: beat_schedules/bad_types.py: enabled: 'yes' is not a boolean",
         "error: beat_schedules/bad_types.py: interval: 15 is not a timedelta",
-        "error: beat_schedules/bad_types.py: lease_ttl: lease_ttl must be at least 1 second, got 0:00:00",
+        "error: beat_schedules/bad_types.py: lease_ttl: lease_ttl must be at least 1 second, "
+        "got 0:00:00",
         "error: beat_schedules/both.py: both cron and interval are given; exactly one is required",
         "error: beat_schedules/dup_a.py: name: duplicate name 'duplicate', also in "
         "beat_schedules/dup_b.py:8",
