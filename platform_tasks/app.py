@@ -39,9 +39,11 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     side effects; each line belongs to the module that owns the concern.
     """
     from platform_tasks.delay_promoter import install as install_delay_promoter
+    from platform_tasks.jobs.worker import install as install_scheduled_jobs
 
     return [
         install_delay_promoter,
+        install_scheduled_jobs,
     ]
 
 

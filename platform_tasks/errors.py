@@ -66,6 +66,29 @@ class PermanentError(PlatformError):
     """
 
 
+class JobDefinitionError(ConfigurationError):
+    """A scheduled job file or definition is invalid (bad cron, unknown zone, duplicate name...).
+
+    ``file`` is the job file (``None`` when a definition is built outside discovery) and
+    ``field`` the ``define_job`` argument at fault (``None`` for file-level problems such
+    as a file defining no job), so the operator knows exactly what to edit.
+    """
+
+    def __init__(self, message: str, *, file: str | None = None, field: str | None = None) -> None:
+        self.file = file
+        self.field = field
+        self.detail = message
+        where = ", ".join(
+            part for part in (f"file {file}" if file else "", f"field {field!r}" if field else "")
+            if part
+        )
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class JobStartupError(ConfigurationError):
+    """Scheduled jobs cannot start: Redis unreachable or unsafe while jobs are active."""
+
+
 class ReplayError(PlatformError):
     """Publishing a dead letter during replay failed.
 

@@ -43,3 +43,79 @@ class DelayKeys:
 
 def delay_keys(profile: str) -> DelayKeys:
     return DelayKeys(base_namespace(profile))
+
+
+# --- scheduled jobs (issue 4) -------------------------------------------------------
+
+
+def jobs_namespace(
+    *, app_name: str, profile: str, mode: str, namespace: str | None = None
+) -> str:
+    """Namespace of the scheduled-job keys: ``platform:<app>:<profile>:<mode>``.
+
+    Replicas of one deployment (same app package, profile and runtime mode) derive the
+    same value with no manual setting; ``namespace`` overrides it for extra isolation.
+    """
+    if namespace:
+        return namespace
+    return f"{ROOT}:{app_name}:{profile}:{mode}"
+
+
+@dataclass(frozen=True)
+class JobKeys:
+    """Keys of one scheduled job, all under one ``{hash tag}`` (one Cluster slot).
+
+    ``marker`` holds the last admitted point (ms since the epoch, no TTL: it survives
+    completion and lease expiry); ``lease`` holds the running lease's owner token with a
+    TTL. ``prefix`` (setting ``jobs_key_prefix``) is prepended verbatim.
+    """
+
+    namespace: str
+    job: str
+    prefix: str = ""
+
+    @property
+    def tag(self) -> str:
+        return f"{self.prefix}{{{self.namespace}:job:{self.job}}}"
+
+    @property
+    def marker(self) -> str:
+        return f"{self.tag}:v1:marker"
+
+    @property
+    def lease(self) -> str:
+        return f"{self.tag}:v1:lease"
+
+
+# --- consumer deliveries (issue 3) ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeliveryKeys:
+    """Keys counting how often a job was delivered to one consumer.
+
+    One small hash per ``(consumer, job_id)`` with fields ``n`` (deliveries that reached
+    the handler) and ``gen`` (the dead letter whose replay restarted the count). It lives
+    only while the job is in flight: deleted when the job is applied, expired otherwise.
+    """
+
+    namespace: str
+
+    def deliveries(self, consumer: str, job_id: str) -> str:
+        return f"{self.namespace}:consumer:v1:deliveries:{consumer}:{job_id}"
+
+
+def delivery_keys(profile: str) -> DeliveryKeys:
+    return DeliveryKeys(base_namespace(profile))
+
+
+# --- Redis transport -------------------------------------------------------------------
+# The broker's queue lists, binding tables and unacked hash/index keep kombu's names (and
+# kombu's ``global_keyprefix``) so stock and platform workers can share one broker. Only
+# the keys below are the platform transport's own; the transport prefixes them with the
+# broker's ``global_keyprefix`` like every other broker key.
+
+TRANSPORT_QUARANTINE = "platform:transport:v1:unreadable"
+"""List of broker messages that are not readable kombu messages (not JSON, no delivery
+tag). The fetch script moves them here instead of dropping them; an operator inspects
+them with ``LRANGE``."""

@@ -1,0 +1,144 @@
+"""Worker side of scheduled jobs: the ``platform.jobs.run`` task, start-up validation and
+shutdown.
+
+Workers discover ``beat_schedules/`` themselves (same rules as beat), so a trigger names
+the job and the handler comes from the worker's own validated definitions; nothing but
+the point and the lease token crosses the broker.
+
+The runner task acknowledges on receipt (not late): a redelivered trigger would run a
+point twice, and a lost one is just a skipped point, which the rules allow.
+
+Shutdown (warm): the worker stops consuming, requests cancellation of running handlers
+(in prefork children through ``SIGUSR2``), waits up to ``jobs_shutdown_budget_seconds``
+in total, then kills the pool processes still running a handler and releases their
+leases, and finally closes the Redis client it owns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from typing import Any
+
+from celery import bootsteps
+from celery.signals import worker_process_init
+from celery.worker import state as worker_state
+
+from platform_tasks.jobs.runner import REGISTRY, run_point
+from platform_tasks.jobs.runtime import JobRuntime, app_name, runtime_mode, start_jobs
+
+__all__ = ["RUN_TASK", "JobsWorkerStep", "install"]
+
+logger = logging.getLogger("platform_tasks.jobs")
+
+RUN_TASK = "platform.jobs.run"
+_RUNTIME_ATTRIBUTE = "platform_jobs_runtime"
+_CANCEL_SIGNAL = signal.SIGUSR2
+
+
+def _runtime(app: Any) -> JobRuntime:
+    runtime: JobRuntime | None = getattr(app, _RUNTIME_ATTRIBUTE, None)
+    if runtime is None:
+        runtime = start_jobs(
+            app.platform_settings, app_name=app_name(app), mode=runtime_mode(app), role="worker"
+        )
+        setattr(app, _RUNTIME_ATTRIBUTE, runtime)
+    return runtime
+
+
+def _register_task(app: Any) -> None:
+    @app.task(  # type: ignore[untyped-decorator]
+        name=RUN_TASK, acks_late=False, reject_on_worker_lost=False, ignore_result=True,
+        max_retries=0, shared=False,
+    )  # fmt: skip
+    def run_job(
+        job: str, point_ms: int, period_end_ms: int, token: str, lease_ttl_ms: int
+    ) -> None:
+        runtime = _runtime(app)
+        if runtime.leases is None:
+            logger.error("job %s triggered but no job is active in this worker", job,
+                         extra={"event": "jobs.run_unknown", "job": job})  # fmt: skip
+            return
+        run_point(
+            runtime.jobs, runtime.leases, job=job, point_ms=point_ms,
+            period_end_ms=period_end_ms, token=token, lease_ttl_ms=lease_ttl_ms,
+        )  # fmt: skip
+
+
+def _on_cancel_signal(signum: int, frame: Any) -> None:
+    REGISTRY.cancel_all()
+
+
+def _install_child_handler(**_: Any) -> None:
+    """In each prefork child: SIGUSR2 requests cancellation of the running handlers."""
+    signal.signal(_CANCEL_SIGNAL, _on_cancel_signal)
+
+
+class JobsWorkerStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """Validates jobs when the worker is built (before it consumes) and runs shutdown."""
+
+    label = "platform scheduled jobs"
+    requires = ("celery.worker.components:Pool",)
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        # Raising here aborts the worker before any task is consumed.
+        self.runtime = _runtime(worker.app)
+        self.budget = worker.app.platform_settings.jobs_shutdown_budget_seconds
+
+    def stop(self, worker: Any) -> None:
+        self._shutdown(worker)
+
+    def shutdown(self, worker: Any) -> None:
+        self._shutdown(worker)
+
+    def _job_requests(self) -> list[Any]:
+        return [r for r in list(worker_state.active_requests) if r.name == RUN_TASK]
+
+    def _shutdown(self, worker: Any) -> None:
+        if self.runtime.closed:
+            return
+        requests = self._job_requests()
+        REGISTRY.cancel_all()
+        pids = {r.worker_pid for r in requests if r.worker_pid and r.worker_pid != os.getpid()}
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, _CANCEL_SIGNAL)
+        if requests:
+            logger.info("cancellation requested for %d running job(s)", len(requests),
+                        extra={"event": "jobs.shutdown_cancel"})  # fmt: skip
+        deadline = time.monotonic() + self.budget
+        while self._job_requests() and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling the worker's own state, bounded by the budget
+        for request in self._job_requests():
+            self._abandon(request)
+        self.runtime.close()
+
+    def _abandon(self, request: Any) -> None:
+        pid = request.worker_pid
+        if not pid or pid == os.getpid():
+            logger.warning("job still running past the shutdown budget",
+                           extra={"event": "jobs.shutdown_overrun"})  # fmt: skip
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        kwargs = request.kwargs or {}
+        leases = self.runtime.leases
+        if leases is not None and "job" in kwargs:
+            with contextlib.suppress(Exception):
+                leases.release(kwargs["job"], token=kwargs["token"])
+        logger.warning(
+            "job %s killed after the shutdown budget; lease released", kwargs.get("job"),
+            extra={"event": "jobs.shutdown_killed", "job": kwargs.get("job")},
+        )  # fmt: skip
+
+
+def install(app: Any) -> None:
+    """Register the runner task; validate jobs and handle shutdown in every worker."""
+    _register_task(app)
+    app.steps["worker"].add(JobsWorkerStep)
+    worker_process_init.connect(_install_child_handler, weak=False,
+                                dispatch_uid="platform_tasks.jobs.cancel_signal")  # fmt: skip

@@ -1,0 +1,75 @@
+"""Build the Redis client for leases (and other coordination) from settings.
+
+``PLATFORM_REDIS_CLUSTER=true`` gives a :class:`redis.cluster.RedisCluster`, otherwise a
+plain :class:`redis.Redis`. Ownership is explicit: a client built here from the URL is
+owned and closed by platform-tasks; a client passed in stays the caller's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+
+from platform_tasks.errors import JobStartupError, UnsafeRedisError
+from platform_tasks.settings import PlatformSettings
+
+__all__ = ["SAFE_EVICTION_POLICIES", "ManagedRedis", "build_redis", "check_redis_safe"]
+
+SAFE_EVICTION_POLICIES = frozenset({"noeviction"})
+"""Every other policy may evict a lease (all of them carry a TTL) or a marker."""
+
+
+def build_redis(settings: PlatformSettings, *, timeout: float = 5.0) -> Any:
+    """A new client for ``settings.redis_url``, cluster-aware when configured."""
+    options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    if settings.redis_cluster:
+        return RedisCluster.from_url(settings.redis_url, **options)
+    return redis.Redis.from_url(settings.redis_url, **options)
+
+
+class ManagedRedis:
+    """A Redis client with its ownership: ``close()`` only closes what we built."""
+
+    def __init__(self, settings: PlatformSettings, client: Any | None = None) -> None:
+        self.owned = client is None
+        self.client = client if client is not None else build_redis(settings)
+
+    def close(self) -> None:
+        if self.owned:
+            self.client.close()
+
+
+def _policy_of(reply: Any) -> str:
+    for key, value in dict(reply).items():
+        name = key.decode() if isinstance(key, bytes) else str(key)
+        if name == "maxmemory-policy":
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return ""
+
+
+def _policies(client: Any) -> list[str]:
+    """The eviction policy of every node that holds keys (each primary of a cluster)."""
+    if isinstance(client, RedisCluster):
+        return [
+            _policy_of(node.redis_connection.config_get("maxmemory-policy"))
+            for node in client.get_primaries()  # type: ignore[no-untyped-call]
+        ]
+    return [_policy_of(client.config_get("maxmemory-policy"))]
+
+
+def check_redis_safe(client: Any, *, setting: str = "PLATFORM_REDIS_URL") -> None:
+    """Refuse a Redis that is unreachable or may evict job keys; raise naming ``setting``."""
+    try:
+        client.ping()
+        policies = _policies(client)
+    except redis.RedisError as exc:
+        raise JobStartupError(f"{setting}: Redis is unreachable: {exc}") from exc
+    unsafe = sorted({policy for policy in policies if policy not in SAFE_EVICTION_POLICIES})
+    if unsafe:
+        raise UnsafeRedisError(
+            f"{setting}: maxmemory-policy {', '.join(unsafe)} may evict scheduled-job keys "
+            "(an evicted marker or lease would allow a duplicate run); set "
+            "maxmemory-policy noeviction"
+        )
