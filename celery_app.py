@@ -1,0 +1,57 @@
+"""Example composition root: ``celery -A celery_app worker|beat|flower``.
+
+The app is built once here with platform defaults, the queue port is bound here, and
+consumers are declared on ``PlatformTask``. Settings come from the environment
+(``PLATFORM_REDIS_URL``, ``PLATFORM_DATABASE_URL``, ...; see the README).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from platform_tasks import PlatformTask, QueuePort, RetryPolicy, create_app
+
+logger = logging.getLogger(__name__)
+
+app = create_app(
+    "celery_app",
+    retry_policies={
+        "notifications.transactional": RetryPolicy(
+            max_attempts=8,
+            base=timedelta(seconds=5),
+            cap=timedelta(minutes=10),
+            rationale="password resets and receipts must arrive within minutes",
+        ),
+    },
+)
+queue_port = QueuePort(app)
+
+
+class Greeting(BaseModel):
+    """Data of a ``demo.greet`` job."""
+
+    name: str = Field(min_length=1, max_length=100)
+
+
+@app.task(base=PlatformTask, data_model=Greeting, name="demo.greet")
+def greet(envelope: Any, tx: Any) -> None:
+    """A consumer: runs inside the transaction that also records the job as processed."""
+    tx.execute("SELECT now()")
+    logger.info("greeted %s", envelope.data.name, extra={"event": "demo.greeted"})
+
+
+def publish_samples(count: int) -> list[str]:
+    """Sample envelopes for ``platform-tasks dev``."""
+    names = ["Ada", "Grace", "Edsger", "Barbara", "Ken"]
+    return [
+        str(queue_port.publish("default", {
+            "tenant_id": "demo-tenant",
+            "kind": "demo.greet",
+            "data": {"name": names[n % len(names)]},
+        }))
+        for n in range(count)
+    ]  # fmt: skip
