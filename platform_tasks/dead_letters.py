@@ -279,8 +279,9 @@ def replay_dead_letters(
     after_id = 0
     while True:
         with conn, conn.cursor() as cur:
-            cur.execute(queries["lock_replay_batch"], {**params, "after_id": after_id,
-                                                        "limit": batch_size})  # fmt: skip
+            cur.execute(
+                queries["lock_replay_batch"], {**params, "after_id": after_id, "limit": batch_size}
+            )
             rows = cur.fetchall()
             if not rows:
                 break

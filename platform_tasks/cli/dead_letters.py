@@ -1,10 +1,378 @@
-"""``platform-tasks dead-letters``: list, show, replay and discard dead-lettered jobs."""
+"""``platform-tasks dead-letters``: list, show, replay and discard dead-lettered jobs.
+
+Exit codes are the same for every command so scripts can rely on them: 0 done, 1 nothing
+matched (or a replay publish failed), 2 bad usage. ``list`` exits 0 even when empty.
+"""
 
 from __future__ import annotations
 
+import importlib
+import json
+import os
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
 import click
+import psycopg2
+from psycopg2.extensions import connection as Connection
+from rich.console import Console
+from rich.table import Table
+
+from platform_tasks.dead_letters import (
+    REPLAY_BATCH_SIZE,
+    STATUSES,
+    DeadLetter,
+    DeadLetterFilter,
+    ReplayReport,
+    discard_dead_letters,
+    get_dead_letter,
+    list_dead_letters,
+    replay_dead_letters,
+)
+from platform_tasks.errors import PlatformError, ReplayError
+from platform_tasks.queue_port import QueuePort
+from platform_tasks.settings import PlatformSettings
+
+DEFAULT_APP = "celery_app:app"
+_RELATIVE = re.compile(r"^(\d+)\s*([smhdw])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+NOTHING_MATCHED = 1
+
+
+def parse_since(value: str, *, now: datetime | None = None) -> datetime:
+    """``30m``, ``6h``, ``7d``, ``2w`` ago, or an ISO 8601 time (naive means UTC)."""
+    text = value.strip()
+    match = _RELATIVE.match(text)
+    if match:
+        delta = timedelta(**{_UNITS[match[2]]: int(match[1])})
+        return (now or datetime.now(UTC)) - delta
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is neither a duration like 6h/7d nor an ISO 8601 time", param_hint="--since"
+        ) from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+class _Since(click.ParamType):  # type: ignore[type-arg]
+    name = "WHEN"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        return parse_since(str(value))
+
+
+SINCE = _Since()
+
+
+@contextmanager
+def _connection() -> Iterator[Connection]:
+    try:
+        settings = PlatformSettings.from_env()
+    except PlatformError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if not settings.database_url:
+        raise click.UsageError("PLATFORM_DATABASE_URL is not set")
+    try:
+        conn = psycopg2.connect(settings.database_url)
+    except psycopg2.OperationalError as exc:
+        raise click.ClickException(
+            f"cannot connect to PLATFORM_DATABASE_URL: {exc}".strip()
+        ) from exc
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _console() -> Console:
+    # Wide when piped, so a table in a log or a test is not folded at 80 columns.
+    return Console(width=None if sys.stdout.isatty() else 200, soft_wrap=False)
+
+
+def _when(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if value else ""
+
+
+def _first_line(text: str | None, width: int = 60) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _table(rows: list[DeadLetter]) -> Table:
+    table = Table(title=f"dead letters ({len(rows)})", title_justify="left")
+    for name in (
+        "id",
+        "status",
+        "queue",
+        "kind",
+        "tenant",
+        "job_id",
+        "attempts",
+        "reason",
+        "error",
+        "created (UTC)",
+        "replays",
+    ):
+        table.add_column(
+            name,
+            no_wrap=name not in ("error",),
+            justify="right" if name in ("id", "attempts", "replays") else "left",
+        )
+    for row in rows:
+        table.add_row(
+            str(row.id),
+            row.status,
+            row.queue or "",
+            row.kind or "",
+            row.tenant_id or "",
+            str(row.job_id) if row.job_id else "",
+            str(row.attempts),
+            row.reason,
+            row.error_type or _first_line(row.last_error),
+            _when(row.created_at),
+            str(row.replay_count),
+        )
+    return table
+
+
+def _echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def _filter_options(func: Any) -> Any:
+    options = [
+        click.option("--queue", help="Only rows of this queue."),
+        click.option("--kind", help="Only rows of this job kind (task name)."),
+        click.option("--tenant", "tenant_id", help="Only rows of this tenant."),
+        click.option("--since", type=SINCE, help="Only rows created since: 6h, 7d, or ISO time."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
 
 
 @click.group("dead-letters")
 def dead_letters() -> None:
     """Review and act on rows of core.dead_letters."""
+
+
+@dead_letters.command("list")
+@_filter_options
+@click.option("--status", type=click.Choice(STATUSES), help="Only rows in this status.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="At most this many rows, newest first.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array for scripts.")
+def list_command(
+    queue: str | None,
+    kind: str | None,
+    tenant_id: str | None,
+    since: datetime | None,
+    status: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List dead letters, newest first. Exits 0 even when there are none."""
+    where = DeadLetterFilter(
+        queue=queue, kind=kind, tenant_id=tenant_id, status=status, since=since
+    )
+    with _connection() as conn, conn.cursor() as cur:
+        rows = list_dead_letters(cur, where, limit=limit)
+    if as_json:
+        _echo_json([row.to_json() for row in rows])
+    elif rows:
+        _console().print(_table(rows))
+    else:
+        click.echo("no dead letters match")
+
+
+@dead_letters.command("show")
+@click.argument("dead_letter_id", metavar="ID", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the row as JSON.")
+def show_command(dead_letter_id: int, as_json: bool) -> None:
+    """Show one dead letter with its payload and full error. Exits 1 when not found."""
+    with _connection() as conn, conn.cursor() as cur:
+        row = get_dead_letter(cur, dead_letter_id)
+    if row is None:
+        click.echo(f"dead letter {dead_letter_id} not found", err=True)
+        sys.exit(NOTHING_MATCHED)
+    data = row.to_json()
+    if as_json:
+        _echo_json(data)
+        return
+    table = Table(show_header=False, title=f"dead letter {row.id}", title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for key, value in data.items():
+        if key not in ("payload", "last_error"):
+            table.add_row(key, "" if value is None else str(value))
+    console = _console()
+    console.print(table)
+    console.print("payload:", style="bold")
+    console.print_json(json.dumps(row.payload, default=str))
+    console.print("last_error:", style="bold")
+    console.print(row.last_error or "", markup=False, highlight=False)
+
+
+def load_app(spec: str) -> Any:
+    """Import ``module:attr`` from the working directory, as ``celery -A`` does."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name:
+        raise click.BadParameter(f"{spec!r} is not module:attr", param_hint="--app")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {exc}", param_hint="--app"
+        ) from exc
+    app = getattr(module, attr or "app", None)
+    if app is None or not hasattr(app, "platform_settings"):
+        raise click.BadParameter(
+            f"{spec!r} is not a platform-tasks app (build it with platform_tasks.create_app)",
+            param_hint="--app",
+        )
+    return app
+
+
+def _report_json(report: ReplayReport) -> dict[str, Any]:
+    return {
+        "dry_run": report.dry_run,
+        "replayed": [
+            {"id": r.id, "job_id": str(r.job_id), "queue": r.queue} for r in report.replayed
+        ],
+        "refused": [{"id": i, "why": why} for i, why in report.refused],
+        "not_pending": [{"id": i, "status": status} for i, status in report.not_pending],
+    }
+
+
+def _print_report(report: ReplayReport) -> None:
+    verb = "would replay" if report.dry_run else "replayed"
+    for row in report.replayed:
+        click.echo(f"{verb} {row.id}: job {row.job_id} to queue {row.queue}")
+    for row_id, why in report.refused:
+        click.echo(f"refused {row_id}: {why}", err=True)
+    for row_id, status in report.not_pending:
+        click.echo(f"skipped {row_id}: {status}", err=True)
+    click.echo(
+        f"{verb} {len(report.replayed)}, refused {len(report.refused)}, "
+        f"skipped {len(report.not_pending)}"
+    )
+
+
+@dead_letters.command("replay")
+@click.argument("ids", metavar="[ID]...", nargs=-1, type=int)
+@_filter_options
+@click.option("--all", "replay_all", is_flag=True, help="Replay every pending row.")
+@click.option("--dry-run", is_flag=True, help="Show what would be replayed; change nothing.")
+@click.option(
+    "--app",
+    "app_spec",
+    envvar="PLATFORM_APP",
+    default=DEFAULT_APP,
+    show_default=True,
+    show_envvar=True,
+    help="The application to publish with, as module:attr.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=REPLAY_BATCH_SIZE,
+    show_default=True,
+    help="Rows locked, published and committed per transaction.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def replay_command(
+    ids: tuple[int, ...],
+    queue: str | None,
+    kind: str | None,
+    tenant_id: str | None,
+    since: datetime | None,
+    replay_all: bool,
+    dry_run: bool,
+    app_spec: str,
+    batch_size: int,
+    as_json: bool,
+) -> None:
+    """Republish pending dead letters to their original queue with their original job id.
+
+    Select rows by ID, by filters (both together narrow the selection), or every pending
+    row with --all. Rows are marked replayed; a row another replay is handling at the same
+    moment is left to it, so each row is published once. Rows that hold no readable
+    envelope are refused. Exits 1 when nothing was replayed.
+    """
+    where = DeadLetterFilter(queue=queue, kind=kind, tenant_id=tenant_id, since=since)
+    if not ids and where.is_empty and not replay_all:
+        raise click.UsageError(
+            "give dead letter IDs, filters, or --all to replay every pending row"
+        )
+    if replay_all and (ids or not where.is_empty):
+        raise click.UsageError(
+            "--all replays every pending row; do not combine it with IDs or filters"
+        )
+    port: Any = None
+    if not dry_run:
+        port = QueuePort(load_app(app_spec))
+    try:
+        with _connection() as conn:
+            publish = port.publish if port is not None else _never_publish
+            report = replay_dead_letters(
+                conn,
+                publish,
+                ids=list(ids) or None,
+                where=where,
+                dry_run=dry_run,
+                batch_size=batch_size,
+            )
+    except ReplayError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        if port is not None:
+            port.close()
+    if as_json:
+        _echo_json(_report_json(report))
+    else:
+        _print_report(report)
+    if not report.replayed:
+        if not as_json:
+            click.echo(
+                "nothing replayed: no pending dead letter with a readable envelope matched",
+                err=True,
+            )
+        sys.exit(NOTHING_MATCHED)
+
+
+def _never_publish(queue: str, payload: Any) -> object:
+    raise AssertionError("a dry run never publishes")
+
+
+@dead_letters.command("discard")
+@click.argument("ids", metavar="ID...", nargs=-1, type=int, required=True)
+@click.option("--reason", required=True, help="Why these rows will not be replayed (stored).")
+def discard_command(ids: tuple[int, ...], reason: str) -> None:
+    """Mark pending dead letters discarded, keeping the reason. Exits 1 if none matched."""
+    if not reason.strip():
+        raise click.BadParameter("must not be empty", param_hint="--reason")
+    with _connection() as conn:
+        report = discard_dead_letters(conn, list(ids), reason=reason)
+    for row_id in report.discarded:
+        click.echo(f"discarded {row_id}")
+    for row_id, status in report.not_pending:
+        click.echo(f"skipped {row_id}: {status}", err=True)
+    if not report.discarded:
+        click.echo("nothing discarded: no pending dead letter matched", err=True)
+        sys.exit(NOTHING_MATCHED)

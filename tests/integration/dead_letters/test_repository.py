@@ -54,10 +54,18 @@ def test_insert_returns_id_and_stores_every_field(conn: Connection) -> None:
 def test_insert_is_part_of_the_callers_transaction(conn: Connection) -> None:
     with conn.cursor() as cur:
         row_id = insert_dead_letter(
-            cur, job_id=None, queue=None, kind=None, tenant_id=None, payload=poison_payload(),
-            attempts=1, last_error="not JSON", error_type=None, reason="poison",
+            cur,
+            job_id=None,
+            queue=None,
+            kind=None,
+            tenant_id=None,
+            payload=poison_payload(),
+            attempts=1,
+            last_error="not JSON",
+            error_type=None,
+            reason="poison",
             correlation_id=None,
-        )  # fmt: skip
+        )
     conn.rollback()
     with conn.cursor() as cur:
         assert get_dead_letter(cur, row_id) is None
@@ -74,8 +82,10 @@ def test_list_filters_combine_and_newest_come_first(conn: Connection, add_row: A
         assert [r.id for r in list_dead_letters(cur, only)] == [b]
         assert list_dead_letters(cur, DeadLetterFilter(status="replayed")) == []
         assert [r.id for r in list_dead_letters(cur, limit=1)] == [c]
-        cur.execute("UPDATE core.dead_letters SET created_at = now() - interval '3 days' "
-                    "WHERE id = %s", (a,))  # fmt: skip
+        cur.execute(
+            "UPDATE core.dead_letters SET created_at = now() - interval '3 days' WHERE id = %s",
+            (a,),
+        )
         since = datetime.now(UTC) - timedelta(days=1)
         assert [r.id for r in list_dead_letters(cur, DeadLetterFilter(since=since))] == [c, b]
 
@@ -92,8 +102,9 @@ class Recorder:
         return uuid.UUID(payload["job_id"])
 
 
-def test_replay_publishes_original_envelope_and_marks_row(conn: Connection, add_row: AddRow
-                                                          ) -> None:  # fmt: skip
+def test_replay_publishes_original_envelope_and_marks_row(
+    conn: Connection, add_row: AddRow
+) -> None:
     payload = envelope()
     row_id = add_row(payload=payload, queue="billing")
     publish = Recorder()
@@ -115,8 +126,9 @@ def test_replay_publishes_original_envelope_and_marks_row(conn: Connection, add_
 def test_dry_run_changes_nothing(conn: Connection, add_row: AddRow) -> None:
     row_id = add_row()
     publish = Recorder()
-    report = replay_dead_letters(conn, publish, where=DeadLetterFilter(queue="default"),
-                                 dry_run=True)  # fmt: skip
+    report = replay_dead_letters(
+        conn, publish, where=DeadLetterFilter(queue="default"), dry_run=True
+    )
     assert [r.id for r in report.replayed] == [row_id]
     assert publish.calls == []
     with conn.cursor() as cur:
@@ -155,8 +167,9 @@ def test_publish_failure_keeps_the_failed_row_pending(conn: Connection, add_row:
 def test_replay_walks_every_batch(conn: Connection, add_row: AddRow) -> None:
     ids = [add_row() for _ in range(7)]
     publish = Recorder()
-    report = replay_dead_letters(conn, publish, where=DeadLetterFilter(queue="default"),
-                                 batch_size=3)  # fmt: skip
+    report = replay_dead_letters(
+        conn, publish, where=DeadLetterFilter(queue="default"), batch_size=3
+    )
     assert [r.id for r in report.replayed] == ids
     assert len(publish.calls) == 7
 
@@ -172,7 +185,10 @@ def test_discard_records_reason_and_skips_non_pending(conn: Connection, add_row:
     with conn.cursor() as cur:
         row = get_dead_letter(cur, a)
     assert row is not None
-    assert (row.status, row.discard_reason, row.discarded_at) == ("discarded", "customer deleted",
-                                                                  now)  # fmt: skip
+    assert (row.status, row.discard_reason, row.discarded_at) == (
+        "discarded",
+        "customer deleted",
+        now,
+    )
     with pytest.raises(ValueError):
         discard_dead_letters(conn, [b], reason="  ")
