@@ -1,0 +1,100 @@
+"""``platform-tasks dev``: everything starts, samples run, a job change restarts, Ctrl-C cleans up."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from platform_tasks.harness import wait_until
+from tests.conftest import REPO_ROOT
+
+
+class Output:
+    """Collects a child's stdout lines in a thread so the test can wait on them."""
+
+    def __init__(self, stream) -> None:  # type: ignore[no-untyped-def]
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:  # type: ignore[no-untyped-def]
+        for line in stream:
+            self.lines.append(line.rstrip("\n"))
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def _descendants(pid: int) -> set[int]:
+    try:
+        return {child.pid for child in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_dev_runs_everything_and_stops_everything(tmp_path: Path) -> None:
+    jobs_dir = tmp_path / "jobs"
+    jobs_dir.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLATFORM_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    cli = Path(sys.executable).with_name("platform-tasks")
+    os.chmod(tmp_path, 0o755)
+    proc = subprocess.Popen(
+        [str(cli), "dev", "--data-dir", str(tmp_path / "data"), "--flower-port", "0",
+         "--jobs-dir", str(jobs_dir), "--samples", "2"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    out = Output(proc.stdout)
+    seen: set[int] = set()
+    try:
+        wait_until(lambda: "Ready" in out.text() or proc.poll() is not None, timeout=120,
+                   message="dev platform ready")  # fmt: skip
+        assert proc.poll() is None, out.text()
+        flower = re.search(r"Flower\s+(http://\S+)", out.text())
+        assert flower, out.text()
+        with urllib.request.urlopen(flower.group(1), timeout=5) as response:
+            assert response.status == 200
+        samples = re.search(r"Samples\s+published 2: (\S+) (\S+)", out.text())
+        assert samples, out.text()
+        worker_log = tmp_path / "data" / "logs" / "worker.log"
+        for job_id in samples.groups():
+            wait_until(lambda job_id=job_id: f"[{job_id}] succeeded" in worker_log.read_text(),
+                       timeout=60, message=f"sample {job_id} processed")  # fmt: skip
+        seen |= _descendants(proc.pid)
+        assert len(seen) >= 6, "redis, postgres, worker (+pool), two beats, flower"
+
+        before = _descendants(proc.pid)
+        (jobs_dir / "NOTES.md").write_text("a change under the jobs directory\n")
+        wait_until(lambda: "Restarted   generation 2" in out.text(), timeout=60,
+                   message="cold restart after a change")  # fmt: skip
+        after = _descendants(proc.pid)
+        seen |= after
+        replaced = before - after
+        assert replaced, "worker and beat processes were replaced, not reused"
+
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=90) == 0, out.text()
+        wait_until(lambda: not any(_alive(pid) for pid in seen), timeout=30,
+                   message="every started process gone")  # fmt: skip
+        assert "Stopped" in out.text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in seen:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
