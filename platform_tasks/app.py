@@ -15,6 +15,7 @@ from celery import Celery
 
 from platform_tasks.retry import RetryPolicy, resolve_policies
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.transport.selection import transport_conf
 
 BEAT_SCHEDULER = "platform_tasks.beat:LeaseScheduler"
 
@@ -97,6 +98,7 @@ def create_app(
     transport_options.update(celery_conf.pop("broker_transport_options", {}) or {})
     conf.update(celery_conf)
     conf["broker_transport_options"] = transport_options
+    conf.update(transport_conf(settings, conf))
     app.conf.update(conf)
     for installer in _installers():
         installer(app)

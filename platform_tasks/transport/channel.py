@@ -1,0 +1,347 @@
+"""The platform transport's channel: an atomic fetch and one cached client.
+
+Consuming works like stock kombu's event-loop path (a command sent on the channel's own
+connection, its reply read when the socket is readable), with two differences:
+
+* The command that takes a message is the ``transport_fetch`` script, which pops the
+  message and records it as unacked in one atomic step. Stock kombu's BRPOP hands the
+  message to the worker and records it afterwards, so a SIGKILL in between loses it.
+* A script cannot block, so when every list is empty the channel waits with
+  ``BLMOVE q q RIGHT RIGHT``: a blocking "rotate the list onto itself", which wakes up as
+  soon as ``q`` has a message but leaves that message where it is. The next fetch takes
+  it. Waking up never removes anything, so a crash while waiting cannot lose a message.
+
+Everything else (publishing, bindings, fanout over PUB/SUB, priorities, prefixes, TLS)
+is kombu's code; this class only replaces what touches the unacked state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from queue import Empty
+from time import monotonic
+from typing import Any
+
+import redis
+from kombu.transport.redis import Channel as RedisChannel
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import dumps, loads
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
+
+from platform_tasks.errors import ConfigurationError
+from platform_tasks.keys import TRANSPORT_QUARANTINE
+from platform_tasks.scripts import script_source
+from platform_tasks.transport.qos import QoS
+from platform_tasks.transport.selection import sweep_interval
+
+logger = logging.getLogger("platform_tasks.transport")
+
+MIN_REDIS_VERSION = (6, 2)
+"""BLMOVE (the blocking wait) exists since Redis 6.2."""
+
+MULTI_QUEUE_WAIT = 0.25
+"""Seconds one wait blocks when the channel consumes several queues.
+
+BLMOVE blocks on one list, the default-priority list of the queue next in turn. With
+several queues a message on another queue is noticed at the next fetch, so the wait is
+kept short; with one queue the wait is ``brpop_timeout`` (1 s)."""
+
+FETCH = "EVALSHA"
+WAIT = "BLMOVE"
+
+_SCRIPTS = (
+    "transport_fetch",
+    "transport_ack",
+    "transport_append",
+    "transport_restore",
+    "transport_expired",
+)
+
+
+class Channel(RedisChannel):  # type: ignore[misc]
+    """kombu's Redis channel with an atomic fetch, script acks and a cached client."""
+
+    QoS = QoS
+
+    def __init__(self, connection: Any, *args: Any, **kwargs: Any) -> None:
+        options = connection.client.transport_options or {}
+        if options.get("ack_emulation", True) is False:
+            raise ConfigurationError(
+                "the platform transport needs ack emulation: ack_emulation=False makes "
+                "every delivered message unrecoverable; remove the transport option or set "
+                "PLATFORM_TRANSPORT=stock"
+            )
+        self._kombu_client: Any = None
+        self._raw_client: redis.Redis | None = None
+        self._scripts: dict[str, Script] = {}
+        self._recorded: set[str] = set()
+        self._noack_queues: set[str] = set()
+        self._fetch_queues: list[str] = []
+        self._wait_next = False
+        self._poll_stage = FETCH
+        super().__init__(connection, *args, **kwargs)
+        try:
+            self._check_server()
+            self._load_scripts()
+        except BaseException:
+            self.close()
+            raise
+
+    # --- clients and scripts ----------------------------------------------------------
+
+    @property
+    def sync_client(self) -> Any:
+        """The channel's one client for kombu's own commands (prefixing if configured).
+
+        Stock kombu builds a new client object for every publish, append and ack.
+        """
+        if self._kombu_client is None:
+            self._kombu_client = self._create_client()
+        return self._kombu_client
+
+    @property
+    def raw_client(self) -> redis.Redis:
+        """A client that does not prefix: the platform's commands prefix keys themselves.
+
+        kombu's prefixing client prefixes only the first key of an EVALSHA, so scripts
+        with several keys go through this one, sharing the same connection pool.
+        """
+        if self._raw_client is None:
+            kwargs: dict[str, Any] = {"connection_pool": self.pool}
+            provider = self.pool.connection_kwargs.get("credential_provider")
+            if provider is not None:
+                kwargs["credential_provider"] = provider
+            self._raw_client = redis.Redis(**kwargs)
+        return self._raw_client
+
+    @contextmanager
+    def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
+        yield client if client else self.sync_client
+
+    def _disconnect_pools(self) -> None:
+        # The cached clients point at the pools being dropped (also after a fork).
+        self._kombu_client = None
+        self._raw_client = None
+        super()._disconnect_pools()
+
+    def prefixed(self, key: str) -> str:
+        return f"{self.global_keyprefix}{key}"
+
+    def _script(self, name: str) -> Script:
+        script = self._scripts.get(name)
+        if script is None:
+            script = self.raw_client.register_script(script_source(name))
+            self._scripts[name] = script
+        return script
+
+    def run_script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run ``name`` with the unacked hash and index as KEYS[1..2], then ``keys``."""
+        all_keys = [self.prefixed(self.unacked_key), self.prefixed(self.unacked_index_key)]
+        all_keys.extend(keys)
+        return self._script(name)(keys=all_keys, args=list(args), client=self.raw_client)
+
+    def _load_scripts(self) -> None:
+        for name in _SCRIPTS:
+            self.raw_client.script_load(self._script(name).script)
+
+    def _check_server(self) -> None:
+        transport = self.connection
+        if getattr(transport, "platform_server_checked", False):
+            return
+        version = str(self.raw_client.info("server").get("redis_version", "0"))
+        parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+        if parts < MIN_REDIS_VERSION:
+            raise ConfigurationError(
+                f"the platform transport needs Redis >= 6.2 (BLMOVE); the broker runs "
+                f"{version}: upgrade Redis or set PLATFORM_TRANSPORT=stock"
+            )
+        transport.platform_server_checked = True
+
+    # --- timing -----------------------------------------------------------------------
+
+    @property
+    def restore_interval(self) -> float:
+        """Seconds between visibility-timeout sweeps; never above the timeout."""
+        configured = self.connection.client.transport_options.get("unacked_restore_interval")
+        return sweep_interval(float(self.visibility_timeout), configured)
+
+    # --- consuming --------------------------------------------------------------------
+
+    def take_recorded(self, delivery_tag: str) -> bool:
+        """True (once) if the fetch script already wrote this message's unacked record."""
+        if delivery_tag in self._recorded:
+            self._recorded.discard(delivery_tag)
+            return True
+        return False
+
+    def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        if no_ack:
+            self._noack_queues.add(queue)
+        else:
+            self._noack_queues.discard(queue)
+        return super().basic_consume(queue, no_ack, *args, **kwargs)
+
+    def _basic_cancel(self, consumer_tag: str) -> Any:
+        queue = self._tag_to_queue.get(consumer_tag)
+        result = super()._basic_cancel(consumer_tag)
+        if queue is not None and queue not in self._active_queues:
+            self._noack_queues.discard(queue)
+        return result
+
+    def _fetch_plan(self, queues: Sequence[str], *, record: bool) -> tuple[list[str], list[str]]:
+        """Queue of each list in consumption order (kombu's BRPOP order) and the
+        script's KEYS and ARGV for them."""
+        self._fetch_queues = [q for pri in self.priority_steps for q in queues]
+        keys = [self.prefixed(TRANSPORT_QUARANTINE)]
+        flags: list[str] = []
+        for pri in self.priority_steps:
+            for queue in queues:
+                keys.append(self.prefixed(self._q_for_pri(queue, pri)))
+                flags.append("1" if record and queue not in self._noack_queues else "0")
+        return keys, flags
+
+    def _brpop_start(self, timeout: float | None = None) -> None:
+        if timeout is None:
+            timeout = self.brpop_timeout
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        if not queues:
+            return
+        if self._wait_next:
+            key = self.prefixed(self._q_for_pri(queues[0], self.default_priority))
+            wait = timeout
+            if len(queues) > 1:
+                wait = min(timeout or MULTI_QUEUE_WAIT, MULTI_QUEUE_WAIT)
+            command: list[Any] = [WAIT, key, key, "RIGHT", "RIGHT", wait or 0]
+            self._poll_stage = WAIT
+        else:
+            keys, flags = self._fetch_plan(queues, record=True)
+            unacked = [self.prefixed(self.unacked_key), self.prefixed(self.unacked_index_key)]
+            sha = self._script("transport_fetch").sha
+            command = [FETCH, sha, len(keys) + 2, *unacked, *keys, *flags]
+            self._poll_stage = FETCH
+        connection = self.client.connection
+        self._in_poll = connection
+        self._brpop_sent_at = monotonic()
+        connection.send_command(*command)
+
+    def _brpop_read(self, **options: Any) -> bool:
+        connection = self.client.connection
+        stage = self._poll_stage
+        try:
+            try:
+                reply = self.client.parse_response(connection, stage, **options)
+            except NoScriptError:
+                # The server lost its script cache (restart, SCRIPT FLUSH): load and retry.
+                self._load_scripts()
+                raise Empty() from None
+            except self.connection_errors:
+                connection.disconnect()
+                raise
+        finally:
+            self._in_poll = None
+            self._flush_brpop_reauth()
+        if stage == WAIT:
+            self._wait_next = False
+            if reply is None and self._fetch_queues:
+                # Timed out: let the next wait block on the next queue in turn.
+                self._queue_cycle.rotate(self._fetch_queues[0])
+            raise Empty()
+        return self._deliver_fetched(reply)
+
+    def _deliver_fetched(self, reply: Sequence[Any]) -> bool:
+        quarantined = int(reply[-1])
+        if quarantined:
+            logger.error(
+                "moved %d unreadable broker message(s) to %s",
+                quarantined,
+                self.prefixed(TRANSPORT_QUARANTINE),
+                extra={"event": "transport.message_quarantined", "count": quarantined},
+            )
+        index = int(reply[0])
+        if index == 0:
+            self._wait_next = True
+            raise Empty()
+        queue = self._fetch_queues[index - 1]
+        message = loads(bytes_to_str(reply[1]))
+        tag = message["properties"]["delivery_tag"]
+        if queue not in self._noack_queues:
+            self._recorded.add(tag)
+        self._queue_cycle.rotate(queue)
+        try:
+            self.connection._deliver(message, queue)
+        finally:
+            self._recorded.discard(tag)
+        return True
+
+    def _fetch_now(self, queue: str, *, record: bool) -> dict[str, Any] | None:
+        keys, flags = self._fetch_plan([queue], record=record)
+        reply = self.run_script("transport_fetch", keys, flags)
+        if int(reply[-1]):
+            logger.error(
+                "moved %d unreadable broker message(s) to %s",
+                int(reply[-1]),
+                self.prefixed(TRANSPORT_QUARANTINE),
+                extra={"event": "transport.message_quarantined", "count": int(reply[-1])},
+            )
+        self._maybe_update_queues_expire(self.sync_client, queue)
+        if int(reply[0]) == 0:
+            return None
+        message: dict[str, Any] = loads(bytes_to_str(reply[1]))
+        return message
+
+    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        raw = self._fetch_now(queue, record=not no_ack)
+        if raw is None:
+            return None
+        message = self.Message(raw, channel=self)
+        if not no_ack:
+            self._recorded.add(message.delivery_tag)
+            self.qos.append(message, message.delivery_tag)
+        return message
+
+    def _get(self, queue: str) -> dict[str, Any]:
+        raw = self._fetch_now(queue, record=True)
+        if raw is None:
+            raise Empty()
+        self._recorded.add(raw["properties"]["delivery_tag"])
+        return raw
+
+    # --- restoring --------------------------------------------------------------------
+
+    def restore_record(self, tag: str, record: bytes | str, *, leftmost: bool) -> bool:
+        """Push one unacked record back onto its queues (once); True if this call did.
+
+        Routing (exchange lookup, priority list) is kombu's, computed here; the script
+        then removes the record and pushes the message atomically.
+        """
+        try:
+            message, exchange, routing_key = loads(bytes_to_str(record))
+            try:
+                message["headers"]["redelivered"] = True
+                message["properties"]["delivery_info"]["redelivered"] = True
+            except (KeyError, TypeError):
+                pass
+            priority = self._get_message_priority(message, reverse=False)
+            targets = [
+                self.prefixed(self._q_for_pri(queue, priority))
+                for queue in self._lookup(exchange, routing_key)
+            ]
+        except self.connection_errors:
+            raise
+        except Exception:
+            logger.exception(
+                "cannot route unacked message %s back to its queue; it stays unacked",
+                tag,
+                extra={"event": "transport.restore_failed", "delivery_tag": tag},
+            )
+            return False
+        if not targets:
+            return False
+        flag = "1" if leftmost else "0"
+        return bool(self.run_script("transport_restore", targets, [tag, dumps(message), flag]))
+
+    def _restore(self, message: Any, leftmost: bool = False) -> None:
+        self.qos.restore_by_tag(message.delivery_tag, leftmost=leftmost)

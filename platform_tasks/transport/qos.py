@@ -1,0 +1,102 @@
+"""Ack emulation of the platform transport: scripts instead of MULTI/EXEC.
+
+Stock kombu records a delivered message as unacked in its own MULTI/EXEC after the pop,
+and acks in another. Here the record is written by the fetch script in the same atomic
+step as the pop (see ``transport_fetch.lua``), so :meth:`QoS.append` usually has nothing
+to send; acks, rejects and restores are one script each. The Redis layout (the
+``unacked`` hash and ``unacked_index`` sorted set) is kombu's, so a stock worker sharing
+the broker restores our expired messages and we restore its.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from kombu.transport import virtual
+from kombu.transport.redis import QoS as RedisQoS
+from kombu.utils.json import dumps
+
+if TYPE_CHECKING:
+    from platform_tasks.transport.channel import Channel
+
+logger = logging.getLogger("platform_tasks.transport")
+
+DEFAULT_RESTORE_BATCH = 1000
+"""Expired messages restored per sweep when ``unacked_restore_limit`` is not set."""
+
+SWEEP_SLACK = 0.8
+
+
+class QoS(RedisQoS):  # type: ignore[misc]
+    """kombu's Redis QoS with one script per state change and a time-based sweep."""
+
+    channel: Channel
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._last_sweep = float("-inf")
+
+    def append(self, message: Any, delivery_tag: str) -> None:
+        """Track the message; write its unacked record unless the fetch script did."""
+        if not self.channel.take_recorded(delivery_tag):
+            delivery = message.delivery_info
+            record = dumps([message._raw, delivery["exchange"], delivery["routing_key"]])
+            self.channel.run_script("transport_append", [], [delivery_tag, record])
+        virtual.QoS.append(self, message, delivery_tag)
+
+    def ack(self, delivery_tag: str) -> None:
+        self.channel.run_script("transport_ack", [], [delivery_tag])
+        virtual.QoS.ack(self, delivery_tag)
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        if requeue:
+            self.restore_by_tag(delivery_tag, leftmost=True)
+        else:
+            self.channel.run_script("transport_ack", [], [delivery_tag])
+        virtual.QoS.ack(self, delivery_tag)
+
+    def restore_unacked(self, client: Any = None) -> None:
+        for tag in list(self._delivered):
+            self.restore_by_tag(tag)
+        self._delivered.clear()
+
+    def restore_by_tag(self, tag: str, client: Any = None, leftmost: bool = False) -> bool:
+        """Put one unacked message back on its queues; False if it was acked meanwhile."""
+        raw = self.channel.raw_client.hget(self.channel.prefixed(self.unacked_key), tag)
+        if raw is None:
+            self.channel.run_script("transport_ack", [], [tag])
+            return False
+        return self.channel.restore_record(tag, raw, leftmost=leftmost)
+
+    def restore_visible(self, start: int = 0, num: int | None = 10, interval: int = 10) -> None:
+        """Sweep for messages unacked longer than the visibility timeout.
+
+        Throttled by time rather than by call count, so the sweep period is the
+        channel's ``restore_interval`` whichever loop calls it (kombu calls this on a
+        timer with an event loop and on every empty poll without one).
+        """
+        now = time.monotonic()
+        # A timer firing a little early must still sweep, hence the slack.
+        if now - self._last_sweep < self.channel.restore_interval * SWEEP_SLACK:
+            return
+        self._last_sweep = now
+        limit = num or DEFAULT_RESTORE_BATCH
+        tags, records = self.channel.run_script(
+            "transport_expired", [], [self.visibility_timeout, limit]
+        )
+        restored = 0
+        for tag, raw in zip(tags, records, strict=True):
+            if raw is None:
+                self.channel.run_script("transport_ack", [], [tag])
+                continue
+            if self.channel.restore_record(tag, raw, leftmost=False):
+                restored += 1
+        if restored:
+            logger.info(
+                "restored %d message(s) unacked for longer than %ss",
+                restored,
+                self.visibility_timeout,
+                extra={"event": "transport.restored_expired", "count": restored},
+            )
