@@ -7,6 +7,7 @@ import click
 from platform_tasks.cli.dead_letters import dead_letters
 from platform_tasks.cli.dev import dev
 from platform_tasks.cli.jobs import jobs
+from platform_tasks.cli.maintenance import maintenance
 from platform_tasks.cli.migrate import migrate
 
 
@@ -18,6 +19,7 @@ def main() -> None:
 main.add_command(migrate)
 main.add_command(dead_letters)
 main.add_command(jobs)
+main.add_command(maintenance)
 main.add_command(dev)
 
 __all__ = ["main"]

@@ -1,0 +1,14 @@
+-- Housekeeping queries, loaded by name by platform_tasks.maintenance.
+
+-- name: purge_processed_jobs_batch
+-- At most %(batch_size)s idempotency rows older than the cutoff, in one short transaction.
+-- Rows are addressed by ctid and locked with SKIP LOCKED, so the delete never waits on a
+-- row a consumer holds, and a consumer inserting new rows never waits on the delete.
+DELETE FROM core.processed_jobs
+WHERE ctid = ANY(ARRAY(
+    SELECT ctid
+    FROM core.processed_jobs
+    WHERE processed_at < %(cutoff)s
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+));
