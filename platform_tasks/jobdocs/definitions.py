@@ -9,6 +9,7 @@ job with arguments the reader does not evaluate, which is missing evidence, not 
 from __future__ import annotations
 
 import ast
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -38,9 +39,9 @@ class FoundCalls:
 def import_time_calls(tree: ast.Module) -> Iterator[ast.Call]:
     """Calls evaluated when the module is imported: module and class bodies, decorators
     and default values, but not function bodies or lambdas (those run later, if ever)."""
-    pending: list[ast.AST] = list(tree.body)
+    pending: deque[ast.AST] = deque(tree.body)
     while pending:
-        node = pending.pop(0)
+        node = pending.popleft()
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             pending.extend(node.decorator_list)
             pending.extend(node.args.defaults)

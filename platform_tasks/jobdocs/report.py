@@ -55,6 +55,7 @@ def build_report(config: DocsConfig) -> Report:
     problems: list[Problem] = []
     for file in select_job_files(config.jobs_dir, config.include, config.exclude):
         analysis = analyse_file(resolver, file, path_label(config.jobs_dir, file))
+        resolver.forget(file)
         jobs.extend(analysis.jobs)
         problems.extend(analysis.problems)
         if analysis.without_evidence is not None:

@@ -145,6 +145,11 @@ class Resolver:
             self._symbols[module.file] = cached
         return cached
 
+    def forget(self, file: Path) -> None:
+        """Release what was cached for ``file`` (see :meth:`SourceIndex.forget`)."""
+        self._symbols.pop(file.absolute(), None)
+        self.index.forget(file)
+
     def _project_module(self, name: str) -> ParsedModule | Unresolved | None:
         file = self.index.file_for(name)
         if file is None:

@@ -135,6 +135,11 @@ class SourceIndex:
         self._parsed[path] = parsed
         return parsed
 
+    def forget(self, file: Path) -> None:
+        """Drop a parsed tree; a later :meth:`parse` reads the file again. Keeps memory flat
+        when thousands of job files are read once each."""
+        self._parsed.pop(file.absolute(), None)
+
     def relative(self, file: Path) -> str:
         """How outputs name a file: relative to the project when possible, ``/``-separated."""
         path = file.absolute()

@@ -36,7 +36,9 @@ def valid_timezone(name: str) -> bool:
     return True
 
 
+@cache
 def _cron_problem(expr: LiteralValue) -> str | None:
+    # Cached: projects reuse a handful of expressions across many files.
     if not isinstance(expr, str):
         return f"{expr!r} is not a string"
     if len(expr.split()) != 5 or not croniter.is_valid(expr):
@@ -44,6 +46,7 @@ def _cron_problem(expr: LiteralValue) -> str | None:
     return None
 
 
+@cache
 def _has_future_point(expr: str) -> bool:
     try:
         croniter(expr, _REFERENCE).get_next(datetime)
