@@ -272,8 +272,10 @@ def test_replayed_job_is_consumed_by_a_real_worker(
 ) -> None:
     payload = envelope()
     row_id = cli.add(payload, queue="default")
-    result = cli.run("replay", str(row_id))  # the app comes from PLATFORM_APP
-    assert result.returncode != 0  # default celery_app:app is not this test's app
+    cli.env["PLATFORM_APP"] = "no_such_module:app"  # the app comes from PLATFORM_APP
+    wrong = cli.run("replay", str(row_id))
+    assert wrong.returncode == 2
+    assert "no_such_module" in wrong.stderr
     cli.env["PLATFORM_APP"] = APP
     result = cli.run("replay", str(row_id))
     assert result.returncode == 0, result.stderr
