@@ -32,6 +32,10 @@ __all__ = ["LeaseScheduler"]
 logger = logging.getLogger("platform_tasks.beat")
 
 _MIN_SLEEP = 0.01
+# Reconnect after a broker restart, but give up quickly: the trigger is only worth
+# sending within its period (the worker's start check drops it otherwise).
+_PUBLISH_RETRY = {"max_retries": 3, "interval_start": 0.1, "interval_step": 0.2,
+                  "interval_max": 0.5}  # fmt: skip
 
 
 class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
@@ -106,7 +110,8 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
                 },
                 queue=job.definition.queue,
                 producer=self.producer,
-                retry=False,
+                retry=True,
+                retry_policy=_PUBLISH_RETRY,
             )
         except Exception as exc:
             # The lease would block the job for lease_ttl; it is ours, so give it back.

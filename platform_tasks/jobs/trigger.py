@@ -177,8 +177,9 @@ class TriggerEngine:
 
     def _report(self, result: PointResult) -> None:
         logger.info(
-            "job point job=%s point_ms=%d outcome=%s judged_at_ms=%s owner=%s",
-            result.job, result.point_ms, result.outcome.value, result.judged_at_ms, self.owner,
+            "job point job=%s point_ms=%d period_end_ms=%d outcome=%s judged_at_ms=%s owner=%s",
+            result.job, result.point_ms, result.period_end_ms, result.outcome.value,
+            result.judged_at_ms, self.owner,
             extra={"event": "jobs.point", "job": result.job, "outcome": result.outcome.value},
         )  # fmt: skip
         if self.on_result is not None:
