@@ -11,6 +11,7 @@ from platform_tasks.errors import PermanentError, PlatformError
 from platform_tasks.queue_port import QueuePort
 from platform_tasks.retry import RetryPolicy
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.task import PlatformTask
 
 __all__ = [
     "Envelope",
@@ -18,6 +19,7 @@ __all__ = [
     "PlatformCelery",
     "PlatformError",
     "PlatformSettings",
+    "PlatformTask",
     "QueuePort",
     "RetryPolicy",
     "create_app",

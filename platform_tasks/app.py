@@ -39,12 +39,18 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     Explicit installation (no import-time ``connect``) keeps importing the package free of
     side effects; each line belongs to the module that owns the concern.
     """
+    from platform_tasks.consumer import install as install_consumer
     from platform_tasks.delay_promoter import install as install_delay_promoter
     from platform_tasks.jobs.worker import install as install_scheduled_jobs
+    from platform_tasks.metrics import install as install_metrics
+    from platform_tasks.task import install as install_platform_task
 
     return [
         install_delay_promoter,
         install_scheduled_jobs,
+        install_consumer,
+        install_platform_task,
+        install_metrics,
     ]
 
 

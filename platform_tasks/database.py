@@ -1,0 +1,140 @@
+"""One PostgreSQL connection per worker process, reopened after failures and forks.
+
+A consumer does one short transaction per job, so a single long-lived connection per
+process is the cheapest thing that works: no pool, no connect per job. A connection is
+never shared across ``fork`` (the prefork pool forks after the app is imported), and one
+that failed is thrown away rather than trusted again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+import psycopg2
+from psycopg2.extensions import connection as Connection
+
+from platform_tasks.errors import ConfigurationError
+from platform_tasks.settings import PlatformSettings, variable_name
+
+logger = logging.getLogger(__name__)
+
+UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg2.OperationalError,
+    psycopg2.InterfaceError,
+)
+"""Errors that mean "the database is unreachable", not "this job is wrong"."""
+
+
+class DatabaseUnavailable(Exception):
+    """The database could not be reached; the job must wait, not fail.
+
+    Internal control flow: never raised to a handler and never dead-lettered.
+    """
+
+
+def require_database_url(settings: PlatformSettings) -> str:
+    """The database URL, or a start-up error naming the variable that must be set."""
+    if not settings.database_url:
+        raise ConfigurationError(
+            f"{variable_name('database_url')} is not set: PlatformTask consumers keep their "
+            "idempotency rows and dead letters in PostgreSQL (e.g. "
+            "PLATFORM_DATABASE_URL=postgresql://user:pass@host:5432/db)"
+        )
+    return settings.database_url
+
+
+class Database:
+    """Hands out this thread's connection, opening a fresh one when needed.
+
+    One connection per process and thread: the prefork pool gets one per child, and the
+    ``threads`` pool one per thread, since a psycopg2 connection holds one transaction.
+    """
+
+    def __init__(self, url: str, *, connect_timeout: int = 5) -> None:
+        self.url = url
+        self.connect_timeout = connect_timeout
+        self._local = threading.local()
+
+    def connection(self) -> Connection:
+        """The open connection; raises :class:`DatabaseUnavailable` when the server is down."""
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and (self._local.pid != os.getpid() or conn.closed):
+            self.discard()
+            conn = None
+        if conn is None:
+            conn = self._open()
+        return conn
+
+    def _open(self) -> Connection:
+        try:
+            conn: Connection = psycopg2.connect(
+                self.url,
+                connect_timeout=self.connect_timeout,
+                application_name="platform-tasks-consumer",
+            )
+        except UNAVAILABLE_ERRORS as exc:
+            raise DatabaseUnavailable(str(exc).strip()) from exc
+        self._local.conn = conn
+        self._local.pid = os.getpid()
+        return conn
+
+    def discard(self) -> None:
+        """Throw this thread's connection away after an error; the next call reconnects.
+
+        A connection inherited over ``fork`` is dropped without closing it: closing would
+        end the parent's session.
+        """
+        conn = getattr(self._local, "conn", None)
+        same_process = getattr(self._local, "pid", None) == os.getpid()
+        self._local.conn = None
+        self._local.pid = None
+        if conn is not None and same_process:
+            try:
+                conn.close()
+            except Exception:  # already broken; closing is best effort
+                logger.debug("closing a broken connection failed", exc_info=True,
+                             extra={"event": "db.close_failed"})  # fmt: skip
+
+    def reachable(self) -> bool:
+        """Whether a trivial query succeeds now (used while waiting for the database)."""
+        try:
+            conn = self.connection()
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1")
+            conn.rollback()
+            return True
+        except (DatabaseUnavailable, psycopg2.OperationalError, psycopg2.InterfaceError):
+            self.discard()
+            return False
+
+    def close(self) -> None:
+        self.discard()
+
+
+def is_unavailable(exc: BaseException, conn: Any | None = None) -> bool:
+    """Whether ``exc`` means the database went away (rather than a bad statement).
+
+    ``OperationalError`` covers both a lost server and e.g. a statement timeout; a closed
+    connection tells them apart when we have it.
+    """
+    if isinstance(exc, DatabaseUnavailable | psycopg2.InterfaceError):
+        return True
+    if isinstance(exc, psycopg2.OperationalError):
+        if conn is None:
+            return True
+        return bool(getattr(conn, "closed", 0)) or _connection_broken(conn)
+    return False
+
+
+def _connection_broken(conn: Any) -> bool:
+    try:
+        conn.rollback()
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1")
+        conn.rollback()
+        return False
+    except Exception:
+        return True

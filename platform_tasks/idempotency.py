@@ -1,0 +1,48 @@
+"""Idempotency rows: "consumer C has applied job J", written in the work's own transaction.
+
+The row is inserted first, inside the transaction the handler then writes in, and both
+commit together. A second delivery of the same job either finds the committed row (and is
+skipped) or blocks on the uncommitted one until the first delivery commits or rolls back,
+so two deliveries running at once never both apply. A handler that raises rolls back its
+writes and the row together, leaving the job free to run again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+_CLAIM = (
+    "INSERT INTO core.processed_jobs (job_id, consumer) VALUES (%s, %s) "
+    "ON CONFLICT (job_id, consumer) DO NOTHING RETURNING 1"
+)
+_RELEASE = "DELETE FROM core.processed_jobs WHERE job_id = %s AND consumer = %s"
+
+
+def claim(cursor: Any, job_id: uuid.UUID, consumer: str) -> bool:
+    """Insert the row in the cursor's open transaction; ``False`` means already applied.
+
+    One round trip. The row stays uncommitted (and locked against other deliveries) until
+    the caller commits or rolls back.
+    """
+    cursor.execute(_CLAIM, (str(job_id), consumer))
+    return cursor.fetchone() is not None
+
+
+def release(cursor: Any, job_id: uuid.UUID, consumer: str) -> None:
+    """Delete the row claimed in this same transaction.
+
+    Used when the job is dead-lettered instead of applied: the claim kept concurrent
+    deliveries waiting while the dead letter was written, and releasing it keeps a later
+    replay of the job free to run.
+    """
+    cursor.execute(_RELEASE, (str(job_id), consumer))
+
+
+def is_processed(cursor: Any, job_id: uuid.UUID, consumer: str) -> bool:
+    """Whether the job's row is committed (a read, for tests and tooling)."""
+    cursor.execute(
+        "SELECT 1 FROM core.processed_jobs WHERE job_id = %s AND consumer = %s",
+        (str(job_id), consumer),
+    )
+    return cursor.fetchone() is not None

@@ -1,0 +1,111 @@
+"""Consumer counters: successes are metrics, not rows.
+
+Counters (all labelled by ``queue`` and ``task``):
+
+- ``platform_jobs_processed_total`` — handler ran and its transaction committed
+- ``platform_jobs_duplicate_skipped_total`` — delivery of an already applied job, skipped
+- ``platform_jobs_retried_total`` — failed attempt rescheduled through the delay store
+- ``platform_jobs_dead_lettered_total`` — written to core.dead_letters (label ``reason``)
+- ``platform_jobs_poison_total`` — schema-invalid envelope or a message Celery would drop
+
+Prefork workers: set ``PROMETHEUS_MULTIPROC_DIR`` to an empty, writable directory in the
+worker's environment (before it starts; prometheus-client reads it at import) and set
+``PLATFORM_METRICS_PORT``. Every pool process then writes its counters to that directory
+and the worker's main process serves the sum of all of them on
+``http://<host>:<PLATFORM_METRICS_PORT>/metrics``. Without ``PROMETHEUS_MULTIPROC_DIR``
+the endpoint shows only the main process (fine for ``-P solo``/``threads``). Clear the
+directory between worker restarts, as prometheus-client documents.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from celery import bootsteps, signals
+from prometheus_client import CollectorRegistry, Counter, start_http_server
+
+logger = logging.getLogger(__name__)
+
+_LABELS = ("queue", "task")
+
+PROCESSED = Counter("platform_jobs_processed", "Jobs applied and committed.", _LABELS)
+DUPLICATE_SKIPPED = Counter(
+    "platform_jobs_duplicate_skipped", "Deliveries of already applied jobs, skipped.", _LABELS
+)
+RETRIED = Counter("platform_jobs_retried", "Failed attempts rescheduled with backoff.", _LABELS)
+DEAD_LETTERED = Counter(
+    "platform_jobs_dead_lettered", "Jobs written to core.dead_letters.", (*_LABELS, "reason")
+)
+POISON = Counter(
+    "platform_jobs_poison", "Invalid envelopes and messages Celery would drop.", _LABELS
+)
+
+
+def _labels(queue: str | None, task: str | None) -> dict[str, str]:
+    return {"queue": queue or "", "task": task or ""}
+
+
+def processed(queue: str | None, task: str | None) -> None:
+    PROCESSED.labels(**_labels(queue, task)).inc()
+
+
+def duplicate_skipped(queue: str | None, task: str | None) -> None:
+    DUPLICATE_SKIPPED.labels(**_labels(queue, task)).inc()
+
+
+def retried(queue: str | None, task: str | None) -> None:
+    RETRIED.labels(**_labels(queue, task)).inc()
+
+
+def dead_lettered(queue: str | None, task: str | None, reason: str) -> None:
+    DEAD_LETTERED.labels(reason=reason, **_labels(queue, task)).inc()
+
+
+def poison(queue: str | None, task: str | None) -> None:
+    POISON.labels(**_labels(queue, task)).inc()
+
+
+def registry_for_exposition() -> CollectorRegistry | None:
+    """The registry to serve: the multiprocess sum under prefork, else the default one."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return None
+    from prometheus_client import multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return registry
+
+
+class MetricsServerStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """Worker bootstep: serves ``/metrics`` on ``PLATFORM_METRICS_PORT`` when it is set."""
+
+    label = "platform metrics"
+
+    def start(self, worker: Any) -> None:
+        port = worker.app.platform_settings.metrics_port
+        if port is None:
+            return
+        registry = registry_for_exposition()
+        if registry is None:
+            start_http_server(port)
+        else:
+            start_http_server(port, registry=registry)
+        logger.info("serving metrics on port %s", port,
+                    extra={"event": "metrics.serving", "port": port})  # fmt: skip
+
+
+def _mark_process_dead(pid: int | None = None, **_: Any) -> None:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]
+
+
+def install(app: Any) -> None:
+    """Serve metrics from every worker of ``app`` and tidy up after exiting pool processes."""
+    app.steps["worker"].add(MetricsServerStep)
+    signals.worker_process_shutdown.connect(
+        _mark_process_dead, weak=False, dispatch_uid="platform_tasks.metrics.mark_dead"
+    )
