@@ -15,3 +15,7 @@ from platform_tasks.cli.jobs_static import docs as static_docs  # noqa: E402
 
 jobs.add_command(static_docs)
 jobs.add_command(static_check)
+
+from platform_tasks.cli.jobs_runtime import list_jobs  # noqa: E402
+
+jobs.add_command(list_jobs)
