@@ -64,7 +64,7 @@ class DelayStore:
 
     def pending(self) -> int:
         """Entries still waiting (due or not)."""
-        return int(cast(int, self.client.zcard(self.keys.schedule)))
+        return int(self.client.zcard(self.keys.schedule))
 
     def next_due_ms(self) -> int | None:
         first = cast(list[tuple[bytes, float]],
