@@ -318,7 +318,7 @@ class RedisClusterServers:
             for server in self.servers:
                 client = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=1)
                 try:
-                    info = client.cluster("INFO")
+                    info = client.execute_command("CLUSTER", "INFO")  # type: ignore[no-untyped-call]
                 finally:
                     client.close()
                 text = info.decode() if isinstance(info, bytes) else str(info)
