@@ -25,7 +25,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -100,6 +100,8 @@ class Delivery:
     queue: str | None
     header_attempt: Any
     priority: int | None
+    payload: Any = None
+    """The envelope exactly as received: what a dead letter keeps for replay."""
 
     @classmethod
     def from_request(cls, task: Any, request: Any) -> Delivery:
@@ -176,6 +178,7 @@ class JobRunner:
         except EnvelopeError as exc:
             self._poison(task, delivery, args, kwargs, exc)
             raise
+        delivery = replace(delivery, payload=_json_safe(payload))
         token = current_correlation_id.set(envelope.correlation_id)
         try:
             failure = self._until_available(lambda: self._attempt(task, envelope, delivery))
@@ -309,7 +312,7 @@ class JobRunner:
             kind=envelope.kind,
             tenant_id=envelope.tenant_id,
             correlation_id=envelope.correlation_id,
-            payload=envelope.to_message(),
+            payload=delivery.payload or envelope.to_message(),
             attempts=attempts,
             last_error=(
                 f"crash loop: delivered {count} times, {attempts} of them started the handler "
@@ -386,7 +389,7 @@ class JobRunner:
             kind=envelope.kind,
             tenant_id=envelope.tenant_id,
             correlation_id=envelope.correlation_id,
-            payload=envelope.to_message(),
+            payload=delivery.payload or envelope.to_message(),
             attempts=attempt,
             last_error=describe_error(exc),
             error_type=error_type_name(exc),
