@@ -12,8 +12,11 @@ def run(ctx: Any) -> None:
     from platform_tasks.settings import PlatformSettings
 
     stale = report_stale_dead_letters(PlatformSettings.from_env())
-    ctx.logger.info("%d stale dead letter(s)", stale,
-                    extra={"event": "maintenance.stale_dead_letters", "count": stale})
+    ctx.logger.info(
+        "%d stale dead letter(s)",
+        stale,
+        extra={"event": "maintenance.stale_dead_letters", "count": stale},
+    )
 
 
 job = define_job(handler=run, name="platform.dead_letter_age_report", cron="5 * * * *")

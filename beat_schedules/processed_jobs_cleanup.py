@@ -12,8 +12,11 @@ def run(ctx: Any) -> None:
     from platform_tasks.settings import PlatformSettings
 
     deleted = purge_expired_processed_jobs(PlatformSettings.from_env())
-    ctx.logger.info("purged %d processed-job rows", deleted,
-                    extra={"event": "maintenance.processed_jobs_purged", "count": deleted})
+    ctx.logger.info(
+        "purged %d processed-job rows",
+        deleted,
+        extra={"event": "maintenance.processed_jobs_purged", "count": deleted},
+    )
 
 
 job = define_job(handler=run, name="platform.processed_jobs_cleanup", cron="17 3 * * *")

@@ -113,9 +113,7 @@ class JobTestScheduler:
         """Run the points admitted with ``run=False`` (their start check judged at ``at``)."""
         when = at or self._last
         held, self.held = self.held, []
-        return [
-            TickResult(r.job, r.point, r.outcome.value, self._run(r, when).value) for r in held
-        ]
+        return [TickResult(r.job, r.point, r.outcome.value, self._run(r, when).value) for r in held]
 
     def _run(self, result: PointResult, at: datetime) -> RunOutcome:
         assert result.token is not None

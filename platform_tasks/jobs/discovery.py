@@ -153,12 +153,8 @@ def discover_from_settings(settings: PlatformSettings, *, now: datetime) -> JobS
     root = settings.jobs_dir
     if not root.is_dir():
         if "jobs_dir" in settings.model_fields_set:
-            raise JobDefinitionError(
-                f"PLATFORM_JOBS_DIR={root} is not a directory", file=str(root)
-            )
-        logger.info(
-            "no jobs directory %s", root, extra={"event": "jobs.no_directory"}
-        )
+            raise JobDefinitionError(f"PLATFORM_JOBS_DIR={root} is not a directory", file=str(root))
+        logger.info("no jobs directory %s", root, extra={"event": "jobs.no_directory"})
         return JobSet()
     return discover_jobs(
         root, include=settings.jobs_include, exclude=settings.jobs_exclude, now=now

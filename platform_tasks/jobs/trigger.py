@@ -96,6 +96,7 @@ class TriggerEngine:
             name: job.schedule.next_after(started_at) for name, job in self.jobs.items()
         }
         self.round_trips = 0
+        self.considered = 0
 
     def next_due(self) -> datetime | None:
         return min(self.pending.values(), default=None)
@@ -119,6 +120,7 @@ class TriggerEngine:
             results.append(result)
             if result.outcome is not PointOutcome.NOT_YET:
                 self.pending[name] = result.period_end
+        self.considered += len(results)
         for result in results:
             self._report(result)
         return results

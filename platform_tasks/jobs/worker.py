@@ -54,9 +54,7 @@ def _register_task(app: Any) -> None:
         name=RUN_TASK, acks_late=False, reject_on_worker_lost=False, ignore_result=True,
         max_retries=0, shared=False,
     )  # fmt: skip
-    def run_job(
-        job: str, point_ms: int, period_end_ms: int, token: str, lease_ttl_ms: int
-    ) -> None:
+    def run_job(job: str, point_ms: int, period_end_ms: int, token: str, lease_ttl_ms: int) -> None:
         runtime = _runtime(app)
         if runtime.leases is None:
             logger.error("job %s triggered but no job is active in this worker", job,

@@ -4,6 +4,7 @@ the replicas' admission log lines and the handlers' own start/end records."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import signal
@@ -14,8 +15,13 @@ from pathlib import Path
 import pytest
 
 from platform_tasks.harness import wait_until
-from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env, \
-    worker_argv  # fmt: skip
+from tests.support.processes import (
+    CELERY,
+    CeleryProcess,
+    celery_processes,
+    platform_env,
+    worker_argv,  # fmt: skip
+)
 
 REPO = Path(__file__).resolve().parents[2]
 APP = "tests.apps.jobs_app"
@@ -188,7 +194,7 @@ def test_three_replicas_two_workers_kill_and_redis_restart(tmp_path: Path, serve
         by_job[r["job"]].append((r["t"], end["t"]))
     for job, spans in by_job.items():
         spans.sort()
-        for (_, previous_end), (next_start, _) in zip(spans, spans[1:], strict=False):
+        for (_, previous_end), (next_start, _) in itertools.pairwise(spans):
             assert next_start >= previous_end, f"{job} overlapped"
 
     # ---- it really ran: every job, before and after the restart; long jobs overlapped

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import redis
 
@@ -89,9 +89,7 @@ def test_overlap_consumes_the_point_and_does_not_queue_it(
 ) -> None:
     folder = minutely(jobs_dir, redis_url)
     scheduler = JobTestScheduler(jobs_dir=folder, redis=redis_client, started_at=START)
-    assert [r.outcome for r in scheduler.tick(at=utc(2025, 1, 1, 12, 1), run=False)] == [
-        "admitted"
-    ]
+    assert [r.outcome for r in scheduler.tick(at=utc(2025, 1, 1, 12, 1), run=False)] == ["admitted"]
     # the 12:01 run still holds the lease at 12:02
     assert [r.outcome for r in scheduler.tick(at=utc(2025, 1, 1, 12, 2))] == ["skipped_overlap"]
     leases = scheduler.leases
@@ -117,7 +115,9 @@ def test_worker_start_check_skips_a_trigger_that_waited_into_the_next_period(
 
 
 def test_handler_error_is_contained_and_next_period_runs(jobs_dir, redis_client) -> None:
-    folder = jobs_dir({"boom.py": """
+    folder = jobs_dir(
+        {
+            "boom.py": """
         from datetime import timedelta
         from platform_tasks.jobs import define_job
 
@@ -125,7 +125,9 @@ def test_handler_error_is_contained_and_next_period_runs(jobs_dir, redis_client)
             raise RuntimeError("boom")
 
         define_job(handler=run, interval=timedelta(minutes=1))
-    """})
+    """
+        }
+    )
     scheduler = JobTestScheduler(jobs_dir=folder, redis=redis_client, started_at=START)
     first = scheduler.tick(at=utc(2025, 1, 1, 12, 1))
     assert [(r.outcome, r.run) for r in first] == [("admitted", "failed")]
@@ -207,9 +209,7 @@ def test_redis_error_skips_the_point_and_resumes_with_future_periods(
     folder = minutely(jobs_dir, server.url)
     scheduler = JobTestScheduler(jobs_dir=folder, redis=client, started_at=START)
     server.stop()
-    assert [r.outcome for r in scheduler.tick(at=utc(2025, 1, 1, 12, 1))] == [
-        "skipped_redis_error"
-    ]
+    assert [r.outcome for r in scheduler.tick(at=utc(2025, 1, 1, 12, 1))] == ["skipped_redis_error"]
     server.start()
     # 12:01's period is not over at 12:01:30, yet it is not retried.
     assert scheduler.tick(at=utc(2025, 1, 1, 12, 1, 30)) == []

@@ -14,7 +14,7 @@ from platform_tasks.errors import JobDefinitionError, JobStartupError, UnsafeRed
 from platform_tasks.harness import RedisClusterServers, free_port
 from platform_tasks.jobs.runtime import TEST, start_jobs
 from platform_tasks.keys import JobKeys
-from platform_tasks.leases import AdmissionOutcome, JobLeases
+from platform_tasks.leases import AdmissionOutcome
 from platform_tasks.redis_client import ManagedRedis, build_redis
 from platform_tasks.settings import PlatformSettings
 from tests.integration.jobs.conftest import RECORDING_JOB
@@ -81,7 +81,9 @@ def test_namespace_is_generated_and_overridable(jobs_dir, redis_url) -> None:
     custom = PlatformSettings.build(redis_url=redis_url, jobs_dir=folder, jobs_namespace="iso",
                                     jobs_key_prefix="p:")  # fmt: skip
     runtime = start_jobs(custom, app_name="shop", role="beat")
-    assert runtime.leases is not None and runtime.leases.keys("x").marker == "p:{iso:job:x}:v1:marker"
+    assert (
+        runtime.leases is not None and runtime.leases.keys("x").marker == "p:{iso:job:x}:v1:marker"
+    )
     runtime.close()
 
 
@@ -113,8 +115,11 @@ def test_real_beat_and_worker_refuse_a_bad_job_file(jobs_dir, redis_url, kind: s
 
 def test_real_worker_refuses_evicting_redis(jobs_dir, server_factory) -> None:
     server = server_factory.redis(maxmemory_policy="allkeys-lru")
-    env = platform_env(redis_url=server.url, database_url=None,
-                       extra={"PLATFORM_JOBS_DIR": str(one_job(jobs_dir, server.url))})
+    env = platform_env(
+        redis_url=server.url,
+        database_url=None,
+        extra={"PLATFORM_JOBS_DIR": str(one_job(jobs_dir, server.url))},
+    )
     result = _run_celery("worker", env)
     assert result.returncode != 0
     assert "maxmemory-policy allkeys-lru" in result.stdout + result.stderr
@@ -148,7 +153,10 @@ def test_admission_on_a_real_three_node_cluster(tmp_path, jobs_dir) -> None:
             later = leases.admit(f"job{i}", point_ms=point + 1, period_end_ms=point + 60_000,
                                  token="c", lease_ttl_ms=5000)  # fmt: skip
             assert (first.outcome, again.outcome, later.outcome) == (
-                AdmissionOutcome.ADMITTED, AdmissionOutcome.DUPLICATE, AdmissionOutcome.OVERLAP)
+                AdmissionOutcome.ADMITTED,
+                AdmissionOutcome.DUPLICATE,
+                AdmissionOutcome.OVERLAP,
+            )
             assert leases.release(f"job{i}", token="a") is True
         runtime.close()
         client.close()

@@ -89,7 +89,9 @@ def test_include_replaces_defaults_and_exclude_adds(tmp_path: Path) -> None:
     every = GOOD.format(args="interval=timedelta(minutes=5)")
     write(tmp_path, {"a/one.py": every, "b/two.py": every, "b/three.py": every})
     assert [j.name for j in discover_jobs(tmp_path, include=["b/*"], now=NOW)] == [
-        "b.three", "b.two"]
+        "b.three",
+        "b.two",
+    ]
     assert [j.name for j in discover_jobs(tmp_path, exclude=["b/*"], now=NOW)] == ["a.one"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -37,7 +38,9 @@ def test_interval_aligns_to_epoch_whenever_started() -> None:
     assert schedule.next_after(utc(2025, 3, 4, 10, 7, 13)) == utc(2025, 3, 4, 10, 15)
     assert schedule.next_after(utc(2025, 3, 4, 10, 15)) == utc(2025, 3, 4, 10, 30)
     assert points(schedule, utc(2025, 3, 4, 10, 59, 59), 3) == [
-        utc(2025, 3, 4, 11, 0), utc(2025, 3, 4, 11, 15), utc(2025, 3, 4, 11, 30)
+        utc(2025, 3, 4, 11, 0),
+        utc(2025, 3, 4, 11, 15),
+        utc(2025, 3, 4, 11, 30),
     ]
 
 
@@ -72,8 +75,12 @@ def test_berlin_spring_forward_collapses_skipped_times_into_one_point() -> None:
     schedule = cron("*/20 * * * *", "Europe/Berlin")
     got = points(schedule, utc(2025, 3, 30, 0, 30), 4)
     # 01:40 CET, then 02:00/02:20/02:40 (skipped) collapse into 03:00 CEST, then 03:20.
-    assert got == [utc(2025, 3, 30, 0, 40), utc(2025, 3, 30, 1, 0), utc(2025, 3, 30, 1, 20),
-                   utc(2025, 3, 30, 1, 40)]
+    assert got == [
+        utc(2025, 3, 30, 0, 40),
+        utc(2025, 3, 30, 1, 0),
+        utc(2025, 3, 30, 1, 20),
+        utc(2025, 3, 30, 1, 40),
+    ]
 
 
 def test_berlin_fall_back_repeated_time_fires_once_at_first_occurrence() -> None:
@@ -89,8 +96,12 @@ def test_berlin_fall_back_hourly_does_not_repeat_the_hour() -> None:
     schedule = cron("0 * * * *", "Europe/Berlin")
     got = points(schedule, utc(2025, 10, 25, 23, 30), 4)
     # from 01:30 CEST: 02:00 CEST, (02:00 CET not repeated), 03:00 CET, 04:00 CET, 05:00 CET
-    assert got == [utc(2025, 10, 26, 0), utc(2025, 10, 26, 2), utc(2025, 10, 26, 3),
-                   utc(2025, 10, 26, 4)]
+    assert got == [
+        utc(2025, 10, 26, 0),
+        utc(2025, 10, 26, 2),
+        utc(2025, 10, 26, 3),
+        utc(2025, 10, 26, 4),
+    ]
 
 
 def test_berlin_fall_back_from_inside_the_second_occurrence() -> None:
@@ -122,7 +133,7 @@ def test_points_are_strictly_increasing_across_transitions() -> None:
         schedule = cron("*/7 * * * *", zone)
         for start in (utc(2025, 3, 8), utc(2025, 3, 29), utc(2025, 10, 25), utc(2025, 11, 1)):
             got = points(schedule, start, 600)
-            assert all(a < b for a, b in zip(got, got[1:], strict=False))
+            assert all(a < b for a, b in itertools.pairwise(got))
             for point in got:
                 local = point.astimezone(ZoneInfo(zone))
                 assert local.minute % 7 == 0 or local.minute == 0
