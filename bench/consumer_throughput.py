@@ -1,0 +1,127 @@
+"""Throughput of a PlatformTask against a plain Celery task doing the same INSERT, and a no-op.
+
+Usage: .venv/bin/python bench/consumer_throughput.py [--jobs 2000]
+
+One private Redis and PostgreSQL, one ``-P prefork -c 2`` worker per variant. The queue
+is filled first, then the worker is started; the clock runs from the first job taken to
+the last job done. Commits per job come from pg_stat_database.xact_commit deltas read
+from another database (so reading does not move the counter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg2
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from platform_tasks.envelope import uuid7  # noqa: E402
+from platform_tasks.harness import PostgresServer, RedisServer, wait_until  # noqa: E402
+from platform_tasks.migrations import migrate  # noqa: E402
+
+
+def commits(admin_url: str, dbname: str) -> int:
+    conn = psycopg2.connect(admin_url)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (dbname,))
+        value = int(cur.fetchone()[0])
+    conn.close()
+    return value
+
+
+def run_variant(task: str, jobs: int, redis_url: str, db_url: str, admin_url: str,
+                dbname: str, log: Path) -> tuple[float, float]:  # fmt: skip
+    os.environ["PLATFORM_REDIS_URL"] = redis_url
+    os.environ["PLATFORM_DATABASE_URL"] = db_url
+    from bench.consumer_app import app
+
+    queue = f"bench_{task.split('.')[1]}"
+    r = redis.Redis.from_url(redis_url)
+    with app.producer_or_acquire() as producer:
+        for _ in range(jobs):
+            env = {"job_id": str(uuid7()), "tenant_id": "bench", "correlation_id": "bench",
+                   "kind": task, "data": {}}  # fmt: skip
+            app.send_task(task, args=[env], queue=queue, producer=producer)
+    assert r.llen(queue) == jobs
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    before = commits(admin_url, dbname)
+    argv = [str(Path(sys.executable).parent / "celery"), "-A", "bench.consumer_app", "worker",
+            "-P", "prefork", "-c", "2", "-Q", queue, "--without-mingle", "--without-gossip",
+            "--loglevel", "WARNING"]  # fmt: skip
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    try:
+        wait_until(lambda: r.llen(queue) < jobs, timeout=60, interval=0.001)
+        start = time.perf_counter()
+        # poll Redis, not PostgreSQL: a polling query would count as a commit
+        wait_until(lambda: r.llen(queue) == 0, timeout=300, interval=0.005)
+        if task != "bench.noop":
+            conn = psycopg2.connect(db_url)
+            conn.autocommit = True
+
+            def done() -> bool:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT count(*) FROM public.bench_work")
+                    return int(cur.fetchone()[0]) >= jobs
+
+            wait_until(done, timeout=300, interval=0.05)
+            conn.close()
+        elapsed = time.perf_counter() - start
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    # the worker's backends report their counters when they disconnect
+    wait_until(lambda: commits(admin_url, dbname) == commits(admin_url, dbname), timeout=10)
+    time.sleep(1.5)  # benchmark only: let the statistics collector catch up before reading
+    per_job = (commits(admin_url, dbname) - before) / jobs
+    conn = psycopg2.connect(db_url)
+    with conn, conn.cursor() as cur:
+        cur.execute("TRUNCATE public.bench_work, core.processed_jobs")
+    conn.close()
+    return jobs / elapsed, per_job
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=2000)
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="bench-consumer-"))
+    os.chmod(base, 0o755)
+    rs = RedisServer(base / "redis").start()
+    pg = PostgresServer(base / "pg" / "data").start()
+    try:
+        migrate(pg.url)
+        conn = psycopg2.connect(pg.url)
+        with conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE IF NOT EXISTS public.bench_work (job_id uuid PRIMARY KEY)")
+            cur.execute("SELECT current_database()")
+            dbname = cur.fetchone()[0]
+        conn.close()
+        admin = pg.url.rsplit("/", 1)[0] + "/postgres"
+        results = {}
+        for task in ("bench.noop", "bench.plain", "bench.platform"):
+            results[task] = run_variant(task, args.jobs, rs.url, pg.url, admin, dbname,
+                                        base / "worker.log")  # fmt: skip
+            print(f"{task}: {results[task][0]:.0f} jobs/s, {results[task][1]:.2f} commits/job")
+        platform, plain, noop = (results[t][0] for t in ("bench.platform", "bench.plain",
+                                                         "bench.noop"))  # fmt: skip
+        print(f"platform / plain insert = {platform / plain:.2f} (target >= 0.85)")
+        print(f"platform / no-op        = {platform / noop:.2f}")
+    finally:
+        pg.stop()
+        rs.stop()
+
+
+if __name__ == "__main__":
+    main()
