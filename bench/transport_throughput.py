@@ -1,0 +1,148 @@
+"""Throughput and worker main-process CPU per task: platform transport vs stock kombu.
+
+Same run, same machine, same worker command (``celery worker -P prefork -c 2``, acks
+late from the platform defaults). Each variant drains a queue pre-filled with
+``--messages`` tasks; the clock and the main process's CPU time (utime + stime from
+``/proc/<pid>/stat``) are read when the queue starts shrinking and when it is empty with
+nothing left unacked. Variants run interleaved for ``--rounds`` rounds; the best round
+of each is reported, and ratios are against stock Celery's no-op measured in the same run.
+
+    .venv/bin/python bench/transport_throughput.py --messages 3000 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from platform_tasks import QueuePort, create_app  # noqa: E402
+from platform_tasks.harness import PostgresServer, RedisServer, wait_until  # noqa: E402
+from platform_tasks.migrations import migrate  # noqa: E402
+from platform_tasks.settings import PlatformSettings  # noqa: E402
+from tests.support.processes import CeleryProcess, platform_env, worker_argv  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+QUEUE = "default"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    transport: str
+    task: str
+
+
+VARIANTS = [
+    Variant("stock no-op", "stock", "bench.noop"),
+    Variant("platform no-op", "platform", "bench.noop"),
+    Variant("platform PlatformTask", "platform", "bench.platform_noop"),
+]
+
+
+@dataclass
+class Result:
+    variant: Variant
+    tasks: int
+    seconds: float
+    cpu_seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.tasks / self.seconds
+
+    @property
+    def cpu_ms_per_task(self) -> float:
+        return self.cpu_seconds * 1000 / self.tasks
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def publish(variant: Variant, redis_url: str, database_url: str, count: int) -> None:
+    settings = PlatformSettings.build(
+        redis_url=redis_url, database_url=database_url, profile="bench",
+        transport=variant.transport,
+    )  # fmt: skip
+    app = create_app(f"bench-publisher-{variant.transport}", settings=settings)
+    if variant.task == "bench.platform_noop":
+        port = QueuePort(app)
+        for n in range(count):
+            port.publish(QUEUE, {"tenant_id": "bench", "kind": variant.task, "data": {"n": n}})
+        return
+    with app.producer_or_acquire() as producer:
+        for _ in range(count):
+            app.send_task(variant.task, queue=QUEUE, producer=producer)
+
+
+def measure(variant: Variant, redis_url: str, database_url: str, count: int, logs: Path) -> Result:
+    client = redis.Redis.from_url(redis_url)
+    client.flushall()
+    publish(variant, redis_url, database_url, count)
+    assert client.llen(QUEUE) == count, "messages were not all published"
+    env = platform_env(redis_url=redis_url, database_url=database_url,
+                       extra={"PLATFORM_TRANSPORT": variant.transport},
+                       pythonpath=[REPO])  # fmt: skip
+    argv = worker_argv("bench.transport_bench_app", concurrency=2, extra=["--without-heartbeat"])
+    log = logs / f"{variant.name.replace(' ', '-')}-{time.monotonic_ns()}.log"
+    worker = CeleryProcess(argv, env=env, cwd=REPO, log_path=log).start()
+    try:
+        wait_until(lambda: client.llen(QUEUE) < count, timeout=60, interval=0.002,
+                   message="worker to start consuming")  # fmt: skip
+        start, cpu_start, left = time.monotonic(), cpu_seconds(worker.pid), client.llen(QUEUE)
+
+        def drained() -> bool:
+            return client.llen(QUEUE) == 0 and client.hlen("unacked") == 0
+
+        wait_until(drained, timeout=300, interval=0.002, message="queue drained and acked")
+        end, cpu_end = time.monotonic(), cpu_seconds(worker.pid)
+    finally:
+        worker.stop(timeout=15)
+    return Result(variant, int(left), end - start, cpu_end - cpu_start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="bench-transport-"))
+    os.chmod(base, 0o755)
+    redis_server = RedisServer(base / "redis").start()
+    postgres = PostgresServer(base / "pg" / "data").start()
+    try:
+        migrate(postgres.url)
+        best: dict[str, Result] = {}
+        for round_no in range(args.rounds):
+            for variant in VARIANTS:
+                result = measure(variant, redis_server.url, postgres.url, args.messages, base)
+                line = (f"round {round_no + 1} {variant.name:24s} {result.rate:8.1f} tasks/s "
+                        f"{result.cpu_ms_per_task:6.3f} ms CPU/task (main process)")  # fmt: skip
+                print(line, flush=True)
+                if variant.name not in best or result.rate > best[variant.name].rate:
+                    best[variant.name] = result
+        baseline = best["stock no-op"]
+        print("\n| variant | tasks/s | ratio vs stock no-op | main-process CPU ms/task |")
+        print("|---|---|---|---|")
+        for variant in VARIANTS:
+            r = best[variant.name]
+            print(f"| {variant.name} | {r.rate:.1f} | {r.rate / baseline.rate:.2f}x | "
+                  f"{r.cpu_ms_per_task:.3f} |")  # fmt: skip
+    finally:
+        postgres.stop()
+        redis_server.stop()
+
+
+if __name__ == "__main__":
+    main()
