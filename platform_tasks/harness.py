@@ -33,11 +33,42 @@ _PR_SET_PDEATHSIG = 1
 _UNPRIVILEGED_USER = "nobody"
 
 
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
+CLUSTER_BUS_OFFSET = 10000
+"""A Redis Cluster node also listens on its port plus this offset (the cluster bus)."""
+MAX_CLUSTER_PORT = 65535 - CLUSTER_BUS_OFFSET
+
+
+def _port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(*, max_port: int = 65535, attempts: int = 1000) -> int:
+    """A loopback TCP port nobody listens on right now, at most ``max_port``.
+
+    The kernel picks the port; picks above ``max_port`` are drawn again (up to
+    ``attempts`` times, then :class:`ServerStartError`).
+    """
+    for _ in range(attempts):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port <= max_port:
+            return port
+    raise ServerStartError(f"no free loopback port at most {max_port} after {attempts} tries")
+
+
+def free_cluster_port(attempts: int = 1000) -> int:
+    """A free port for a Redis Cluster node whose bus port (port + 10000) is free too."""
+    for _ in range(attempts):
+        port = free_port(max_port=MAX_CLUSTER_PORT)
+        if _port_is_free(port + CLUSTER_BUS_OFFSET):
+            return port
+    raise ServerStartError(f"no free cluster node port after {attempts} tries")
 
 
 def wait_until(
@@ -287,6 +318,7 @@ class RedisClusterServers:
         self.servers = [
             RedisServer(
                 self.data_dir / f"node{i}",
+                free_cluster_port(),
                 appendonly=False,
                 extra_args=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                             "--cluster-node-timeout", "5000"],

@@ -11,7 +11,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from platform_tasks.errors import JobDefinitionError, JobStartupError, UnsafeRedisError
-from platform_tasks.harness import RedisClusterServers, free_port
+from platform_tasks.harness import MAX_CLUSTER_PORT, RedisClusterServers, free_port
 from platform_tasks.jobs.runtime import TEST, start_jobs
 from platform_tasks.keys import JobKeys
 from platform_tasks.leases import AdmissionOutcome
@@ -87,13 +87,6 @@ def test_namespace_is_generated_and_overridable(jobs_dir, redis_url) -> None:
     runtime.close()
 
 
-def low_free_port() -> int:
-    while True:
-        port = free_port()
-        if port <= 55535:
-            return port
-
-
 def _run_celery(kind: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     argv = [CELERY, "-A", "tests.apps.jobs_app", kind, "--loglevel", "INFO"]
     if kind == "worker":
@@ -127,8 +120,7 @@ def test_real_worker_refuses_evicting_redis(jobs_dir, server_factory) -> None:
 
 def test_admission_on_a_real_three_node_cluster(tmp_path, jobs_dir) -> None:
     cluster = RedisClusterServers(tmp_path / "cluster")
-    for server in cluster.servers:
-        server.port = low_free_port()  # the cluster bus listens on port + 10000
+    assert all(server.port <= MAX_CLUSTER_PORT for server in cluster.servers)  # bus: port+10000
     try:
         cluster.start()
         settings = PlatformSettings.build(redis_url=cluster.url, redis_cluster=True,
