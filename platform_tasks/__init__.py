@@ -1,17 +1,26 @@
 """platform-tasks: a Celery extension that gives a multi-tenant product a job platform.
 
 Public names are listed in ``__all__``; everything else is internal.
+
+The names are imported on first access (PEP 562): ``import platform_tasks`` alone loads
+neither Celery nor the Redis and PostgreSQL drivers, so tools that need none of them
+(``platform-tasks jobs docs``, the static reader) start quickly and run without them.
+``from platform_tasks import create_app`` works as before.
 """
 
 from __future__ import annotations
 
-from platform_tasks.app import PlatformCelery, create_app
-from platform_tasks.envelope import Envelope
-from platform_tasks.errors import PermanentError, PlatformError
-from platform_tasks.queue_port import QueuePort
-from platform_tasks.retry import RetryPolicy
-from platform_tasks.settings import PlatformSettings
-from platform_tasks.task import PlatformTask
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery, create_app
+    from platform_tasks.envelope import Envelope
+    from platform_tasks.errors import PermanentError, PlatformError
+    from platform_tasks.queue_port import QueuePort
+    from platform_tasks.retry import RetryPolicy
+    from platform_tasks.settings import PlatformSettings
+    from platform_tasks.task import PlatformTask
 
 __all__ = [
     "Envelope",
@@ -24,3 +33,29 @@ __all__ = [
     "RetryPolicy",
     "create_app",
 ]
+
+_HOMES: dict[str, str] = {
+    "Envelope": "platform_tasks.envelope",
+    "PermanentError": "platform_tasks.errors",
+    "PlatformCelery": "platform_tasks.app",
+    "PlatformError": "platform_tasks.errors",
+    "PlatformSettings": "platform_tasks.settings",
+    "PlatformTask": "platform_tasks.task",
+    "QueuePort": "platform_tasks.queue_port",
+    "RetryPolicy": "platform_tasks.retry",
+    "create_app": "platform_tasks.app",
+}
+"""Where each public name lives; the module is imported when the name is first used."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

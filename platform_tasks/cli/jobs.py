@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import click
 
+from platform_tasks.cli import LazyGroup
 
-@click.group()
+
+# Loaded on use: ``docs``/``check`` must not import what ``list`` needs (job code, settings).
+@click.group(
+    cls=LazyGroup,
+    lazy_commands={
+        "check": "platform_tasks.cli.jobs_static:check",
+        "docs": "platform_tasks.cli.jobs_static:docs",
+        "list": "platform_tasks.cli.jobs_runtime:list_jobs",
+    },
+)
 def jobs() -> None:
     """Inspect scheduled job definitions (runtime listing or static evidence)."""
-
-
-from platform_tasks.cli.jobs_static import check as static_check  # noqa: E402
-from platform_tasks.cli.jobs_static import docs as static_docs  # noqa: E402
-
-jobs.add_command(static_docs)
-jobs.add_command(static_check)
-
-from platform_tasks.cli.jobs_runtime import list_jobs  # noqa: E402
-
-jobs.add_command(list_jobs)
