@@ -6,7 +6,8 @@ that file's evidence, never the rest of the report.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import ast
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from platform_tasks.jobdocs.definitions import find_definition_calls
@@ -18,6 +19,7 @@ from platform_tasks.jobdocs.evidence import (
 )
 from platform_tasks.jobdocs.fields import read_call_fields
 from platform_tasks.jobdocs.resolve import DEFINE_JOB, Resolver
+from platform_tasks.jobdocs.symbols import standalone_relative_import
 from platform_tasks.jobdocs.validation import validate_fields
 
 __all__ = ["FileAnalysis", "analyse_file"]
@@ -34,6 +36,19 @@ def _error(file: str, message: str, field_name: str | None = None) -> Problem:
     return Problem(Severity.ERROR, file, message, field_name)
 
 
+def _failing_imports(tree: ast.Module) -> list[str]:
+    """Relative imports that run unconditionally when discovery imports the job file.
+
+    Discovery imports a job file under a generated module name that belongs to no
+    package, so each of these raises at start-up: an error, like a syntax error.
+    """
+    return [
+        standalone_relative_import(stmt.lineno)
+        for stmt in tree.body
+        if isinstance(stmt, ast.ImportFrom) and stmt.level
+    ]
+
+
 def analyse_file(resolver: Resolver, path: Path, label: str) -> FileAnalysis:
     """Evidence for one selected job file; never imports it."""
     index = resolver.index
@@ -46,12 +61,16 @@ def analyse_file(resolver: Resolver, path: Path, label: str) -> FileAnalysis:
         result.problems.append(_error(file, reason))
         return result
 
+    failing = [_error(file, reason) for reason in _failing_imports(module.tree)]
+    module = replace(module, standalone=True)
+    result.problems.extend(failing)
     found = find_definition_calls(resolver, module)
     if not found.definitions:
-        if found.wrappers or found.hidden:
-            reasons = [*found.wrappers, *found.hidden]
+        if found.wrappers or found.hidden or failing:
+            gaps = [*found.wrappers, *found.hidden]
+            reasons = [*(problem.message for problem in failing), *gaps]
             result.without_evidence = FileWithoutEvidence(file, reasons)
-            result.problems.extend(Problem(Severity.WARNING, file, r) for r in reasons)
+            result.problems.extend(Problem(Severity.WARNING, file, r) for r in gaps)
         else:
             reason = f"no call to {DEFINE_JOB}; every selected file must define exactly one job"
             result.without_evidence = FileWithoutEvidence(file, [reason])
@@ -72,6 +91,7 @@ def analyse_file(resolver: Resolver, path: Path, label: str) -> FileAnalysis:
             fields=fields.evidence,
             gaps=[*found.wrappers, *fields.gaps],
         )
+        job.problems.extend(failing)
         if several is not None:
             job.problems.append(several)
         job.problems.extend(_error(file, message) for message in fields.call_errors)

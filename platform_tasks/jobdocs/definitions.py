@@ -36,12 +36,19 @@ class FoundCalls:
     hidden: list[str] = field(default_factory=list)
 
 
+_NO_CALLS = (ast.Import, ast.ImportFrom, ast.Pass, ast.Global, ast.Nonlocal, ast.Break,
+             ast.Continue, ast.Name, ast.Constant, ast.expr_context, ast.alias)  # fmt: skip
+"""Nodes that never contain a call: not descended into (every job file has several)."""
+
+
 def import_time_calls(tree: ast.Module) -> Iterator[ast.Call]:
     """Calls evaluated when the module is imported: module and class bodies, decorators
     and default values, but not function bodies or lambdas (those run later, if ever)."""
     pending: deque[ast.AST] = deque(tree.body)
     while pending:
         node = pending.popleft()
+        if isinstance(node, _NO_CALLS):
+            continue
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             pending.extend(node.decorator_list)
             pending.extend(node.args.defaults)
@@ -75,6 +82,17 @@ def _function_reaches_define_job(
     return False
 
 
+def _wraps_define_job(resolver: Resolver, function: ProjectFunction) -> bool:
+    """Whether calling ``function`` may reach ``define_job``; each function's body is
+    walked once per run, however many job files call it."""
+    key = (function.module.file, function.module.standalone, function.node.name)
+    known = resolver.reaches_define_job.get(key)
+    if known is None:
+        known = _function_reaches_define_job(resolver, function, set())
+        resolver.reaches_define_job[key] = known
+    return known
+
+
 def find_definition_calls(resolver: Resolver, module: ParsedModule) -> FoundCalls:
     """Classify every import-time call of ``module`` (which must have parsed)."""
     assert module.tree is not None
@@ -84,7 +102,7 @@ def find_definition_calls(resolver: Resolver, module: ParsedModule) -> FoundCall
         if isinstance(callee, DefineJob):
             found.definitions.append(call)
         elif isinstance(callee, ProjectFunction):
-            if _function_reaches_define_job(resolver, callee, set()):
+            if _wraps_define_job(resolver, callee):
                 where = resolver.index.relative(callee.module.file)
                 found.wrappers.append(
                     f"line {call.lineno}: {source_of(call.func)}() defined in {where} wraps "

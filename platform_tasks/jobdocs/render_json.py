@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from platform_tasks.jobdocs.evidence import FIELD_NAMES, JobEvidence, Report
@@ -36,4 +37,66 @@ def report_to_dict(report: Report) -> dict[str, Any]:
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(report_to_dict(report), indent=2, ensure_ascii=False) + "\n"
+    """The document as ``json.dumps(..., indent=2, ensure_ascii=False)`` writes it, byte for
+    byte, built with the C string encoder: the standard library falls back to its pure
+    Python encoder whenever ``indent`` is set, which dominates large reports."""
+    out: list[str] = []
+    _write(report_to_dict(report), "\n", out)
+    out.append("\n")
+    return "".join(out)
+
+
+_encode_str: Any = json.encoder.encode_basestring  # the C version when available
+
+
+def _float(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float.__repr__(value)
+
+
+def _write(value: Any, newline: str, out: list[str]) -> None:
+    """Append ``value`` in ``indent=2`` layout; ``newline`` is ``"\n"`` plus the current
+    indentation."""
+    if isinstance(value, str):
+        out.append(_encode_str(value))
+    elif value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, int):
+        out.append(int.__repr__(value))
+    elif isinstance(value, float):
+        out.append(_float(value))
+    elif isinstance(value, dict):
+        if not value:
+            out.append("{}")
+            return
+        inner = newline + "  "
+        separator = "{" + inner
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"keys must be str, not {type(key).__name__}")
+            out.append(separator)
+            out.append(_encode_str(key))
+            out.append(": ")
+            _write(item, inner, out)
+            separator = "," + inner
+        out.append(newline + "}")
+    elif isinstance(value, list | tuple):
+        if not value:
+            out.append("[]")
+            return
+        inner = newline + "  "
+        separator = "[" + inner
+        for item in value:
+            out.append(separator)
+            _write(item, inner, out)
+            separator = "," + inner
+        out.append(newline + "]")
+    else:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")

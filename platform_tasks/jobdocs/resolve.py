@@ -12,8 +12,7 @@ from __future__ import annotations
 import ast
 import operator
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -132,22 +131,35 @@ class Resolver:
 
     def __init__(self, index: SourceIndex) -> None:
         self.index = index
-        self._symbols: dict[Path, ModuleSymbols] = {}
+        self._symbols: dict[tuple[Path, bool], ModuleSymbols] = {}
         self._stack: list[tuple[str, str]] = []
+        self._on_stack: set[tuple[str, str]] = set()
+        # Results of ``module_attribute`` that did not depend on the resolution stack
+        # (no cycle, no depth limit on the way): thousands of job files importing the
+        # same constants from ``_common`` resolve each constant once.
+        self._attributes: dict[tuple[str, str], Resolved] = {}
+        self._stack_dependent = 0
+        self.reaches_define_job: dict[tuple[Path, bool, str], bool] = {}
+        """Wrapper analysis per project function (see ``definitions``), filled there."""
 
     # -- modules -----------------------------------------------------------------------
 
     def symbols(self, module: ParsedModule) -> ModuleSymbols:
-        cached = self._symbols.get(module.file)
+        key = (module.file, module.standalone)
+        cached = self._symbols.get(key)
         if cached is None:
             assert module.tree is not None
-            cached = collect_symbols(module.tree, module.name, module.is_package)
-            self._symbols[module.file] = cached
+            cached = collect_symbols(
+                module.tree, module.name, module.is_package, standalone=module.standalone
+            )
+            self._symbols[key] = cached
         return cached
 
     def forget(self, file: Path) -> None:
         """Release what was cached for ``file`` (see :meth:`SourceIndex.forget`)."""
-        self._symbols.pop(file.absolute(), None)
+        path = file.absolute()
+        self._symbols.pop((path, True), None)
+        self._symbols.pop((path, False), None)
         self.index.forget(file)
 
     def _project_module(self, name: str) -> ParsedModule | Unresolved | None:
@@ -176,22 +188,24 @@ class Resolver:
             )
         return Unresolved(f"{dotted} is outside the source roots; not followed", hidden=True)
 
-    @contextmanager
-    def _visiting(self, module: str, name: str) -> Iterator[Unresolved | None]:
+    def _enter(self, module: str, name: str) -> Unresolved | None:
+        """Push ``module.name`` on the resolution stack, or say why it cannot be: a cycle
+        or the depth limit. Callers pop with :meth:`_leave` when this returned ``None``."""
         key = (module, name)
-        if key in self._stack:
+        if key in self._on_stack:
             start = self._stack.index(key)
             chain = " -> ".join(f"{m}.{n}" for m, n in [*self._stack[start:], key])
-            yield Unresolved(f"import cycle: {chain}", hidden=True)
-            return
+            self._stack_dependent += 1
+            return Unresolved(f"import cycle: {chain}", hidden=True)
         if len(self._stack) >= _MAX_DEPTH:
-            yield Unresolved(f"{module}.{name}: resolution deeper than {_MAX_DEPTH}", hidden=True)
-            return
+            self._stack_dependent += 1
+            return Unresolved(f"{module}.{name}: resolution deeper than {_MAX_DEPTH}", hidden=True)
         self._stack.append(key)
-        try:
-            yield None
-        finally:
-            self._stack.pop()
+        self._on_stack.add(key)
+        return None
+
+    def _leave(self) -> None:
+        self._on_stack.discard(self._stack.pop())
 
     def attribute(self, base: Resolved, attr: str) -> Resolved:
         """``base.attr`` for a resolved base."""
@@ -205,19 +219,32 @@ class Resolver:
 
     def module_attribute(self, module_name: str, attr: str) -> Resolved:
         """What ``from module_name import attr`` yields, for a module inside the roots."""
-        with self._visiting(module_name, attr) as cycle:
-            if cycle is not None:
-                return cycle
-            parsed = self._project_module(module_name)
-            if isinstance(parsed, Unresolved):
-                return parsed
-            if parsed is not None:
-                binding = self.symbols(parsed).lookup(attr)
-                if binding is not None:
-                    return self.binding(binding, parsed, attr)
-            if self.index.is_project_module(f"{module_name}.{attr}"):
-                return ProjectModule(f"{module_name}.{attr}")
-            return Unresolved(f"{module_name} has no module-level name {attr}")
+        cached = self._attributes.get((module_name, attr))
+        if cached is not None:
+            return cached
+        stop = self._enter(module_name, attr)
+        if stop is not None:
+            return stop
+        before = self._stack_dependent
+        try:
+            result = self._module_attribute(module_name, attr)
+        finally:
+            self._leave()
+        if self._stack_dependent == before:
+            self._attributes[(module_name, attr)] = result
+        return result
+
+    def _module_attribute(self, module_name: str, attr: str) -> Resolved:
+        parsed = self._project_module(module_name)
+        if isinstance(parsed, Unresolved):
+            return parsed
+        if parsed is not None:
+            binding = self.symbols(parsed).lookup(attr)
+            if binding is not None:
+                return self.binding(binding, parsed, attr)
+        if self.index.is_project_module(f"{module_name}.{attr}"):
+            return ProjectModule(f"{module_name}.{attr}")
+        return Unresolved(f"{module_name} has no module-level name {attr}")
 
     def binding(self, binding: Binding, module: ParsedModule, name: str) -> Resolved:
         if isinstance(binding, ExprBinding):
@@ -241,10 +268,13 @@ class Resolver:
         if binding is None:
             return Unresolved(f"{name} is not defined at module level in {module.name}")
         if isinstance(binding, ExprBinding | ImportBinding):
-            with self._visiting(module.name, name) as cycle:
-                if cycle is not None:
-                    return cycle
+            stop = self._enter(module.name, name)
+            if stop is not None:
+                return stop
+            try:
                 return self.binding(binding, module, name)
+            finally:
+                self._leave()
         return self.binding(binding, module, name)
 
     # -- expressions -------------------------------------------------------------------

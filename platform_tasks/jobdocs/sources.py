@@ -24,6 +24,9 @@ class ParsedModule:
     file: Path
     tree: ast.Module | None
     syntax_error: str | None = None
+    standalone: bool = False
+    """True for a selected job file as discovery imports it: under a generated name that
+    belongs to no package, so a relative import in it fails at start-up."""
 
     @property
     def is_package(self) -> bool:
@@ -32,12 +35,25 @@ class ParsedModule:
 
 def module_name_for(base: Path, file: Path) -> str | None:
     """The dotted module name of ``file`` when ``base`` is on ``sys.path``, if it has one."""
-    try:
-        relative = file.relative_to(base)
-    except ValueError:
+    return _name_from_parts(_parts_below(str(base), str(file)))
+
+
+def _parts_below(base: str, file: str) -> list[str] | None:
+    """``file``'s path components below ``base`` (both absolute, normalised by
+    :class:`~pathlib.Path`), or ``None`` when it is not below. String work only: this
+    runs for every file of the tree, where ``Path.relative_to`` is the hot spot."""
+    prefix = base if base.endswith(os.sep) else base + os.sep
+    if not file.startswith(prefix):
         return None
-    parts = list(relative.with_suffix("").parts)
-    if parts and parts[-1] == "__init__":
+    return file[len(prefix) :].split(os.sep)
+
+
+def _name_from_parts(parts: list[str] | None) -> str | None:
+    if not parts:
+        return None
+    stem, suffix = os.path.splitext(parts[-1])
+    parts = [*parts[:-1], stem] if suffix else list(parts)
+    if parts[-1] == "__init__":
         parts.pop()
     if not parts or not all(part.isidentifier() for part in parts):
         return None
@@ -71,12 +87,13 @@ class SourceIndex:
         self._by_name: dict[str, Path] = {}
         self._parsed: dict[Path, ParsedModule] = {}
         self._packages: set[str] = set()
+        self._bases = [str(self.project_dir), *(str(root.parent) for root in self.roots)]
         for root in self.roots:
             if not root.is_dir():
                 continue
             for file in _python_files(root):
-                for base in (self.project_dir, root.parent):
-                    name = module_name_for(base, file)
+                for base in (self._bases[0], str(root.parent)):
+                    name = _name_from_parts(_parts_below(base, str(file)))
                     if name is not None:
                         self._by_name.setdefault(name, file)
                         parts = name.split(".")
@@ -110,12 +127,12 @@ class SourceIndex:
 
     def name_of(self, file: Path) -> str:
         """The module name used for ``file``'s own relative imports."""
-        path = file.absolute()
-        for base in (self.project_dir, *(root.parent for root in self.roots)):
-            name = module_name_for(base, path)
+        path = str(file.absolute())
+        for base in self._bases:
+            name = _name_from_parts(_parts_below(base, path))
             if name is not None:
                 return name
-        return path.stem
+        return file.stem
 
     def parse(self, file: Path) -> ParsedModule:
         path = file.absolute()
@@ -143,7 +160,5 @@ class SourceIndex:
     def relative(self, file: Path) -> str:
         """How outputs name a file: relative to the project when possible, ``/``-separated."""
         path = file.absolute()
-        try:
-            return path.relative_to(self.project_dir).as_posix()
-        except ValueError:
-            return path.as_posix()
+        parts = _parts_below(self._bases[0], str(path))
+        return "/".join(parts) if parts else path.as_posix()

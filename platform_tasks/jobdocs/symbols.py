@@ -21,6 +21,7 @@ __all__ = [
     "UnresolvableBinding",
     "absolute_module",
     "collect_symbols",
+    "standalone_relative_import",
 ]
 
 
@@ -69,11 +70,15 @@ class ModuleSymbols:
 
     bindings: dict[str, Binding] = field(default_factory=dict)
     star_modules: list[str] = field(default_factory=list)
+    failed_star: str | None = None
+    """Why a star import of this module cannot be followed (it fails at import time)."""
 
     def lookup(self, name: str) -> Binding | None:
         found = self.bindings.get(name)
         if found is not None:
             return found
+        if self.failed_star is not None:
+            return UnresolvableBinding(f"{name} may come from {self.failed_star}", escapes=True)
         if len(self.star_modules) == 1:
             return ImportBinding(self.star_modules[0], name, 0)
         if self.star_modules:
@@ -95,12 +100,23 @@ def absolute_module(current: str, is_package: bool, level: int, module: str | No
     return ".".join(base) if base else None
 
 
+def standalone_relative_import(line: int) -> str:
+    """Why a relative import in a job file gives no value: what start-up will do with it."""
+    return (
+        f"relative import at line {line} fails when discovery imports the job file "
+        "(job files are imported on their own, not as part of a package); "
+        "import by absolute name, e.g. from beat_schedules._common import NAME"
+    )
+
+
 class _Collector:
-    def __init__(self, module: str, is_package: bool) -> None:
+    def __init__(self, module: str, is_package: bool, standalone: bool) -> None:
         self.module = module
         self.is_package = is_package
+        self.standalone = standalone
         self.seen: dict[str, list[tuple[Binding, bool]]] = {}
         self.star_modules: list[str] = []
+        self.failed_star: str | None = None
 
     def bind(self, name: str, binding: Binding, conditional: bool) -> None:
         self.seen.setdefault(name, []).append((binding, conditional))
@@ -154,6 +170,15 @@ class _Collector:
             self.bind(target, UnresolvableBinding("bound by a loop or with"), True)
 
     def import_from(self, stmt: ast.ImportFrom, conditional: bool) -> None:
+        if stmt.level and self.standalone:
+            reason = f"relative import at line {stmt.lineno} fails at start-up"
+            for alias in stmt.names:
+                if alias.name == "*":
+                    self.failed_star = self.failed_star or f"a star import: {reason}"
+                else:
+                    unresolvable = UnresolvableBinding(reason, escapes=True)
+                    self.bind(alias.asname or alias.name, unresolvable, conditional)
+            return
         target = absolute_module(self.module, self.is_package, stmt.level, stmt.module)
         for alias in stmt.names:
             if target is None:
@@ -182,7 +207,7 @@ class _Collector:
                     self.bind(element.id, UnresolvableBinding("bound by unpacking"), conditional)
 
     def result(self) -> ModuleSymbols:
-        symbols = ModuleSymbols(star_modules=self.star_modules)
+        symbols = ModuleSymbols(star_modules=self.star_modules, failed_star=self.failed_star)
         for name, entries in self.seen.items():
             if len(entries) == 1 and not entries[0][1]:
                 symbols.bindings[name] = entries[0][0]
@@ -212,8 +237,14 @@ def _loop_or_with_targets(node: ast.AST) -> list[str]:
     return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
 
 
-def collect_symbols(tree: ast.Module, module: str, is_package: bool) -> ModuleSymbols:
-    """The unambiguous module-level bindings of ``tree``."""
-    collector = _Collector(module, is_package)
+def collect_symbols(
+    tree: ast.Module, module: str, is_package: bool, *, standalone: bool = False
+) -> ModuleSymbols:
+    """The unambiguous module-level bindings of ``tree``.
+
+    ``standalone`` is for a job file as discovery imports it (outside any package): its
+    relative imports bind nothing, since they fail at start-up.
+    """
+    collector = _Collector(module, is_package, standalone)
     collector.statements(tree.body, conditional=False)
     return collector.result()

@@ -96,3 +96,36 @@ def test_given_but_unknown_name_is_not_replaced_by_the_path_label() -> None:
     assert job.path_label == "billing.named_at_runtime"
     assert job.fields["interval"].state is FieldState.ABSENT  # interval=None is the default
     assert report.errors == []
+
+
+def test_relative_import_in_a_job_file_is_an_error_not_a_value() -> None:
+    # Discovery imports a job file under a generated name outside any package, so
+    # ``from ._common import X`` raises at start-up; the reader must not resolve it.
+    report = report_for("relative_import")
+    constant = job_in(report, "beat_schedules/relative_constant.py")
+
+    assert constant.fields["cron"].state is FieldState.UNKNOWN
+    assert constant.fields["timezone"].value == "Europe/Berlin"
+    assert "relative import at line 2 fails at start-up" in constant.reasons[0]
+    [item] = report.files_without_evidence
+    assert item.file == "beat_schedules/nested/relative_define.py"
+    assert item.reasons[0].startswith("relative import at line 1 fails when discovery imports")
+    errors = sorted((problem.file, problem.message) for problem in report.errors)
+    assert [file for file, _ in errors] == [
+        "beat_schedules/nested/relative_define.py",
+        "beat_schedules/relative_constant.py",
+    ]
+    assert errors[0][1].startswith("relative import at line 1 fails when discovery imports")
+    assert errors[1][1].startswith("relative import at line 2 fails when discovery imports")
+
+
+def test_relative_imports_in_helpers_and_handlers_are_fine() -> None:
+    # A helper is imported under its real name (relative imports work there), and an
+    # import inside the handler runs only when the handler does.
+    report = report_for("relative_import")
+
+    via_helper = job_in(report, "beat_schedules/via_helper.py")
+    assert via_helper.fields["cron"].value == "0 3 * * *"
+    assert via_helper.complete
+    in_handler = job_in(report, "beat_schedules/in_handler.py")
+    assert in_handler.complete and in_handler.problems == []
