@@ -1,16 +1,24 @@
-"""Static ``jobs docs`` against runtime discovery on a generated tree of job files.
+"""Static ``jobs docs`` against the runtime ``jobs list`` on a generated tree of job files.
 
 Generates N job files (default 2,000) under ``beat_schedules/`` in a temporary project,
-then runs, each in a fresh interpreter so neither inherits the other's imports:
+then runs both real console-script commands, each in a fresh interpreter, alternating
+so that background load hits both alike:
 
-* static: ``platform-tasks jobs docs --format json`` (the real console script);
-* runtime: ``platform_tasks.jobs.discovery.discover_jobs`` — the import-every-file
-  discovery beat and the workers use (there is no runtime ``jobs list`` command yet).
+* static:  ``platform-tasks jobs docs --format json --output /dev/null``
+* runtime: ``platform-tasks jobs list --format json`` (imports every job file as beat does)
 
-Wall time is measured around the subprocess (interpreter start-up included); peak
-memory is the child's ``ru_maxrss``. Usage::
+The runtime command runs twice per round: *warm* (bytecode of the job files cached in
+``__pycache__``, as on a long-lived host) and *cold* (no bytecode cache and none written,
+as on a fresh CI checkout). ``jobs list`` gets the project directory on ``PYTHONPATH``:
+the job files import ``beat_schedules._common``, which beat finds because
+``celery -A celery_app`` puts the working directory on ``sys.path``, while the
+``platform-tasks`` script does not.
 
-    .venv/bin/python bench/jobdocs_static_vs_runtime.py [--files 2000] [--repeat 3]
+Each command is started by a small meter process that reports the command's wall
+time, CPU time (user + system) and peak RSS from ``resource.getrusage(RUSAGE_CHILDREN)``
+(its only child is the command). Usage::
+
+    .venv/bin/python bench/jobdocs_static_vs_runtime.py [--files 2000] [--repeat 7]
 """
 
 from __future__ import annotations
@@ -23,32 +31,19 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-RUNTIME_CHILD = """
-import json, resource, sys, time
-from datetime import datetime, timezone
-from pathlib import Path
-sys.path.insert(0, sys.argv[1])
+METER = """
+import json, resource, subprocess, sys, time
 start = time.perf_counter()
-from platform_tasks.jobs.discovery import discover_jobs
-jobs = discover_jobs(Path(sys.argv[1]) / "beat_schedules", now=datetime.now(timezone.utc))
-elapsed = time.perf_counter() - start
-print(json.dumps({"jobs": len(jobs.jobs), "inner_s": elapsed,
-                  "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
-"""
-
-STATIC_CHILD = """
-import json, resource, sys, time
-from pathlib import Path
-start = time.perf_counter()
-from platform_tasks.jobdocs import build_report, load_docs_config, render_json
-report = build_report(load_docs_config(Path(sys.argv[1]), "development", {}))
-render_json(report)
-elapsed = time.perf_counter() - start
-print(json.dumps({"jobs": len(report.jobs), "inner_s": elapsed, "errors": len(report.errors),
-                  "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+wall = time.perf_counter() - start
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+if done.returncode:
+    sys.stderr.write(done.stderr.decode())
+    sys.exit(done.returncode)
+print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+                  "maxrss_mib": usage.ru_maxrss / 1024, "stdout": done.stdout.decode()}))
 """
 
 JOB_CRON = """from beat_schedules._common import NIGHTLY, ZONE
@@ -91,69 +86,90 @@ def generate(project: Path, count: int) -> None:
         (folder / f"job_{i:05d}.py").write_text(text)
 
 
-def run_child(args: list[str], cwd: Path) -> dict[str, float]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLATFORM_")}
-    start = time.perf_counter()
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, check=True)
-    wall = time.perf_counter() - start
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    result["wall_s"] = wall
+def base_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PLATFORM_")}
+
+
+def measure(command: list[str], cwd: Path, env: dict[str, str]) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", METER, *command],
+        cwd=cwd, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    result: dict[str, object] = json.loads(done.stdout)
     return result
 
 
-def cli_wall(project: Path) -> float:
-    script = Path(sys.executable).parent / "platform-tasks"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLATFORM_")}
-    start = time.perf_counter()
-    subprocess.run(
-        [str(script), "jobs", "docs", "--format", "json", "--output", os.devnull],
-        cwd=project, env=env, capture_output=True, check=True,
-    )  # fmt: skip
-    return time.perf_counter() - start
+def clear_bytecode(project: Path) -> None:
+    for cache in project.rglob("__pycache__"):
+        shutil.rmtree(cache)
+
+
+def summarise(rows: list[dict[str, object]]) -> dict[str, float]:
+    summary: dict[str, float] = {}
+    for key in ("wall_s", "cpu_s", "maxrss_mib"):
+        values = [float(row[key]) for row in rows]  # type: ignore[arg-type]
+        summary[f"{key}_min"] = round(min(values), 3)
+        summary[f"{key}_median"] = round(statistics.median(values), 3)
+    return summary
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=2000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=7)
     options = parser.parse_args()
+    script = str(Path(sys.executable).parent / "platform-tasks")
+    static_cmd = [script, "jobs", "docs", "--format", "json", "--output", os.devnull]
+    runtime_cmd = [script, "jobs", "list", "--format", "json"]
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="jobdocs-bench-") as tmp:
         project = Path(tmp)
         generate(project, options.files)
-        static, runtime, cold, cli = [], [], [], []
+        static_env = base_env()
+        runtime_env = base_env()
+        runtime_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (runtime_env.get("PYTHONPATH"), str(project)) if p
+        )
+        warm_env = {k: v for k, v in runtime_env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        cold_env = {**runtime_env, "PYTHONDONTWRITEBYTECODE": "1"}
+
+        # Correctness first: both commands see all the jobs, and the static run is clean.
+        document = json.loads(
+            subprocess.run(
+                [script, "jobs", "docs", "--format", "json"],
+                cwd=project, env=static_env, capture_output=True, text=True, check=True,
+            ).stdout
+        )  # fmt: skip
+        listed = json.loads(str(measure(runtime_cmd, project, warm_env)["stdout"]))
+        assert len(document["jobs"]) == options.files, len(document["jobs"])
+        assert all(job["evidence"] == "complete" for job in document["jobs"])
+        assert len(listed) == options.files, len(listed)
+
+        static, warm, cold = [], [], []
         for _ in range(options.repeat):
-            static.append(run_child([sys.executable, "-c", STATIC_CHILD, tmp], project))
-            # Cold: a fresh checkout (CI) has no bytecode cache for the job files.
-            for cache in project.rglob("__pycache__"):
-                shutil.rmtree(cache)
-            cold.append(run_child([sys.executable, "-B", "-c", RUNTIME_CHILD, tmp], project))
-            # Warm: the bytecode cache written by an earlier import is reused.
-            run_child([sys.executable, "-c", RUNTIME_CHILD, tmp], project)
-            runtime.append(run_child([sys.executable, "-c", RUNTIME_CHILD, tmp], project))
-            cli.append(cli_wall(project))
-    assert all(r["jobs"] == options.files for r in static + runtime + cold), (static, runtime)
-
-    def med(rows: list[dict[str, float]], key: str) -> float:
-        return statistics.median(row[key] for row in rows)
-
-    summary = {
+            static.append(measure(static_cmd, project, static_env))
+            warm.append(measure(runtime_cmd, project, warm_env))
+            clear_bytecode(project)
+            cold.append(measure(runtime_cmd, project, cold_env))
+            measure(runtime_cmd, project, warm_env)  # rewrite the bytecode cache
+    results = {
         "files": options.files,
         "repeat": options.repeat,
-        "static_cli_wall_s": statistics.median(cli),
-        "static_wall_s": med(static, "wall_s"),
-        "static_inner_s": med(static, "inner_s"),
-        "static_maxrss_mib": med(static, "maxrss_kib") / 1024,
-        "runtime_cold_wall_s": med(cold, "wall_s"),
-        "runtime_cold_inner_s": med(cold, "inner_s"),
-        "runtime_cold_maxrss_mib": med(cold, "maxrss_kib") / 1024,
-        "runtime_wall_s": med(runtime, "wall_s"),
-        "runtime_inner_s": med(runtime, "inner_s"),
-        "runtime_maxrss_mib": med(runtime, "maxrss_kib") / 1024,
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "static_jobs_docs": summarise(static),
+        "runtime_jobs_list_warm": summarise(warm),
+        "runtime_jobs_list_cold": summarise(cold),
     }
-    summary["speedup_wall"] = summary["runtime_wall_s"] / summary["static_wall_s"]
-    summary["speedup_inner"] = summary["runtime_inner_s"] / summary["static_inner_s"]
-    summary["speedup_cold_wall"] = summary["runtime_cold_wall_s"] / summary["static_wall_s"]
-    print(json.dumps(summary, indent=2))
+    s = results["static_jobs_docs"]
+    for name in ("runtime_jobs_list_warm", "runtime_jobs_list_cold"):
+        r = results[name]
+        assert isinstance(s, dict) and isinstance(r, dict)
+        results[f"ratio_{name}"] = {
+            key: round(r[key] / s[key], 2)
+            for key in ("wall_s_median", "wall_s_min", "cpu_s_median", "maxrss_mib_median")
+        }
+    print(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
