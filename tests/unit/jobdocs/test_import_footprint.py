@@ -1,4 +1,5 @@
-"""The static commands load neither Celery nor the broker and database drivers.
+"""The static commands load neither Celery nor the broker and database drivers, nor
+Sentry or the runtime settings.
 
 ``jobs docs``/``check --static`` must run in CI without services or secrets, and quickly;
 that holds only while the package and the CLI import those libraries on demand. Each
@@ -15,9 +16,10 @@ from pathlib import Path
 import pytest
 
 import platform_tasks
+import platform_tasks.jobs
 from tests.unit.jobdocs.conftest import FIXTURES
 
-HEAVY = ("celery", "kombu", "redis", "psycopg2")
+HEAVY = ("celery", "kombu", "redis", "psycopg2", "sentry_sdk", "pydantic_settings")
 
 CHILD = """
 import json, sys
@@ -46,19 +48,8 @@ def _loaded_after(command: list[str], cwd: Path) -> set[str]:
     return set(json.loads(done.stderr.strip().splitlines()[-1]))
 
 
-_REDIS_VIA_JOBS_PACKAGE = pytest.mark.xfail(
-    strict=True,
-    reason="platform_tasks/jobs/__init__.py imports platform_tasks.jobs.runner (redis, "
-    "sentry_sdk, settings) eagerly, and the static reader imports "
-    "platform_tasks.jobs.selection; passes once that __init__ is lazy",
-)
-
-
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-@pytest.mark.parametrize(
-    "library", [pytest.param(name, marks=_REDIS_VIA_JOBS_PACKAGE) if name == "redis" else name
-                for name in HEAVY],
-)  # fmt: skip
+@pytest.mark.parametrize("library", HEAVY)
 def test_static_command_does_not_import(command: str, library: str, tmp_path: Path) -> None:
     args = [arg.format(out=tmp_path / "jobs.json") for arg in COMMANDS[command]]
 
@@ -87,10 +78,36 @@ def test_every_public_name_imports_from_the_package(name: str) -> None:
     assert done.stdout.strip() == name
 
 
+@pytest.mark.parametrize("name", platform_tasks.jobs.__all__)
+def test_every_public_jobs_name_imports_from_the_jobs_package(name: str) -> None:
+    code = f"from platform_tasks.jobs import {name}; print({name}.__name__)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+
+    assert done.stdout.strip() == name
+
+
+def test_the_file_rule_loads_no_runner() -> None:
+    # The static reader imports platform_tasks.jobs.selection, which runs jobs/__init__.
+    code = (
+        "import sys, platform_tasks.jobs.selection; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in {'redis', 'sentry_sdk', "
+        "'pydantic_settings'} or m == 'platform_tasks.jobs.runner'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+
+    assert done.stdout.strip() == "[]"
+
+
 def test_unknown_names_and_submodules_behave_as_before() -> None:
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
-        _ = platform_tasks.nothing_here  # type: ignore[attr-defined]
+        _ = platform_tasks.nothing_here
     from platform_tasks import errors  # a submodule, not a lazy name
 
     assert platform_tasks.PlatformError is errors.PlatformError
     assert set(platform_tasks.__all__) <= set(dir(platform_tasks))
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        _ = platform_tasks.jobs.nothing_here
+    from platform_tasks.jobs import definition  # a submodule, not a lazy name
+
+    assert platform_tasks.jobs.define_job is definition.define_job
+    assert set(platform_tasks.jobs.__all__) <= set(dir(platform_tasks.jobs))
