@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import logging
 import sys
+import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -65,9 +66,46 @@ class JobSet:
         return None
 
 
+_MODULE_PREFIX = "_platform_jobs_"
+
+
 def _module_name(root: Path, label: str) -> str:
     digest = hashlib.sha1(str(root).encode()).hexdigest()[:10]
-    return f"_platform_jobs_{digest}.{label}"
+    return f"{_MODULE_PREFIX}{digest}.{label}"
+
+
+def _failed_relative_import(exc: Exception, module_name: str) -> bool:
+    """Whether ``exc`` is a relative import in the job file itself failing.
+
+    The generated module name has a parent package that does not exist, so
+    ``from ._common import X`` fails looking for that parent, and ``from .. import X``
+    goes past the top of it.
+    """
+    if not isinstance(exc, ImportError):
+        return False
+    if isinstance(exc, ModuleNotFoundError):
+        return exc.name is not None and module_name.startswith(exc.name + ".")
+    return "relative import beyond top-level package" in str(exc)
+
+
+def _line_in(exc: BaseException, file: Path) -> int | None:
+    """The line of ``file`` that raised ``exc`` (the innermost frame in that file)."""
+    line = None
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        if frame.f_code.co_filename == str(file):
+            line = lineno
+    return line
+
+
+def _relative_import_error(exc: Exception, file: Path) -> JobDefinitionError:
+    line = _line_in(exc, file)
+    where = f" (line {line})" if line is not None else ""
+    return JobDefinitionError(
+        f"relative imports are not supported in job files{where}: job files are imported "
+        "on their own, not as part of a package; use an absolute import, e.g. "
+        "from beat_schedules._common import X",
+        file=str(file),
+    )
 
 
 def _import_definitions(root: Path, file: Path) -> list[JobDefinition]:
@@ -85,6 +123,8 @@ def _import_definitions(root: Path, file: Path) -> list[JobDefinition]:
             raise
         except Exception as exc:
             sys.modules.pop(spec.name, None)
+            if _failed_relative_import(exc, spec.name):
+                raise _relative_import_error(exc, file) from exc
             raise JobDefinitionError(
                 f"importing failed: {type(exc).__name__}: {exc}", file=shown
             ) from exc
