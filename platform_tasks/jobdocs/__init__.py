@@ -11,6 +11,7 @@ from platform_tasks.jobdocs.config import (
     DocsConfig,
     DocsConfigError,
     SelectionOverrides,
+    declared_settings,
     default_profile,
     load_docs_config,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "SelectionOverrides",
     "Severity",
     "build_report",
+    "declared_settings",
     "default_profile",
     "load_docs_config",
     "render_json",

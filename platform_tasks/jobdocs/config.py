@@ -24,6 +24,7 @@ __all__ = [
     "DocsConfigError",
     "SelectionOverrides",
     "SettingValue",
+    "declared_settings",
     "default_profile",
     "load_docs_config",
 ]
@@ -194,6 +195,22 @@ def load_docs_config(
         jobs_enabled=_bool_setting(layers.setting("jobs_enabled"), declared, profile),
         redis_url=_redis_setting(layers.setting("redis_url"), declared, profile),
     )
+
+
+def declared_settings(project_dir: Path, profile: str) -> dict[str, SettingValue]:
+    """Every setting ``pyproject.toml`` declares for ``profile``, keyed by its lower-case
+    name: ``[tool.platform-tasks.profiles.<profile>]`` over ``[tool.platform-tasks]``, the
+    same layers a static run reads. The environment is left to the caller, which lets it
+    win as it does here (``platform-tasks jobs list`` builds the runtime settings from this).
+    """
+    tool = _read_pyproject(project_dir.absolute())
+    layers = _Layers(tool, profile, {})
+    declared: dict[str, SettingValue] = {}
+    for key in (*tool, *(layers.profile_table or {})):
+        found = layers.table(key)
+        if found is not None:
+            declared[key] = found
+    return declared
 
 
 def default_profile(environ: Mapping[str, str]) -> str:

@@ -4,9 +4,9 @@ Both commands run as real subprocesses on a project where every field is statica
 known: cron and interval jobs, a disabled one, explicit and default names, leases and
 queues, and a cron and a zone resolved from ``beat_schedules/_common.py``.
 
-``jobs list`` runs with the project directory on ``PYTHONPATH``: the job files import
-``beat_schedules._common`` by absolute name, which beat and the workers resolve because
-``celery -A celery_app`` puts the working directory on ``sys.path``.
+The job files import ``beat_schedules._common`` by absolute name: ``jobs list`` puts the
+working directory on ``sys.path`` as ``celery -A celery_app`` does for beat and the
+workers, so both commands run with no ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -49,15 +49,15 @@ JOBS = {
 }
 
 
-def _environment(project: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLATFORM_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(project), env.get("PYTHONPATH")) if p)
-    return env
+def _environment() -> dict[str, str]:
+    return {
+        k: v for k, v in os.environ.items() if not k.startswith("PLATFORM_") and k != "PYTHONPATH"
+    }
 
 
 def _run(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [SCRIPT, *args], cwd=project, env=_environment(project),
+        [SCRIPT, *args], cwd=project, env=_environment(),
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 
@@ -87,6 +87,8 @@ def _runtime_view(project: Path) -> dict[str, dict[str, Any]]:
             "timezone": row["timezone"],
             "enabled": row["enabled"],
             "queue": row["queue"],
+            "lease_ttl": row["lease_ttl"],
+            "lease_ttl_default": row["lease_ttl_default"],
         }
     return rows
 
@@ -111,6 +113,7 @@ def _static_view(project: Path) -> tuple[dict[str, dict[str, Any]], dict[str, An
             "enabled": fields["enabled"],
             "queue": fields["queue"],
             "lease_ttl": fields["lease_ttl"],
+            "is_cron": fields["cron"] is not None,
         }
     return jobs, document
 
@@ -132,8 +135,8 @@ def test_list_and_docs_agree_on_every_job(project: Path) -> None:
         ]
     )
     for name, listed in runtime.items():
-        documented = {k: v for k, v in static[name].items() if k != "lease_ttl"}
-        assert documented == listed, name
+        compared = ("file", "schedule", "timezone", "enabled", "queue")
+        assert {k: static[name][k] for k in compared} == {k: listed[k] for k in compared}, name
     assert runtime["nightly"]["schedule"] == "30 2 * * *"  # the constant from _common
     assert runtime["nightly"]["timezone"] == "Europe/Berlin"
     assert runtime["reports.legacy_export"]["enabled"] is False
@@ -141,49 +144,26 @@ def test_list_and_docs_agree_on_every_job(project: Path) -> None:
     assert document["files_without_evidence"] == []
 
 
-def _runtime_leases(project: Path) -> dict[str, dict[str, Any]]:
-    """Each job's lease as the runtime holds it: the ``lease_ttl`` given (or ``None``) and
-    the running lease of its next point. ``jobs list`` prints no lease, so this asks the
-    public discovery function, in a subprocess like the commands."""
-    code = """
-import json
-from datetime import UTC, datetime
-from pathlib import Path
-from platform_tasks.jobs.discovery import discover_jobs
-now = datetime.now(UTC)
-print(json.dumps({
-    job.name: {
-        "given": job.definition.lease_ttl and job.definition.lease_ttl.total_seconds(),
-        "cron": job.definition.cron,
-        "running": job.schedule.lease_ttl_for(job.schedule.next_after(now)).total_seconds(),
-    }
-    for job in discover_jobs(Path("beat_schedules"), now=now)
-}))
-"""
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=project, env=_environment(project),
-        capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
-    leases: dict[str, dict[str, Any]] = json.loads(done.stdout)
-    return leases
-
-
 def test_list_and_docs_agree_on_leases(project: Path) -> None:
-    runtime = _runtime_leases(project)
+    runtime = _runtime_view(project)
     static, _ = _static_view(project)
 
     assert sorted(runtime) == sorted(static)
-    for name, lease in runtime.items():
+    for name, listed in runtime.items():
         documented = static[name]["lease_ttl"]
-        if lease["given"] is not None or lease["cron"] is None:
+        if not listed["lease_ttl_default"] or not static[name]["is_cron"]:
             # Given, or the interval default (the period capped at 1 h): the same number.
-            assert documented == lease["running"], name
+            assert documented == listed["lease_ttl"], name
         else:
             # A cron job's default depends on the point; the reader says so (no value).
             assert documented is None, name
-    assert runtime["billing.invoices"]["running"] == 600.0
-    assert runtime["reports.hourly"]["running"] == 1800.0
-    assert runtime["billing.sweep"]["running"] == 900.0
+    assert runtime["billing.invoices"]["lease_ttl"] == 600.0
+    assert runtime["billing.invoices"]["lease_ttl_default"] is False
+    assert runtime["reports.hourly"]["lease_ttl"] == 1800.0
+    assert runtime["billing.sweep"]["lease_ttl"] == 900.0
+    assert runtime["billing.sweep"]["lease_ttl_default"] is True
+    assert runtime["_internal.heartbeat"]["lease_ttl"] == 30.0
+    assert runtime["nightly"]["lease_ttl"] == 3600.0  # a day, capped at 1 h
 
 
 def test_a_job_file_runtime_cannot_import_fails_both(project: Path) -> None:
@@ -200,6 +180,7 @@ def test_a_job_file_runtime_cannot_import_fails_both(project: Path) -> None:
     checked = _run(project, "jobs", "check", "--static")
 
     assert listed.returncode == 1
-    assert "relative.py" in listed.stderr + listed.stdout
+    assert "relative.py" in listed.stderr
+    assert "relative imports are not supported in job files (line 1)" in listed.stderr
     assert checked.returncode == 1
     assert "error: beat_schedules/relative.py: relative import at line 1" in checked.stderr

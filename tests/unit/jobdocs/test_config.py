@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from platform_tasks.jobdocs import DocsConfigError, SelectionOverrides, load_docs_config
-from platform_tasks.jobdocs.config import default_profile
+from platform_tasks.jobdocs.config import declared_settings, default_profile
 
 PYPROJECT = """
 [tool.platform-tasks]
@@ -106,3 +106,21 @@ def test_unreadable_configuration_is_an_error(tmp_path: Path, text: str) -> None
 def test_default_profile() -> None:
     assert default_profile({}) == "development"
     assert default_profile({"PLATFORM_PROFILE": "production"}) == "production"
+
+
+def test_declared_settings_layer_the_profile_over_the_tool_table(tmp_path: Path) -> None:
+    declared = declared_settings(_write(tmp_path, PYPROJECT + 'jobs_include = ["a/*"]\n'),
+                                 "development")  # fmt: skip
+
+    assert {key: found.value for key, found in declared.items()} == {
+        "jobs_include": ["a/*"],
+        "jobs_dir": "schedules",
+        "jobs_exclude": "legacy/*, old_*",
+        "redis_url": "redis://dev:6379/0",
+    }
+    assert declared["jobs_include"].source == (
+        "jobs_include in [tool.platform-tasks.profiles.development]"
+    )
+    other = declared_settings(tmp_path, "production")
+    assert {key: found.value for key, found in other.items()} == {"jobs_include": ["*.py"]}
+    assert other["jobs_include"].source == "jobs_include in [tool.platform-tasks]"
