@@ -9,10 +9,9 @@ so that background load hits both alike:
 
 The runtime command runs twice per round: *warm* (bytecode of the job files cached in
 ``__pycache__``, as on a long-lived host) and *cold* (no bytecode cache and none written,
-as on a fresh CI checkout). ``jobs list`` gets the project directory on ``PYTHONPATH``:
-the job files import ``beat_schedules._common``, which beat finds because
-``celery -A celery_app`` puts the working directory on ``sys.path``, while the
-``platform-tasks`` script does not.
+as on a fresh CI checkout). Both run in the project directory with no ``PYTHONPATH``:
+``jobs list`` puts the working directory on ``sys.path`` (as ``celery -A`` does), so the
+job files' ``from beat_schedules._common import ...`` resolves.
 
 Each command is started by a small meter process that reports the command's wall
 time, CPU time (user + system) and peak RSS from ``resource.getrusage(RUSAGE_CHILDREN)``
@@ -87,7 +86,9 @@ def generate(project: Path, count: int) -> None:
 
 
 def base_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("PLATFORM_")}
+    return {
+        k: v for k, v in os.environ.items() if not k.startswith("PLATFORM_") and k != "PYTHONPATH"
+    }
 
 
 def measure(command: list[str], cwd: Path, env: dict[str, str]) -> dict[str, object]:
@@ -110,6 +111,7 @@ def summarise(rows: list[dict[str, object]]) -> dict[str, float]:
         values = [float(row[key]) for row in rows]  # type: ignore[arg-type]
         summary[f"{key}_min"] = round(min(values), 3)
         summary[f"{key}_median"] = round(statistics.median(values), 3)
+        summary[f"{key}_max"] = round(max(values), 3)
     return summary
 
 
@@ -127,9 +129,6 @@ def main() -> None:
         generate(project, options.files)
         static_env = base_env()
         runtime_env = base_env()
-        runtime_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (runtime_env.get("PYTHONPATH"), str(project)) if p
-        )
         warm_env = {k: v for k, v in runtime_env.items() if k != "PYTHONDONTWRITEBYTECODE"}
         cold_env = {**runtime_env, "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -144,6 +143,7 @@ def main() -> None:
         assert len(document["jobs"]) == options.files, len(document["jobs"])
         assert all(job["evidence"] == "complete" for job in document["jobs"])
         assert len(listed) == options.files, len(listed)
+        assert all(len(row["next_points"]) == 3 for row in listed)
 
         static, warm, cold = [], [], []
         for _ in range(options.repeat):

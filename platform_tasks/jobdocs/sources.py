@@ -60,12 +60,17 @@ def _name_from_parts(parts: list[str] | None) -> str | None:
     return ".".join(parts)
 
 
-def _python_files(root: Path) -> list[Path]:
-    found: list[Path] = []
+def _python_files(root: Path) -> list[str]:
+    """Every ``.py`` file below ``root`` as a path string, in :class:`~pathlib.Path` order
+    (component by component, so ``x/__init__.py`` comes before ``x.py``). Strings, not
+    paths: the index visits every file of the roots, and only a few are ever looked up."""
+    found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
-        found.extend(Path(dirpath) / name for name in filenames if name.endswith(".py"))
-    return sorted(found)
+        dirnames[:] = [d for d in dirnames if d != "__pycache__" and not d.startswith(".")]
+        prefix = dirpath + os.sep
+        found.extend(prefix + name for name in filenames if name.endswith(".py"))
+    found.sort(key=lambda path: path.split(os.sep))
+    return found
 
 
 def _describe_syntax_error(exc: SyntaxError) -> str:
@@ -84,7 +89,7 @@ class SourceIndex:
     def __init__(self, project_dir: Path, roots: list[Path]) -> None:
         self.project_dir = project_dir.absolute()
         self.roots = [root.absolute() for root in roots]
-        self._by_name: dict[str, Path] = {}
+        self._by_name: dict[str, str] = {}
         self._parsed: dict[Path, ParsedModule] = {}
         self._packages: set[str] = set()
         self._bases = [str(self.project_dir), *(str(root.parent) for root in self.roots)]
@@ -93,7 +98,7 @@ class SourceIndex:
                 continue
             for file in _python_files(root):
                 for base in (self._bases[0], str(root.parent)):
-                    name = _name_from_parts(_parts_below(base, str(file)))
+                    name = _name_from_parts(_parts_below(base, file))
                     if name is not None:
                         self._by_name.setdefault(name, file)
                         parts = name.split(".")
@@ -105,7 +110,8 @@ class SourceIndex:
 
     def file_for(self, module: str) -> Path | None:
         """The file of a module inside the roots, or ``None`` when it is not one of ours."""
-        return self._by_name.get(module)
+        file = self._by_name.get(module)
+        return None if file is None else Path(file)
 
     def is_project_module(self, module: str) -> bool:
         """Whether ``module`` is a module or (possibly namespace) package inside the roots."""
