@@ -42,12 +42,13 @@ logger = logging.getLogger("platform_tasks.transport")
 MIN_REDIS_VERSION = (6, 2)
 """BLMOVE (the blocking wait) exists since Redis 6.2."""
 
-MULTI_QUEUE_WAIT = 0.25
-"""Seconds one wait blocks when the channel consumes several queues.
+MULTI_LIST_WAIT = 0.1
+"""Seconds one wait blocks when the channel consumes several lists.
 
-BLMOVE blocks on one list, the default-priority list of the queue next in turn. With
-several queues a message on another queue is noticed at the next fetch, so the wait is
-kept short; with one queue the wait is ``brpop_timeout`` (1 s)."""
+BLMOVE blocks on one list (the one that last delivered a message). A message landing on
+another list (another queue, another priority step) is noticed at the next fetch, so
+with several lists the wait is kept this short; with exactly one list it is
+``brpop_timeout`` (1 s), since that list's push wakes the wait at once."""
 
 FETCH = "EVALSHA"
 WAIT = "BLMOVE"
@@ -79,7 +80,8 @@ class Channel(RedisChannel):  # type: ignore[misc]
         self._scripts: dict[str, Script] = {}
         self._recorded: set[str] = set()
         self._noack_queues: set[str] = set()
-        self._fetch_queues: list[str] = []
+        self._fetch_lists: list[tuple[str, int]] = []
+        self._hot_list: tuple[str, int] | None = None
         self._wait_next = False
         self._poll_stage = FETCH
         super().__init__(connection, *args, **kwargs)
@@ -192,9 +194,9 @@ class Channel(RedisChannel):  # type: ignore[misc]
         return result
 
     def _fetch_plan(self, queues: Sequence[str], *, record: bool) -> tuple[list[str], list[str]]:
-        """Queue of each list in consumption order (kombu's BRPOP order) and the
-        script's KEYS and ARGV for them."""
-        self._fetch_queues = [q for pri in self.priority_steps for q in queues]
+        """(queue, priority) of each list in consumption order (kombu's BRPOP order) and
+        the script's KEYS and ARGV for them."""
+        self._fetch_lists = [(q, pri) for pri in self.priority_steps for q in queues]
         keys = [self.prefixed(TRANSPORT_QUARANTINE)]
         flags: list[str] = []
         for pri in self.priority_steps:
@@ -210,11 +212,8 @@ class Channel(RedisChannel):  # type: ignore[misc]
         if not queues:
             return
         if self._wait_next:
-            key = self.prefixed(self._q_for_pri(queues[0], self.default_priority))
-            wait = timeout
-            if len(queues) > 1:
-                wait = min(timeout or MULTI_QUEUE_WAIT, MULTI_QUEUE_WAIT)
-            command: list[Any] = [WAIT, key, key, "RIGHT", "RIGHT", wait or 0]
+            key, wait = self._wait_plan(queues, timeout)
+            command: list[Any] = [WAIT, key, key, "RIGHT", "RIGHT", wait]
             self._poll_stage = WAIT
         else:
             keys, flags = self._fetch_plan(queues, record=True)
@@ -226,6 +225,23 @@ class Channel(RedisChannel):  # type: ignore[misc]
         self._in_poll = connection
         self._brpop_sent_at = monotonic()
         connection.send_command(*command)
+
+    def _wait_plan(self, queues: Sequence[str], timeout: float) -> tuple[str, float]:
+        """The list the idle wait blocks on, and for how long.
+
+        It blocks on the list that delivered the last message (where the next one most
+        likely lands), else on the default-priority list of the queue next in turn. A
+        push onto that list wakes it at once; a push onto any other list is seen at the
+        next fetch, so with several lists the wait is at most ``MULTI_LIST_WAIT``.
+        """
+        hot = self._hot_list
+        if hot is None or hot[0] not in queues:
+            hot = (queues[0], self.default_priority)
+        lists = len(queues) * len(self.priority_steps)
+        wait = timeout or 0
+        if lists > 1:
+            wait = min(wait or MULTI_LIST_WAIT, MULTI_LIST_WAIT)
+        return self.prefixed(self._q_for_pri(*hot)), wait
 
     def _brpop_read(self, **options: Any) -> bool:
         connection = self.client.connection
@@ -245,9 +261,19 @@ class Channel(RedisChannel):  # type: ignore[misc]
             self._flush_brpop_reauth()
         if stage == WAIT:
             self._wait_next = False
-            if reply is None and self._fetch_queues:
-                # Timed out: let the next wait block on the next queue in turn.
-                self._queue_cycle.rotate(self._fetch_queues[0])
+            if reply is None:
+                if self._fetch_lists:
+                    # Timed out: the next fetch starts with the next queue in turn.
+                    self._queue_cycle.rotate(self._fetch_lists[0][0])
+                # Idle: sweep for expired messages here too (throttled by time). Without
+                # an event loop kombu sweeps only after a poll that saw no reply, and
+                # with short waits every poll sees one.
+                try:
+                    self.qos.restore_visible(
+                        num=self.unacked_restore_limit, interval=self.unacked_restore_throttle
+                    )
+                except self.connection_errors:
+                    logger.debug("sweep skipped: broker connection error", exc_info=True)
             raise Empty()
         return self._deliver_fetched(reply)
 
@@ -264,7 +290,8 @@ class Channel(RedisChannel):  # type: ignore[misc]
         if index == 0:
             self._wait_next = True
             raise Empty()
-        queue = self._fetch_queues[index - 1]
+        queue, priority = self._fetch_lists[index - 1]
+        self._hot_list = (queue, priority)
         message = loads(bytes_to_str(reply[1]))
         tag = message["properties"]["delivery_tag"]
         if queue not in self._noack_queues:

@@ -94,15 +94,45 @@ def test_several_queues_are_all_consumed(connect: ConnectionFactory) -> None:
 
 
 def test_message_published_while_waiting_wakes_the_consumer(connect: ConnectionFactory) -> None:
-    conn = connect()
+    # One list consumed, so the wait blocks for the full 30 s polling interval: receiving
+    # within 5 s means the push woke it.
+    conn = connect(priority_steps=[0], polling_interval=30)
     queue = _queue("jobs")
     received, on_message = collector()
     with Consumer(conn, [queue], callbacks=[on_message]):
-        drain_until(conn, lambda: conn.default_channel._wait_next, timeout=5)
+        channel = conn.default_channel
+        drain_until(conn, lambda: channel._wait_next and channel._in_poll, timeout=5)
         Producer(connect().channel()).publish({"n": 1}, exchange=queue.exchange,
                                               routing_key="jobs")  # fmt: skip
         drain_until(conn, lambda: len(received) == 1, timeout=5)
         received[0].ack()
+
+
+def _waits(redis_client: redis.Redis) -> int:
+    """How many blocking waits (BLMOVE) the server has run so far."""
+    stats = redis_client.info("commandstats").get("cmdstat_blmove", {})
+    return int(stats.get("calls", 0))
+
+
+def test_message_on_another_priority_list_is_not_held_by_the_wait(
+    connect: ConnectionFactory, redis_client: redis.Redis
+) -> None:
+    # The wait blocks on one list; with several lists it is short whatever the polling
+    # interval, so a message on another list is taken at the next fetch, not after 30 s.
+    conn = connect(priority_steps=[0, 5, 9], polling_interval=30)
+    queue = _queue("jobs")
+    received, on_message = collector()
+    producer = Producer(connect(priority_steps=[0, 5, 9]).channel())
+    with Consumer(conn, [queue], callbacks=[on_message]):
+        for priority in (9, 0, 5):
+            before = _waits(redis_client)
+            drain_until(conn, lambda: _waits(redis_client) > before, timeout=5)  # noqa: B023
+            producer.publish({"priority": priority}, exchange=queue.exchange,
+                             routing_key="jobs", priority=priority)  # fmt: skip
+            count = len(received) + 1
+            drain_until(conn, lambda: len(received) == count, timeout=5)  # noqa: B023
+            received[-1].ack()
+    assert [m.payload["priority"] for m in received] == [9, 0, 5]
 
 
 def test_fanout_reaches_every_bound_queue(connect: ConnectionFactory) -> None:
