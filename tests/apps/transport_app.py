@@ -3,13 +3,17 @@
 The transport comes from ``PLATFORM_TRANSPORT`` like in production; the visibility
 timeout can be shortened below the production minimum with
 ``TRANSPORT_TEST_VISIBILITY_SECONDS`` so restores happen within a test's time budget.
+With ``TRANSPORT_TEST_GO_KEY`` set, a worker waits after booting until that Redis list
+gets an item (see ``tests/e2e/test_transport_kill.py``).
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import redis
+from celery.signals import worker_init
 
 from platform_tasks import create_app
 
@@ -24,6 +28,22 @@ app = create_app(
 _results = redis.Redis.from_url(os.environ["PLATFORM_REDIS_URL"])
 
 SEEN_KEY = "test:transport:seen"
+GO_WAIT_SECONDS = 180
+
+
+def _wait_for_go(**_: Any) -> None:
+    """Hold the booted worker before its pool and consumer start, until the test says go.
+
+    The kill test starts workers ahead of their turn (imports and app set-up are most of
+    a worker's start-up) and releases one at a time by pushing onto its go key.
+    """
+    key = os.environ["TRANSPORT_TEST_GO_KEY"]
+    if _results.blpop([key], timeout=GO_WAIT_SECONDS) is None:
+        raise SystemExit(f"no go on {key} within {GO_WAIT_SECONDS}s")
+
+
+if os.environ.get("TRANSPORT_TEST_GO_KEY"):
+    worker_init.connect(_wait_for_go, weak=False)
 
 
 @app.task(name="transport.count")
