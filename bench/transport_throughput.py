@@ -4,16 +4,18 @@ Same run, same machine, same worker command (``celery worker -P prefork -c 2``, 
 late from the platform defaults). Each variant drains a queue pre-filled with
 ``--messages`` tasks; the clock and the main process's CPU time (utime + stime from
 ``/proc/<pid>/stat``) are read when the queue starts shrinking and when it is empty with
-nothing left unacked. Variants run interleaved for ``--rounds`` rounds; the best round
-of each is reported, and ratios are against stock Celery's no-op measured in the same run.
+nothing left unacked. Variants run interleaved for ``--rounds`` rounds; each round's
+ratio is against stock Celery's no-op of the same round, and the median and range over
+rounds are reported.
 
-    .venv/bin/python bench/transport_throughput.py --messages 3000 --rounds 3
+    .venv/bin/python bench/transport_throughput.py --messages 2000 --rounds 5
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -112,6 +114,11 @@ def measure(variant: Variant, redis_url: str, database_url: str, count: int, log
     return Result(variant, int(left), end - start, cpu_end - cpu_start)
 
 
+def _spread(values: list[float], fmt: str) -> str:
+    return (f"{format(statistics.median(values), fmt)} "
+            f"({format(min(values), fmt)}-{format(max(values), fmt)})")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=3000)
@@ -123,22 +130,27 @@ def main() -> None:
     postgres = PostgresServer(base / "pg" / "data").start()
     try:
         migrate(postgres.url)
-        best: dict[str, Result] = {}
+        rounds: list[dict[str, Result]] = []
         for round_no in range(args.rounds):
+            results: dict[str, Result] = {}
             for variant in VARIANTS:
                 result = measure(variant, redis_server.url, postgres.url, args.messages, base)
+                results[variant.name] = result
+                stock = results[VARIANTS[0].name]
                 line = (f"round {round_no + 1} {variant.name:24s} {result.rate:8.1f} tasks/s "
+                        f"({result.rate / stock.rate:.2f}x stock of this round) "
                         f"{result.cpu_ms_per_task:6.3f} ms CPU/task (main process)")  # fmt: skip
                 print(line, flush=True)
-                if variant.name not in best or result.rate > best[variant.name].rate:
-                    best[variant.name] = result
-        baseline = best["stock no-op"]
-        print("\n| variant | tasks/s | ratio vs stock no-op | main-process CPU ms/task |")
+            rounds.append(results)
+        print("\n| variant | tasks/s median (min-max) | ratio vs stock no-op, median of rounds "
+              "(min-max) | main-process CPU ms/task median (min-max) |")  # fmt: skip
         print("|---|---|---|---|")
         for variant in VARIANTS:
-            r = best[variant.name]
-            print(f"| {variant.name} | {r.rate:.1f} | {r.rate / baseline.rate:.2f}x | "
-                  f"{r.cpu_ms_per_task:.3f} |")  # fmt: skip
+            rates = [r[variant.name].rate for r in rounds]
+            ratios = [r[variant.name].rate / r[VARIANTS[0].name].rate for r in rounds]
+            cpus = [r[variant.name].cpu_ms_per_task for r in rounds]
+            print(f"| {variant.name} | {_spread(rates, '.1f')} | {_spread(ratios, '.2f')}x | "
+                  f"{_spread(cpus, '.3f')} |")  # fmt: skip
     finally:
         postgres.stop()
         redis_server.stop()
