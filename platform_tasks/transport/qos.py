@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kombu.transport import virtual
 from kombu.transport.redis import QoS as RedisQoS
 from kombu.utils.json import dumps
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 if TYPE_CHECKING:
     from platform_tasks.transport.channel import Channel
@@ -47,19 +48,45 @@ class QoS(RedisQoS):  # type: ignore[misc]
         virtual.QoS.append(self, message, delivery_tag)
 
     def ack(self, delivery_tag: str) -> None:
+        self._require_open_channel("ack", delivery_tag)
         self.channel.run_script("transport_ack", [], [delivery_tag])
         virtual.QoS.ack(self, delivery_tag)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        self._require_open_channel("reject", delivery_tag)
         if requeue:
             self.restore_by_tag(delivery_tag, leftmost=True)
         else:
             self.channel.run_script("transport_ack", [], [delivery_tag])
         virtual.QoS.ack(self, delivery_tag)
 
+    def _require_open_channel(self, action: str, delivery_tag: str) -> None:
+        """Refuse with a connection error once the channel lost its broker connection.
+
+        A task that finishes after the worker reconnected acks through the message's old
+        channel, whose transport kombu has detached; building a client there fails with
+        an ``AttributeError`` that would end the worker. A connection error is what
+        Celery logs and survives: the record stays unacked and the sweep redelivers it.
+        """
+        transport = self.channel.connection
+        if transport is None or getattr(transport, "client", None) is None:
+            raise RedisConnectionError(
+                f"cannot {action} message {delivery_tag}: its channel was closed with its "
+                "broker connection; the message stays unacked until the visibility sweep"
+            )
+
     def restore_unacked(self, client: Any = None) -> None:
         for tag in list(self._delivered):
-            self.restore_by_tag(tag)
+            try:
+                self.restore_by_tag(tag)
+            except Exception:
+                # Closing after a lost broker connection: kombu may already have detached
+                # the transport (no client to reconnect with). Raising here would end the
+                # worker; the unacked record stays in Redis and the sweep restores it.
+                logger.warning(
+                    "could not restore message %s on close; the visibility sweep will", tag,
+                    exc_info=True, extra={"event": "transport.restore_deferred"},
+                )  # fmt: skip
         self._delivered.clear()
 
     def restore_by_tag(self, tag: str, client: Any = None, leftmost: bool = False) -> bool:
