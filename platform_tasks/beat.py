@@ -4,8 +4,13 @@ Stock beat keeps its schedule in the process, so two replicas double-fire, a res
 catches up missed runs and nothing stops a run overlapping the previous one. Here every
 replica discovers the same job files and, at each point, asks Redis once (the admission
 script); Redis decides which replica's trigger wins, refuses catch-up and skips a point
-while the job's running lease is held. Admitted points are sent to the worker as a
-``platform.jobs.run`` task carrying the lease token.
+while the job's running lease is held. Admitted points are sent to the worker as
+``platform.jobs.run`` tasks carrying the lease token.
+
+A tick is batched end to end: the due points are taken from a heap, admitted one
+pipeline per batch (one script call per point), and the batch's admitted triggers are
+published in one kombu publish batch (one broker round trip) before the next batch is
+judged. Beat then sleeps until the next due point.
 
 The scheduler also runs a delay promoter, so durable delays keep moving in deployments
 whose only long-lived process next to the workers is beat.
@@ -13,16 +18,19 @@ whose only long-lived process next to the workers is beat.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
-from datetime import UTC, datetime, timedelta
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from celery import beat
 
 from platform_tasks.delay_promoter import DelayPromoter
-from platform_tasks.jobs.points import from_ms
+from platform_tasks.jobs.points import to_ms
 from platform_tasks.jobs.runtime import JobRuntime, app_name, runtime_mode, start_jobs
 from platform_tasks.jobs.trigger import PointOutcome, PointResult, TriggerEngine
 from platform_tasks.jobs.worker import RUN_TASK
@@ -31,11 +39,19 @@ __all__ = ["LeaseScheduler"]
 
 logger = logging.getLogger("platform_tasks.beat")
 
-_MIN_SLEEP = 0.01
+_MIN_SLEEP = 0.001
 # Reconnect after a broker restart, but give up quickly: the trigger is only worth
-# sending within its period (the worker's start check drops it otherwise).
+# sending within its period (the worker's start check drops it otherwise). Applies when
+# the transport cannot batch (each trigger is then published on its own).
 _PUBLISH_RETRY = {"max_retries": 3, "interval_start": 0.1, "interval_step": 0.2,
                   "interval_max": 0.5}  # fmt: skip
+# Redis commands per trigger in a publish batch: the message, its task-sent event and
+# possibly a queue expiry; sized so a batch never flushes half-way.
+_COMMANDS_PER_TRIGGER = 4
+
+
+def _local_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
@@ -48,7 +64,12 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
         self.runtime: JobRuntime | None = None
         self.engine: TriggerEngine | None = None
         self.promoter: DelayPromoter | None = None
-        self._offset = timedelta(0)  # Redis clock minus ours
+        self._offset_ms = 0  # Redis clock minus ours (see _observe_clock)
+        self._clock_seen_ms = 0
+        self._unsent: dict[str, str] = {}  # token -> job: admitted, trigger not yet sent
+        self._closed = False
+        self._dispatching = False
+        self._queues: dict[str, str] = {}  # job -> queue its triggers go to
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         super().__init__(app, *args, **kwargs)
 
@@ -65,80 +86,177 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
                 self.runtime.jobs, self.runtime.leases, owner=self.owner,
                 started_at=self.runtime.ready_at,
             )  # fmt: skip
-            self._offset = self.runtime.ready_at - datetime.now(UTC)
+            self._clock_seen_ms = _local_ms()
+            self._offset_ms = to_ms(self.runtime.ready_at) - self._clock_seen_ms
+            self._queues = {name: job.definition.queue for name, job in self.engine.jobs.items()}
         self.promoter = DelayPromoter(settings, name="platform-beat-delay-promoter")
         self.promoter.start()
         logger.info(
             "beat scheduler ready owner=%s ready_at_ms=%d active_jobs=%d", self.owner,
-            int(self.runtime.ready_at.timestamp() * 1000),
-            len(self.engine.jobs) if self.engine else 0,
+            to_ms(self.runtime.ready_at), len(self.engine.jobs) if self.engine else 0,
             extra={"event": "beat.ready"},
         )  # fmt: skip
 
     def now(self) -> datetime:
         """Our best estimate of the Redis clock (local clock plus the measured offset)."""
-        return datetime.now(UTC) + self._offset
+        return datetime.fromtimestamp((_local_ms() + self._offset_ms) / 1000, UTC)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Trigger every due point; return seconds until the next one (capped)."""
-        if self.engine is None:
+        if self._closed:
+            # Closed by the SIGTERM/SIGINT handler, whose SystemExit a library on the
+            # publish path may have turned into an ordinary error: stop the service.
+            raise SystemExit()
+        engine = self.engine
+        if engine is None:
             return float(self.max_interval)
-        for result in self.engine.tick(self.now()):
-            if result.judged_at_ms is not None:
-                self._offset = from_ms(result.judged_at_ms) - datetime.now(UTC)
-            if result.outcome is PointOutcome.ADMITTED:
-                self._dispatch(result)
-        next_due = self.engine.next_due()
+        batches = engine.tick_batches(self.now())
+        while True:
+            sent_ms = _local_ms()
+            batch = next(batches, None)
+            if batch is None:
+                break
+            self._observe_clock(batch, sent_ms, _local_ms())
+            admitted = [r for r in batch if r.outcome is PointOutcome.ADMITTED]
+            if admitted:
+                self._dispatch(admitted)
+            if self._closed:
+                raise SystemExit()  # see above: nothing more is triggered
+        next_due = engine.next_due_ms()
         if next_due is None:
             return float(self.max_interval)
-        wait = (next_due - self.now()).total_seconds()
+        wait = (next_due - (_local_ms() + self._offset_ms)) / 1000
         return min(float(self.max_interval), max(_MIN_SLEEP, wait))
 
-    def _dispatch(self, result: PointResult) -> None:
-        assert self.engine is not None and self.runtime is not None
-        job = self.engine.jobs[result.job]
-        assert result.token is not None
+    def _observe_clock(self, batch: Sequence[PointResult], sent_ms: int, received_ms: int) -> None:
+        """Refine the Redis-minus-local clock offset from one pipeline's judged times.
+
+        Every script ran between ``sent_ms`` and ``received_ms`` (local), so the offset
+        is at least ``max(judged) - received_ms`` and at most ``min(judged) - sent_ms``.
+        Reading a large pipeline's replies takes long on a busy machine, so a single
+        lower bound can be far too low (it would make every later tick late by the
+        read time); the estimate keeps the best lower bound seen, lets it sink by at
+        most 1 ms per second (clock drift) and never exceeds the upper bound (so a
+        clock step cannot make beat send points early for long).
+        """
+        judged = [r.judged_at_ms for r in batch if r.judged_at_ms is not None]
+        if not judged:
+            return
+        drift_allowance = max(0, received_ms - self._clock_seen_ms) // 1000
+        estimate = max(max(judged) - received_ms, self._offset_ms - drift_allowance)
+        self._offset_ms = min(estimate, min(judged) - sent_ms)
+        self._clock_seen_ms = received_ms
+
+    def _dispatch(self, admitted: Sequence[PointResult]) -> None:
+        """Publish the admitted triggers in one batch; give back the leases of those
+        that could not be sent (or whose delivery is uncertain)."""
+        for result in admitted:
+            assert result.token is not None
+            self._unsent[result.token] = result.job
+        self._dispatching = True
         try:
-            self.app.send_task(
-                RUN_TASK,
-                kwargs={
-                    "job": result.job,
-                    "point_ms": result.point_ms,
-                    "period_end_ms": result.period_end_ms,
-                    "token": result.token,
-                    "lease_ttl_ms": result.lease_ttl // timedelta(milliseconds=1),
-                },
-                queue=job.definition.queue,
-                producer=self.producer,
-                retry=True,
-                retry_policy=_PUBLISH_RETRY,
-            )
+            self._publish(admitted)
+        finally:
+            self._dispatching = False
+
+    def _publish(self, admitted: Sequence[PointResult]) -> None:
+        producer = self.producer
+        # A batch fails or succeeds at its flush, so a per-message retry wrapper would
+        # only cost time; without batching each trigger keeps the reconnecting retry.
+        retry = not producer.supports_batch_publish
+        sent: list[PointResult] = []
+        failed: list[PointResult] = []
+        try:
+            with producer.batch(max_size=_COMMANDS_PER_TRIGGER * len(admitted) + 16):
+                # Declared once per batch (cached per channel) instead of per message.
+                for queue in {self._queues[r.job] for r in admitted}:
+                    producer.maybe_declare(self.app.amqp.queues[queue], retry=retry)
+                for result in admitted:
+                    try:
+                        self._send(result, producer, retry)
+                    except Exception as exc:
+                        failed.append(result)
+                        logger.error(
+                            "could not send trigger of %s: %s", result.job, exc,
+                            extra={"event": "beat.dispatch_failed", "job": result.job},
+                        )  # fmt: skip
+                    else:
+                        sent.append(result)
         except Exception as exc:
-            # The lease would block the job for lease_ttl; it is ours, so give it back.
+            # The batch flush failed: delivery of its triggers is uncertain. Releasing
+            # is safe either way: a delivered trigger takes its free lease back at its
+            # start check, and the marker already stops every other replica.
             logger.error(
-                "could not send trigger of %s: %s", result.job, exc,
-                extra={"event": "beat.dispatch_failed", "job": result.job},
+                "could not send %d trigger(s): %s", len(sent), exc,
+                extra={"event": "beat.dispatch_failed"},
             )  # fmt: skip
-            if self.runtime.leases is not None:
-                try:
-                    self.runtime.leases.release(result.job, token=result.token)
-                except Exception as release_exc:
-                    logger.warning("lease release failed: %s", release_exc,
-                                   extra={"event": "beat.release_failed"})  # fmt: skip
+            failed.extend(sent)
+            sent = []
+        for result in sent:
+            assert result.token is not None
+            self._unsent.pop(result.token, None)
+        if failed:
+            self._release([r.token for r in failed if r.token is not None])
+
+    def _send(self, result: PointResult, producer: Any, retry: bool) -> None:
+        self.app.send_task(
+            RUN_TASK,
+            kwargs={
+                "job": result.job,
+                "point_ms": result.point_ms,
+                "period_end_ms": result.period_end_ms,
+                "token": result.token,
+                "lease_ttl_ms": result.lease_ttl_ms,
+            },
+            queue=self._queues[result.job],
+            producer=producer,
+            declare=[],
+            retry=retry,
+            retry_policy=_PUBLISH_RETRY,
+            # what Flower and logs show; built here instead of repr()ing the kwargs
+            argsrepr="()",
+            kwargsrepr=f"{{'job': {result.job!r}, 'point_ms': {result.point_ms}}}",
+        )
+
+    def _release(self, tokens: Sequence[str]) -> None:
+        """Give back leases we took for triggers that were not sent (one round trip)."""
+        pairs = [(self._unsent.pop(token), token) for token in tokens if token in self._unsent]
+        if not pairs or self.runtime is None or self.runtime.leases is None:
+            return
+        try:
+            self.runtime.leases.release_many(pairs)
+        except Exception as exc:
+            logger.warning(
+                "lease release failed (the leases expire by themselves): %s", exc,
+                extra={"event": "beat.release_failed"},
+            )  # fmt: skip
 
     def sync(self) -> None:
         """Nothing to persist: Redis holds all shared state."""
 
     def close(self) -> None:
-        """Stop triggering, stop the promoter, close what we own (not a passed-in client)."""
+        """Stop triggering, give back leases of admitted points not yet sent, stop the
+        promoter, close what we own (the broker connection, the Redis client we built;
+        never a passed-in client). Safe to call twice (signal handler, then exit)."""
+        self._closed = True
         self.engine = None
+        if self._unsent:
+            self._release(list(self._unsent))
         if self.promoter is not None:
             self.promoter.stop()
             self.promoter = None
-        if self.runtime is not None:
+        if self.runtime is not None and not self.runtime.closed:
             self.runtime.close()
-        logger.info("beat scheduler closed", extra={"event": "beat.closed"})
+            logger.info("beat scheduler closed owner=%s", self.owner,
+                        extra={"event": "beat.closed"})  # fmt: skip
         super().close()
+        if self._dispatching:
+            return  # a signal handler interrupted a publish: closed on the next call
+        connection = self.__dict__.pop("connection", None)  # Celery's cached_property
+        if connection is not None:
+            self.__dict__.pop("producer", None)
+            with contextlib.suppress(Exception):
+                connection.close()
 
     @property
     def info(self) -> str:

@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 
 from platform_tasks.errors import JobDefinitionError
@@ -59,11 +60,12 @@ class JobSet:
     def active(self) -> tuple[DiscoveredJob, ...]:
         return tuple(job for job in self.jobs if job.enabled)
 
+    @cached_property
+    def _by_name(self) -> dict[str, DiscoveredJob]:
+        return {job.name: job for job in self.jobs}
+
     def get(self, name: str) -> DiscoveredJob | None:
-        for job in self.jobs:
-            if job.name == name:
-                return job
-        return None
+        return self._by_name.get(name)
 
 
 _MODULE_PREFIX = "_platform_jobs_"

@@ -95,6 +95,7 @@ def start_jobs(
         for job in jobs.active:
             job.schedule.next_after(ready_at)
         leases = JobLeases(managed.client, namespace=namespace, prefix=prefix)
+        leases.load_scripts()
     except Exception:
         managed.close()
         raise

@@ -3,17 +3,26 @@
 what each admission outcome means.
 
 Each active job has one pending point, first the point strictly after start-up (nothing
-runs at start-up, nothing missed is caught up). At a tick, points at or before ``now``
-are considered: all but the newest are already a full period late and are reported
-``skipped_late`` without a round trip; the newest goes to the admission script (one
-round trip). A Redis error skips the point (no local fallback) and the rest of the
-tick's due points, so a dead Redis costs one failed call per tick.
+runs at start-up, nothing missed is caught up). The pending points sit in a heap keyed by
+due time, so a tick touches only the due ones. At a tick, points at or before ``now`` are
+considered: for each job, all but the newest are already a full period late and are
+reported ``skipped_late`` without a round trip; the newest goes to the admission script.
+The due points of a tick are admitted in batches of at most ``batch_size``, each batch
+one pipeline (one atomic script call per point, one network round trip per batch). A
+Redis error skips the point (no local fallback) and the rest of the tick's due points,
+so a dead Redis costs one failed round trip per tick.
+
+Per-point outcomes are logged at DEBUG (logger ``platform_tasks.jobs.points``, event
+``jobs.point``); each tick that considered points logs one INFO summary (``jobs.tick``).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -22,11 +31,22 @@ import redis
 
 from platform_tasks.jobs.discovery import DiscoveredJob, JobSet
 from platform_tasks.jobs.points import from_ms, to_ms
-from platform_tasks.leases import AdmissionOutcome, JobLeases, new_token
+from platform_tasks.leases import (
+    Admission,
+    AdmissionOutcome,
+    AdmissionRequest,
+    JobLeases,
+    new_token,
+)
 
-__all__ = ["PointOutcome", "PointResult", "TriggerEngine"]
+__all__ = ["DEFAULT_BATCH_SIZE", "PointOutcome", "PointResult", "TriggerEngine"]
 
 logger = logging.getLogger("platform_tasks.jobs")
+point_logger = logging.getLogger("platform_tasks.jobs.points")
+
+DEFAULT_BATCH_SIZE = 500
+"""Points admitted per pipeline: big enough to amortise the round trip, small enough
+that the first triggers of a large burst are sent while later ones are still judged."""
 
 
 class PointOutcome(StrEnum):
@@ -51,23 +71,41 @@ _FROM_ADMISSION = {
 
 @dataclass(frozen=True)
 class PointResult:
-    """One considered point; ``token`` and ``lease_ttl`` matter when admitted."""
+    """One considered point; ``token`` and ``lease_ttl`` matter when admitted.
+
+    Times are kept in milliseconds since the epoch (what the scripts compare); the
+    datetime views are computed on access.
+    """
 
     job: str
-    point: datetime
+    point_ms: int
     outcome: PointOutcome
-    period_end: datetime
-    lease_ttl: timedelta
+    period_end_ms: int
+    lease_ttl_ms: int
     token: str | None = None
     judged_at_ms: int | None = None
 
     @property
-    def point_ms(self) -> int:
-        return to_ms(self.point)
+    def point(self) -> datetime:
+        return from_ms(self.point_ms)
 
     @property
-    def period_end_ms(self) -> int:
-        return to_ms(self.period_end)
+    def period_end(self) -> datetime:
+        return from_ms(self.period_end_ms)
+
+    @property
+    def lease_ttl(self) -> timedelta:
+        return timedelta(milliseconds=self.lease_ttl_ms)
+
+
+@dataclass
+class _Due:
+    """A job's newest due point, waiting for its admission in this tick."""
+
+    job: DiscoveredJob
+    point_ms: int
+    period_end_ms: int
+    lease_ttl_ms: int
 
 
 class TriggerEngine:
@@ -86,106 +124,159 @@ class TriggerEngine:
         started_at: datetime,
         explicit_now: bool = False,
         on_result: Callable[[PointResult], None] | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
         self.jobs = {job.name: job for job in jobs.active}
         self.leases = leases
         self.owner = owner
         self.explicit_now = explicit_now
         self.on_result = on_result
-        self.pending: dict[str, datetime] = {
-            name: job.schedule.next_after(started_at) for name, job in self.jobs.items()
+        self.batch_size = batch_size
+        start_ms = to_ms(started_at)
+        self._pending_ms: dict[str, int] = {
+            name: job.schedule.next_after_ms(start_ms) for name, job in self.jobs.items()
         }
+        # One entry per active job: (due ms, name). Popped when due, pushed back with
+        # the job's next pending point in the same tick.
+        self._heap = [(ms, name) for name, ms in self._pending_ms.items()]
+        heapq.heapify(self._heap)
         self.round_trips = 0
         self.considered = 0
+        # Lease tokens: unique per admission (owner, a per-engine random session, a
+        # counter) without a uuid4 per point.
+        self._token_prefix = new_token(owner)
+        self._tokens = itertools.count(1)
+
+    @property
+    def pending(self) -> dict[str, datetime]:
+        """Each active job's pending point."""
+        return {name: from_ms(ms) for name, ms in self._pending_ms.items()}
+
+    def next_due_ms(self) -> int | None:
+        return self._heap[0][0] if self._heap else None
 
     def next_due(self) -> datetime | None:
-        return min(self.pending.values(), default=None)
+        ms = self.next_due_ms()
+        return None if ms is None else from_ms(ms)
 
     def tick(self, now: datetime) -> list[PointResult]:
         """Consider every pending point at or before ``now``; return one result each."""
-        results: list[PointResult] = []
+        return [result for batch in self.tick_batches(now) for result in batch]
+
+    def tick_batches(self, now: datetime) -> Iterator[list[PointResult]]:
+        """:meth:`tick` one admission pipeline at a time, so a caller can act on (send)
+        each batch's admitted points while the next batch is still to be judged.
+
+        The tick's due points are taken off the heap before the first batch is yielded,
+        so abandoning the iterator early leaves them unconsidered: consume it fully.
+        """
+        now_ms = to_ms(now)
+        due: list[_Due] = []
+        late: list[PointResult] = []
+        while self._heap and self._heap[0][0] <= now_ms:
+            point_ms, name = heapq.heappop(self._heap)
+            due.append(self._newest_due(self.jobs[name], point_ms, now_ms, late))
+        if not due:
+            return
+        counts: Counter[str] = Counter()
+        if late:
+            self._finish(late, counts)
+            yield late
         redis_down = False
-        for name in sorted(self.pending, key=self.pending.__getitem__):
-            point = self.pending[name]
-            if point > now:
-                break  # sorted: nothing later is due either
-            job = self.jobs[name]
-            point, late = self._newest_due(job, point, now)
-            results.extend(late)
+        for start in range(0, len(due), self.batch_size):
+            chunk = due[start : start + self.batch_size]
             if redis_down:
-                result = self._result(job, point, PointOutcome.SKIPPED_REDIS_ERROR)
+                results = [self._result(d, PointOutcome.SKIPPED_REDIS_ERROR) for d in chunk]
             else:
-                result = self._admit(job, point, now)
-                redis_down = result.outcome is PointOutcome.SKIPPED_REDIS_ERROR
-            results.append(result)
-            if result.outcome is not PointOutcome.NOT_YET:
-                self.pending[name] = result.period_end
-        self.considered += len(results)
-        for result in results:
-            self._report(result)
-        return results
+                results = self._admit(chunk, now_ms)
+                redis_down = any(r.outcome is PointOutcome.SKIPPED_REDIS_ERROR for r in results)
+            for item, result in zip(chunk, results, strict=True):
+                pending = item.point_ms if result.outcome is PointOutcome.NOT_YET else (
+                    item.period_end_ms
+                )  # fmt: skip
+                self._pending_ms[item.job.name] = pending
+                heapq.heappush(self._heap, (pending, item.job.name))
+            self._finish(results, counts)
+            yield results
+        logger.info(
+            "jobs tick owner=%s considered=%d %s", self.owner, sum(counts.values()),
+            " ".join(f"{k}={v}" for k, v in sorted(counts.items())),
+            extra={"event": "jobs.tick", "owner": self.owner, "counts": dict(counts)},
+        )  # fmt: skip
 
     def _newest_due(
-        self, job: DiscoveredJob, point: datetime, now: datetime
-    ) -> tuple[datetime, list[PointResult]]:
-        late: list[PointResult] = []
-        following = job.schedule.period_end(point)
-        while following <= now:
-            late.append(self._result(job, point, PointOutcome.SKIPPED_LATE, end=following))
-            point = following
-            following = job.schedule.period_end(point)
-        return point, late
+        self, job: DiscoveredJob, point_ms: int, now_ms: int, late: list[PointResult]
+    ) -> _Due:
+        schedule = job.schedule
+        following = schedule.next_after_ms(point_ms)
+        while following <= now_ms:
+            ttl = schedule.lease_ttl_ms(point_ms, following)
+            late.append(PointResult(job.name, point_ms, PointOutcome.SKIPPED_LATE, following, ttl))
+            point_ms = following
+            following = schedule.next_after_ms(point_ms)
+        return _Due(job, point_ms, following, schedule.lease_ttl_ms(point_ms, following))
 
     def _result(
-        self, job: DiscoveredJob, point: datetime, outcome: PointOutcome, *,
-        end: datetime | None = None, token: str | None = None, judged_at_ms: int | None = None,
+        self, due: _Due, outcome: PointOutcome, token: str | None = None,
+        judged_at_ms: int | None = None,
     ) -> PointResult:  # fmt: skip
         return PointResult(
-            job=job.name,
-            point=point,
-            outcome=outcome,
-            period_end=end or job.schedule.period_end(point),
-            lease_ttl=job.schedule.lease_ttl_for(point),
-            token=token,
-            judged_at_ms=judged_at_ms,
-        )
+            due.job.name, due.point_ms, outcome, due.period_end_ms, due.lease_ttl_ms,
+            token, judged_at_ms,
+        )  # fmt: skip
 
-    def _admit(self, job: DiscoveredJob, point: datetime, now: datetime) -> PointResult:
-        end = job.schedule.period_end(point)
-        ttl = job.schedule.lease_ttl_for(point)
-        token = new_token(self.owner)
+    def _token(self) -> str:
+        return f"{self._token_prefix}:{next(self._tokens)}"
+
+    def _admit(self, chunk: list[_Due], now_ms: int) -> list[PointResult]:
+        requests = [
+            AdmissionRequest(d.job.name, d.point_ms, d.period_end_ms, self._token(),
+                             d.lease_ttl_ms)
+            for d in chunk
+        ]  # fmt: skip
         self.round_trips += 1
         try:
-            admission = self.leases.admit(
-                job.name,
-                point_ms=to_ms(point),
-                period_end_ms=to_ms(end),
-                token=token,
-                lease_ttl_ms=ttl // timedelta(milliseconds=1),
-                now_ms=to_ms(now) if self.explicit_now else None,
+            answers: list[Admission | redis.RedisError] = self.leases.admit_many(
+                requests, now_ms=now_ms if self.explicit_now else None
             )
         except redis.RedisError as exc:
             logger.warning(
-                "admission of %s at %s failed, point skipped: %s", job.name, point.isoformat(),
-                exc, extra={"event": "jobs.admission_error", "job": job.name},
+                "admission of %d point(s) failed, points skipped: %s", len(chunk), exc,
+                extra={"event": "jobs.admission_error"},
             )  # fmt: skip
-            return self._result(job, point, PointOutcome.SKIPPED_REDIS_ERROR, end=end)
-        outcome = _FROM_ADMISSION[admission.outcome]
-        return self._result(
-            job, point, outcome, end=end,
-            token=token if outcome is PointOutcome.ADMITTED else None,
-            judged_at_ms=admission.redis_now_ms,
-        )  # fmt: skip
+            return [self._result(d, PointOutcome.SKIPPED_REDIS_ERROR) for d in chunk]
+        results = []
+        for due, request, answer in zip(chunk, requests, answers, strict=True):
+            if isinstance(answer, redis.RedisError):
+                logger.warning(
+                    "admission of %s at %d failed, point skipped: %s", due.job.name,
+                    due.point_ms, answer, extra={"event": "jobs.admission_error",
+                                                 "job": due.job.name},
+                )  # fmt: skip
+                results.append(self._result(due, PointOutcome.SKIPPED_REDIS_ERROR))
+                continue
+            outcome = _FROM_ADMISSION[answer.outcome]
+            token = request.token if outcome is PointOutcome.ADMITTED else None
+            results.append(self._result(due, outcome, token, answer.redis_now_ms))
+        return results
 
-    def _report(self, result: PointResult) -> None:
-        logger.info(
-            "job point job=%s point_ms=%d period_end_ms=%d outcome=%s judged_at_ms=%s owner=%s",
-            result.job, result.point_ms, result.period_end_ms, result.outcome.value,
-            result.judged_at_ms, self.owner,
-            extra={"event": "jobs.point", "job": result.job, "outcome": result.outcome.value},
-        )  # fmt: skip
-        if self.on_result is not None:
-            self.on_result(result)
+    def _finish(self, results: list[PointResult], counts: Counter[str]) -> None:
+        self.considered += len(results)
+        debug = point_logger.isEnabledFor(logging.DEBUG)
+        for result in results:
+            counts[result.outcome.value] += 1
+            if debug:
+                point_logger.debug(
+                    "job point job=%s point_ms=%d period_end_ms=%d outcome=%s "
+                    "judged_at_ms=%s owner=%s", result.job, result.point_ms,
+                    result.period_end_ms, result.outcome.value, result.judged_at_ms,
+                    self.owner, extra={"event": "jobs.point", "job": result.job,
+                                       "outcome": result.outcome.value},
+                )  # fmt: skip
+            if self.on_result is not None:
+                self.on_result(result)
 
     def redis_time(self) -> datetime:
         """The Redis server clock (the judge of every admission)."""

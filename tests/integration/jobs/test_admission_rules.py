@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import redis
 
 from platform_tasks.jobs.points import to_ms
-from platform_tasks.leases import AdmissionOutcome, JobLeases
+from platform_tasks.leases import Admission, AdmissionOutcome, AdmissionRequest, JobLeases
 from platform_tasks.testing import JobTestScheduler
 from tests.integration.jobs.conftest import RECORDING_JOB
 
@@ -216,4 +216,75 @@ def test_redis_error_skips_the_point_and_resumes_with_future_periods(
     assert [(r.point, r.outcome) for r in scheduler.tick(at=utc(2025, 1, 1, 12, 2))] == [
         (utc(2025, 1, 1, 12, 2), "admitted")
     ]
+    client.close()
+
+
+def many_jobs(jobs_dir, count: int, schedule: str = "interval=timedelta(minutes=1)"):
+    source = (
+        "from datetime import timedelta\n"
+        "from platform_tasks.jobs import define_job\n"
+        "def run(ctx): pass\n"
+        f"define_job(handler=run, {schedule})\n"
+    )
+    return jobs_dir({f"job{i:03d}.py": source for i in range(count)})
+
+
+def test_a_tick_admits_all_due_points_in_pipelined_batches(jobs_dir, redis_client) -> None:
+    folder = many_jobs(jobs_dir, 25)
+    scheduler = JobTestScheduler(jobs_dir=folder, redis=redis_client, started_at=START)
+    scheduler.engine.batch_size = 10
+    redis_client.config_resetstat()
+    results = scheduler.tick(at=utc(2025, 1, 1, 12, 1), run=False)
+    assert sorted(r.job for r in results) == [f"job{i:03d}" for i in range(25)]
+    assert {r.outcome for r in results} == {"admitted"}
+    stats = redis_client.info("commandstats")
+    # one script call per point, three pipelines (10 + 10 + 5)
+    assert stats["cmdstat_evalsha"]["calls"] == 25 and scheduler.engine.round_trips == 3
+    other = JobTestScheduler(jobs_dir=folder, redis=redis_client, started_at=START, owner="b")
+    assert {r.outcome for r in other.tick(at=utc(2025, 1, 1, 12, 1))} == {"skipped_duplicate"}
+    assert {r.run for r in scheduler.finish()} == {"succeeded"}
+
+
+def test_pipelined_admission_reloads_scripts_after_a_flush(redis_client) -> None:
+    leases = JobLeases(redis_client, namespace="t")
+    redis_client.script_flush()
+    now = int(redis_client.time()[0]) * 1000
+    requests = [
+        AdmissionRequest(f"j{i}", now - 10, now + 60_000, f"tok{i}", 5000) for i in range(3)
+    ]
+    first = leases.admit_many(requests)
+    assert [a.outcome for a in first] == [AdmissionOutcome.ADMITTED] * 3  # type: ignore[union-attr]
+    again = leases.admit_many(requests)
+    assert [a.outcome for a in again] == [AdmissionOutcome.DUPLICATE] * 3  # type: ignore[union-attr]
+    redis_client.script_flush()
+    assert leases.release_many([(f"j{i}", f"tok{i}") for i in range(3)]) == [True] * 3
+    assert all(leases.lease_holder(f"j{i}") is None for i in range(3))
+
+
+def test_a_failed_script_call_skips_only_its_point(redis_client) -> None:
+    leases = JobLeases(redis_client, namespace="t")
+    redis_client.set(leases.keys("broken").marker, "not a number")
+    now = int(redis_client.time()[0]) * 1000
+    answers = leases.admit_many([
+        AdmissionRequest("ok", now - 10, now + 60_000, "a", 5000),
+        AdmissionRequest("broken", now - 10, now + 60_000, "b", 5000),
+    ])  # fmt: skip
+    assert isinstance(answers[0], Admission) and answers[0].outcome is AdmissionOutcome.ADMITTED
+    assert isinstance(answers[1], redis.RedisError)
+
+
+def test_redis_down_skips_every_due_point_of_the_tick_with_one_round_trip(
+    jobs_dir, server_factory
+) -> None:
+    server = server_factory.redis()
+    client = redis.Redis.from_url(server.url, socket_timeout=2)
+    scheduler = JobTestScheduler(jobs_dir=many_jobs(jobs_dir, 12), redis=client, started_at=START)
+    scheduler.engine.batch_size = 5
+    server.stop()
+    results = scheduler.tick(at=utc(2025, 1, 1, 12, 1))
+    assert [r.outcome for r in results] == ["skipped_redis_error"] * 12
+    assert scheduler.engine.round_trips == 1
+    server.start()
+    assert scheduler.tick(at=utc(2025, 1, 1, 12, 1, 30)) == []  # not retried
+    assert {r.outcome for r in scheduler.tick(at=utc(2025, 1, 1, 12, 2))} == {"admitted"}
     client.close()

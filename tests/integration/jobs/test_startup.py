@@ -14,7 +14,7 @@ from platform_tasks.errors import JobDefinitionError, JobStartupError, UnsafeRed
 from platform_tasks.harness import MAX_CLUSTER_PORT, RedisClusterServers, free_port
 from platform_tasks.jobs.runtime import TEST, start_jobs
 from platform_tasks.keys import JobKeys
-from platform_tasks.leases import AdmissionOutcome
+from platform_tasks.leases import AdmissionOutcome, AdmissionRequest
 from platform_tasks.redis_client import ManagedRedis, build_redis
 from platform_tasks.settings import PlatformSettings
 from tests.integration.jobs.conftest import RECORDING_JOB
@@ -134,6 +134,16 @@ def test_admission_on_a_real_three_node_cluster(tmp_path, jobs_dir) -> None:
         assert len(slots) > 1  # jobs spread over the cluster...
         with redis.Redis(port=cluster.servers[0].port) as node:
             now = int(node.time()[0]) * 1000
+        # One pipeline over every node (scripts not loaded yet: NOSCRIPT, load, resend).
+        batch = [AdmissionRequest(f"batch{i}", now - 10, now + 60_000, f"t{i}", 5000)
+                 for i in range(30)]  # fmt: skip
+        assert [a.outcome for a in leases.admit_many(batch)] == (  # type: ignore[union-attr]
+            [AdmissionOutcome.ADMITTED] * 30
+        )
+        assert [a.outcome for a in leases.admit_many(batch)] == (  # type: ignore[union-attr]
+            [AdmissionOutcome.DUPLICATE] * 30
+        )
+        assert leases.release_many([(f"batch{i}", f"t{i}") for i in range(30)]) == [True] * 30
         for i in range(30):
             keys = leases.keys(f"job{i}")
             assert client.keyslot(keys.marker) == client.keyslot(keys.lease)  # ...one slot each

@@ -156,3 +156,31 @@ def test_period_end_and_default_lease() -> None:
         define_job(handler=run, interval=timedelta(hours=3), lease_ttl=timedelta(minutes=5))
     )
     assert explicit.lease_ttl_for(utc(2025, 1, 1)) == timedelta(minutes=5)
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        schedule_for(define_job(handler=run, interval=timedelta(seconds=7))),
+        schedule_for(define_job(handler=run, interval=timedelta(hours=2))),
+        schedule_for(
+            define_job(handler=run, interval=timedelta(minutes=5), lease_ttl=timedelta(seconds=90))
+        ),
+        cron("*/20 * * * *", "Europe/Berlin"),
+        cron("30 2 * * *", "America/New_York"),
+    ],
+)
+def test_millisecond_rules_agree_with_the_datetime_rules(schedule) -> None:
+    from platform_tasks.jobs.points import to_ms
+
+    # across the Berlin and New York transitions of 2025, from odd instants
+    for start in (utc(2025, 3, 30, 0, 41, 3), utc(2025, 10, 26, 0, 10), utc(2025, 3, 9, 6, 59, 59),
+                  utc(2025, 11, 2, 5, 30)):  # fmt: skip
+        current = start
+        for _ in range(6):
+            point = schedule.next_after(current)
+            assert schedule.next_after_ms(to_ms(current)) == to_ms(point)
+            end = schedule.period_end(point)
+            ttl = schedule.lease_ttl_for(point) // timedelta(milliseconds=1)
+            assert schedule.lease_ttl_ms(to_ms(point), to_ms(end)) == ttl
+            current = point
