@@ -1,17 +1,23 @@
 """Throughput of a PlatformTask against a plain Celery task doing the same INSERT, and a no-op.
 
-Usage: .venv/bin/python bench/consumer_throughput.py [--jobs 2000]
+Usage: .venv/bin/python bench/consumer_throughput.py [--jobs 2000] [--runs 5]
+                                                      [--transport platform|stock]
 
 One private Redis and PostgreSQL, one ``-P prefork -c 2`` worker per variant. The queue
 is filled first, then the worker is started; the clock runs from the first job taken to
 the last job done. Commits per job come from pg_stat_database.xact_commit deltas read
-from another database (so reading does not move the counter).
+from another database (so reading does not move the counter). With ``--runs N`` the three
+variants run N times in turn on the same servers (the insert variants in alternating
+order); each ratio is taken within one run, and the median and range of the N ratios
+are printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,12 +46,13 @@ def commits(admin_url: str, dbname: str) -> int:
 
 
 def run_variant(task: str, jobs: int, redis_url: str, db_url: str, admin_url: str,
-                dbname: str, log: Path) -> tuple[float, float]:  # fmt: skip
+                dbname: str, log: Path, run: int = 1) -> tuple[float, float]:  # fmt: skip
     os.environ["PLATFORM_REDIS_URL"] = redis_url
     os.environ["PLATFORM_DATABASE_URL"] = db_url
     from bench.consumer_app import app
 
-    queue = f"bench_{task.split('.')[1]}"
+    # a queue per run: a message a stopped worker left unacked comes back to its old queue
+    queue = f"bench_{task.split('.')[1]}_{run}"
     r = redis.Redis.from_url(redis_url)
     with app.producer_or_acquire() as producer:
         for _ in range(jobs):
@@ -80,7 +87,12 @@ def run_variant(task: str, jobs: int, redis_url: str, db_url: str, admin_url: st
         elapsed = time.perf_counter() - start
     finally:
         proc.terminate()
-        proc.wait(30)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            # a worker stuck in shutdown must not end the benchmark; its group is ours
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
     # the worker's backends report their counters when they disconnect
     wait_until(lambda: commits(admin_url, dbname) == commits(admin_url, dbname), timeout=10)
     time.sleep(1.5)  # benchmark only: let the statistics collector catch up before reading
@@ -95,7 +107,10 @@ def run_variant(task: str, jobs: int, redis_url: str, db_url: str, admin_url: st
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--transport", choices=("platform", "stock"), default="platform")
     args = parser.parse_args()
+    os.environ["PLATFORM_TRANSPORT"] = args.transport
     base = Path(tempfile.mkdtemp(prefix="bench-consumer-"))
     os.chmod(base, 0o755)
     rs = RedisServer(base / "redis").start()
@@ -109,15 +124,29 @@ def main() -> None:
             dbname = cur.fetchone()[0]
         conn.close()
         admin = pg.url.rsplit("/", 1)[0] + "/postgres"
-        results = {}
-        for task in ("bench.noop", "bench.plain", "bench.platform"):
-            results[task] = run_variant(task, args.jobs, rs.url, pg.url, admin, dbname,
-                                        base / "worker.log")  # fmt: skip
-            print(f"{task}: {results[task][0]:.0f} jobs/s, {results[task][1]:.2f} commits/job")
-        platform, plain, noop = (results[t][0] for t in ("bench.platform", "bench.plain",
-                                                         "bench.noop"))  # fmt: skip
-        print(f"platform / plain insert = {platform / plain:.2f} (target >= 0.85)")
-        print(f"platform / no-op        = {platform / noop:.2f}")
+        ratios: list[tuple[float, float]] = []
+        for run in range(1, args.runs + 1):
+            results = {}
+            # alternate which of the two compared variants goes first, so drift in the
+            # machine's load does not always favour the same one
+            pair = ("bench.plain", "bench.platform")
+            for task in ("bench.noop", *(pair if run % 2 else pair[::-1])):
+                results[task] = run_variant(task, args.jobs, rs.url, pg.url, admin, dbname,
+                                            base / "worker.log", run)  # fmt: skip
+                print(f"run {run} {task}: {results[task][0]:.0f} jobs/s, "
+                      f"{results[task][1]:.2f} commits/job", flush=True)  # fmt: skip
+            platform, plain, noop = (results[t][0] for t in ("bench.platform", "bench.plain",
+                                                             "bench.noop"))  # fmt: skip
+            ratios.append((platform / plain, platform / noop))
+            print(f"run {run} platform / plain insert = {platform / plain:.2f} (target >= 0.85)")
+            print(f"run {run} platform / no-op        = {platform / noop:.2f}", flush=True)
+        if len(ratios) > 1:
+            for label, values in (("plain insert", [r[0] for r in ratios]),
+                                  ("no-op", [r[1] for r in ratios])):  # fmt: skip
+                print(
+                    f"platform / {label}: median {statistics.median(values):.2f}, "
+                    f"min {min(values):.2f}, max {max(values):.2f} over {len(values)} runs"
+                )
     finally:
         pg.stop()
         rs.stop()

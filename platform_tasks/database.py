@@ -51,11 +51,16 @@ class Database:
 
     One connection per process and thread: the prefork pool gets one per child, and the
     ``threads`` pool one per thread, since a psycopg2 connection holds one transaction.
+
+    ``autocommit=True`` hands out connections on which psycopg2 sends no ``BEGIN`` of its
+    own: the caller opens and ends transactions with statements, which lets ``BEGIN``
+    travel in the same round trip as the first statement (see :func:`begin`).
     """
 
-    def __init__(self, url: str, *, connect_timeout: int = 5) -> None:
+    def __init__(self, url: str, *, connect_timeout: int = 5, autocommit: bool = False) -> None:
         self.url = url
         self.connect_timeout = connect_timeout
+        self.autocommit = autocommit
         self._local = threading.local()
 
     def connection(self) -> Connection:
@@ -77,6 +82,7 @@ class Database:
             )
         except UNAVAILABLE_ERRORS as exc:
             raise DatabaseUnavailable(str(exc).strip()) from exc
+        conn.autocommit = self.autocommit
         self._local.conn = conn
         self._local.pid = os.getpid()
         return conn
@@ -129,10 +135,31 @@ def is_unavailable(exc: BaseException, conn: Any | None = None) -> bool:
     return False
 
 
+def begin(cursor: Any, sql: str, params: Any = None) -> None:
+    """Open a transaction and run its first statement in one round trip.
+
+    For a connection in autocommit mode (psycopg2 would otherwise send ``BEGIN`` on its
+    own round trip first). The statement's result is the cursor's.
+    """
+    cursor.execute("BEGIN; " + sql, params)
+
+
+def commit(cursor: Any) -> None:
+    """End the transaction :func:`begin` opened, keeping its writes."""
+    cursor.execute("COMMIT")
+
+
+def rollback(cursor: Any) -> None:
+    """End the transaction :func:`begin` opened, undoing its writes (harmless without one)."""
+    cursor.execute("ROLLBACK")
+
+
 def _connection_broken(conn: Any) -> bool:
     try:
         conn.rollback()
         with conn.cursor() as cur:
+            if conn.autocommit:  # psycopg2 leaves transactions it did not open to us
+                cur.execute("ROLLBACK")
             cur.execute("SELECT 1")
         conn.rollback()
         return False

@@ -1,17 +1,23 @@
 """Delivery counting per ``(consumer, job_id)``: how crash loops end.
 
 A job whose handler kills its worker (OOM kill, segfault, SIGKILL) never reaches the code
-that would count a failed attempt; the broker just redelivers it, forever. So every
-delivery that reaches the handler is counted in Redis *before* the handler runs: after
-``max_attempts`` of them the next delivery is dead-lettered instead of run.
+that would count a failed attempt; the broker just redelivers it, forever. Both Redis
+transports mark such a message when they put it back (``delivery_info["redelivered"]``,
+header ``redelivered``), so a *redelivery* is counted (field ``c``), in Redis, before the
+handler runs. A handler that raises is counted (field ``f``) before its transaction rolls
+back, so the next delivery of the job (a retry, or a duplicate copy waiting on the claim)
+already sees it. The attempt a delivery is: ``max(platform_attempt header, f + c + 1)``;
+past ``max_attempts`` it is dead-lettered instead of run. Duplicate copies of one job
+share that one budget.
 
-The count is also the job's attempt number across duplicate publishes, so two copies of
-one job share one budget of attempts. The ``platform_attempt`` header stays the floor
-(``max(header, count)``) so a lost counter can never grant extra attempts beyond it.
+A first delivery of a healthy job writes nothing: it only reads the job's hash (one
+``HGETALL``, empty for almost every job), which also tells it whether the job was
+dead-lettered meanwhile (``done``), so a late duplicate is not run again.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
@@ -19,40 +25,89 @@ import redis
 from platform_tasks.keys import DeliveryKeys
 
 
+@dataclass(frozen=True)
+class DeliveryState:
+    """What Redis knows about one job: nothing, for a first delivery of a healthy job."""
+
+    spent: int = 0
+    """Attempts known to have started and not finished well: failures + counted redeliveries."""
+    exhausted: bool = False
+    """The job was dead-lettered: its budget is spent until a replay restarts it."""
+    generation: int | None = None
+    """The dead letter whose replay last restarted the count, if any."""
+    tracked: bool = False
+    """The job has a hash at all (worth deleting once the job is applied)."""
+
+
 class DeliveryCounter:
-    """The per-job delivery count, one small Redis hash per in-flight job."""
+    """The per-job delivery state, one small Redis hash per job that needed one."""
 
     def __init__(self, client: redis.Redis, keys: DeliveryKeys) -> None:
         self.client = client
         self.keys = keys
 
-    def record(self, consumer: str, job_id: str, ttl_seconds: int) -> int:
-        """Count one more delivery and return the new count (one round trip)."""
+    def observe(self, consumer: str, job_id: str, *, redelivered: bool, ttl_seconds: int
+                ) -> DeliveryState:  # fmt: skip
+        """Read the job's state; count this delivery first when it is a redelivery.
+
+        One round trip either way: ``HGETALL`` alone, or ``HINCRBY`` + ``EXPIRE`` +
+        ``HGETALL`` pipelined.
+        """
+        key = self.keys.deliveries(consumer, job_id)
+        if redelivered:
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.hincrby(key, "c", 1)
+                pipe.expire(key, ttl_seconds)
+                pipe.hgetall(key)
+                _, _, raw = pipe.execute()
+        else:
+            raw = self.client.hgetall(key)
+        return _state(cast(dict[Any, Any], raw))
+
+    def failed(self, consumer: str, job_id: str, *, ttl_seconds: int) -> None:
+        """Count one attempt whose handler raised (before its transaction rolls back)."""
         key = self.keys.deliveries(consumer, job_id)
         with self.client.pipeline(transaction=False) as pipe:
-            pipe.hincrby(key, "n", 1)
+            pipe.hincrby(key, "f", 1)
             pipe.expire(key, ttl_seconds)
-            count, _ = pipe.execute()
-        return int(count)
+            pipe.execute()
 
     def undo(self, consumer: str, job_id: str) -> None:
-        """Take back one delivery that never reached a verdict (the database was down)."""
-        self.client.hincrby(self.keys.deliveries(consumer, job_id), "n", -1)
+        """Take back one counted redelivery that never reached a verdict (a server was down)."""
+        self.client.hincrby(self.keys.deliveries(consumer, job_id), "c", -1)
 
-    def generation(self, consumer: str, job_id: str) -> int | None:
-        """The dead letter whose replay last restarted the count, if any."""
-        raw = cast(Any, self.client.hget(self.keys.deliveries(consumer, job_id), "gen"))
-        return int(raw) if raw is not None else None
-
-    def restart(self, consumer: str, job_id: str, *, count: int, generation: int,
-                ttl_seconds: int) -> None:  # fmt: skip
-        """Start counting afresh for a replay of dead letter ``generation``."""
+    def exhaust(self, consumer: str, job_id: str, *, ttl_seconds: int) -> None:
+        """Mark the job dead-lettered, so a duplicate still in flight is not run again."""
         key = self.keys.deliveries(consumer, job_id)
         with self.client.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping={"n": count, "gen": generation})
+            pipe.hset(key, mapping={"done": 1, "gen": -1})
+            pipe.expire(key, ttl_seconds)
+            pipe.execute()
+
+    def restart(self, consumer: str, job_id: str, *, generation: int, ttl_seconds: int) -> None:
+        """Start afresh for a replay of dead letter ``generation``: no counts, not done."""
+        key = self.keys.deliveries(consumer, job_id)
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.delete(key)
+            pipe.hset(key, "gen", generation)
             pipe.expire(key, ttl_seconds)
             pipe.execute()
 
     def forget(self, consumer: str, job_id: str) -> None:
-        """Drop the count once the job is applied; the idempotency row guards it now."""
+        """Drop the hash once the job is applied; the idempotency row guards it now."""
         self.client.delete(self.keys.deliveries(consumer, job_id))
+
+
+def _state(raw: dict[Any, Any]) -> DeliveryState:
+    fields = {_text(k): _text(v) for k, v in raw.items()}
+    gen = fields.get("gen")
+    return DeliveryState(
+        spent=max(0, int(fields.get("f", 0))) + max(0, int(fields.get("c", 0))),
+        exhausted=fields.get("done") == "1",
+        generation=int(gen) if gen is not None else None,
+        tracked=bool(fields),
+    )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

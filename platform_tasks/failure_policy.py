@@ -36,17 +36,19 @@ class FailureDecision:
         return self.reason == RETRY
 
 
-def attempt_number(header_attempt: Any, deliveries: int) -> int:
-    """The attempt this delivery is: the larger of the header and the delivery count.
+def attempt_number(header_attempt: Any, spent: int) -> int:
+    """The attempt this delivery is: the header, or one past the attempts already spent.
 
     The header (``platform_attempt``) travels with the message and survives redelivery;
-    the count also sees deliveries that crashed before they could publish a retry.
+    ``spent`` (failed attempts plus redeliveries after a worker died, counted in Redis)
+    also sees attempts of duplicate copies of the job and crashes that never published a
+    retry.
     """
     try:
         header = int(header_attempt)
     except (TypeError, ValueError):
         header = 1
-    return max(1, header, deliveries)
+    return max(1, header, max(0, spent) + 1)
 
 
 def decide(

@@ -12,6 +12,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from platform_tasks.database import begin
+
 _CLAIM = (
     "INSERT INTO core.processed_jobs (job_id, consumer) VALUES (%s, %s) "
     "ON CONFLICT (job_id, consumer) DO NOTHING RETURNING 1"
@@ -19,13 +21,20 @@ _CLAIM = (
 _RELEASE = "DELETE FROM core.processed_jobs WHERE job_id = %s AND consumer = %s"
 
 
-def claim(cursor: Any, job_id: uuid.UUID, consumer: str) -> bool:
-    """Insert the row in the cursor's open transaction; ``False`` means already applied.
+def claim(cursor: Any, job_id: uuid.UUID, consumer: str, *, begin_transaction: bool = False
+          ) -> bool:  # fmt: skip
+    """Insert the row in the cursor's transaction; ``False`` means already applied.
 
-    One round trip. The row stays uncommitted (and locked against other deliveries) until
-    the caller commits or rolls back.
+    One round trip; with ``begin_transaction`` (an autocommit connection) the ``BEGIN``
+    that opens the transaction travels in that same round trip. The row stays
+    uncommitted (and locked against other deliveries) until the caller commits or rolls
+    back.
     """
-    cursor.execute(_CLAIM, (str(job_id), consumer))
+    params = (str(job_id), consumer)
+    if begin_transaction:
+        begin(cursor, _CLAIM, params)
+    else:
+        cursor.execute(_CLAIM, params)
     return cursor.fetchone() is not None
 
 

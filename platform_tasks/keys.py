@@ -94,15 +94,17 @@ class JobKeys:
 class DeliveryKeys:
     """Keys counting how often a job was delivered to one consumer.
 
-    One small hash per ``(consumer, job_id)`` with fields ``n`` (deliveries that reached
-    the handler) and ``gen`` (the dead letter whose replay restarted the count). It lives
-    only while the job is in flight: deleted when the job is applied, expired otherwise.
+    One small hash per ``(consumer, job_id)``, created only for a job that failed, was
+    redelivered or was dead-lettered, with fields ``f`` (attempts whose handler raised),
+    ``c`` (redeliveries: attempts whose worker died), ``done`` (the job was dead-lettered)
+    and ``gen`` (the dead letter whose replay restarted the count). Deleted when the job
+    is applied, expired otherwise. ``v2``: v1 counted every delivery in one field ``n``.
     """
 
     namespace: str
 
     def deliveries(self, consumer: str, job_id: str) -> str:
-        return f"{self.namespace}:consumer:v1:deliveries:{consumer}:{job_id}"
+        return f"{self.namespace}:consumer:v2:deliveries:{consumer}:{job_id}"
 
 
 def delivery_keys(profile: str) -> DeliveryKeys:

@@ -3,15 +3,20 @@
 The order of steps is the guarantee:
 
 1. validate the envelope; invalid → poison dead letter, acked, handler never called;
-2. open a transaction and claim ``(job_id, consumer)`` in ``core.processed_jobs``; a
-   duplicate is skipped (or waits for a concurrent delivery of the same job to finish);
-3. count the delivery in Redis before the handler runs, so deliveries that kill their
-   worker are counted too; past ``max_attempts`` the job is dead-lettered, not run;
-4. run the handler in a savepoint of that same transaction and commit: one commit for the
-   idempotency row and the work;
-5. on failure, roll back to the savepoint and either reschedule through the durable delay
-   store (attempt + 1 in the ``platform_attempt`` header) or dead-letter in the same
-   transaction that still holds the claim, so a concurrent duplicate cannot slip in.
+2. open a transaction and claim ``(job_id, consumer)`` in ``core.processed_jobs`` (the
+   ``BEGIN`` travels with the claim: one round trip); a duplicate is skipped (or waits for
+   a concurrent delivery of the same job to finish);
+3. ask Redis about the job before the handler runs: a redelivery (its worker died) is
+   counted there, so crash loops end; a first delivery only reads the attempts already
+   spent (by failures, crashes, duplicate copies) and whether the job was dead-lettered
+   meanwhile. Past ``max_attempts`` the job is dead-lettered, not run;
+4. run the handler in that same transaction and commit: one commit for the idempotency
+   row and the work;
+5. on failure, count the failed attempt in Redis, roll back and either reschedule
+   through the durable delay store (attempt + 1 in the ``platform_attempt`` header) or
+   dead-letter in a new transaction that claims the job again first, so a concurrent
+   duplicate cannot slip in (and a duplicate that applied the job meanwhile makes the
+   dead letter unnecessary).
 
 While PostgreSQL or Redis is unreachable the delivery waits (unacked) and starts over once
 they answer; nothing is acked that is not applied, rescheduled or dead-lettered.
@@ -39,8 +44,10 @@ from platform_tasks.context import current_correlation_id
 from platform_tasks.database import (
     Database,
     DatabaseUnavailable,
+    commit,
     is_unavailable,
     require_database_url,
+    rollback,
 )
 from platform_tasks.dead_lettering import (
     DeadLetterRecord,
@@ -49,7 +56,7 @@ from platform_tasks.dead_lettering import (
     latest_dead_letter,
     raw_payload,
 )
-from platform_tasks.deliveries import DeliveryCounter
+from platform_tasks.deliveries import DeliveryCounter, DeliveryState
 from platform_tasks.envelope import Envelope, parse_envelope
 from platform_tasks.errors import EnvelopeError, PlatformError
 from platform_tasks.failure_policy import (
@@ -67,7 +74,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_SAVEPOINT = "platform_handler"
 INFRA_ERRORS: tuple[type[BaseException], ...] = (  # "wait and start over", not "failed"
     DatabaseUnavailable,
     psycopg2.OperationalError,
@@ -102,6 +108,8 @@ class Delivery:
     priority: int | None
     payload: Any = None
     """The envelope exactly as received: what a dead letter keeps for replay."""
+    redelivered: bool = False
+    """The broker put this message back after an earlier delivery (its worker died)."""
 
     @classmethod
     def from_request(cls, task: Any, request: Any) -> Delivery:
@@ -112,11 +120,16 @@ class Delivery:
             attempt = headers.get(ATTEMPT_HEADER)
         queue = info.get("routing_key") or getattr(task, "queue", None)
         priority = info.get("priority")
+        redelivered = bool(info.get("redelivered")) or bool(
+            getattr(request, "redelivered", None)
+            or (isinstance(headers, Mapping) and headers.get("redelivered"))
+        )
         return cls(
             consumer=task.name,
             queue=queue,
             header_attempt=attempt,
             priority=priority if isinstance(priority, int) else None,
+            redelivered=redelivered,
         )
 
 
@@ -152,7 +165,9 @@ class JobRunner:
             settings.redis_url, socket_timeout=10, socket_connect_timeout=5
         )
         return cls(
-            app, Database(database_url), DeliveryCounter(client, delivery_keys(settings.profile))
+            app,
+            Database(database_url, autocommit=True),
+            DeliveryCounter(client, delivery_keys(settings.profile)),
         )
 
     def port(self) -> QueuePort:
@@ -198,62 +213,86 @@ class JobRunner:
         try:
             conn = self.database.connection()
             cur = conn.cursor()
-            if not idempotency.claim(cur, envelope.job_id, delivery.consumer):
-                conn.rollback()
+            if not idempotency.claim(cur, envelope.job_id, delivery.consumer,
+                                     begin_transaction=True):  # fmt: skip
+                rollback(cur)
                 self._log(logging.INFO, "duplicate delivery skipped", "consumer.duplicate_skipped",
                           envelope, delivery)  # fmt: skip
                 metrics.duplicate_skipped(delivery.queue, delivery.consumer)
                 return None
-            count = self.deliveries.record(delivery.consumer, job, self._ttl(policy))
-            counted = True
-            attempt = attempt_number(delivery.header_attempt, count)
-            if attempt > policy.max_attempts:
-                restarted = self._over_budget(cur, conn, envelope, delivery, policy, count)
+            state = self.deliveries.observe(delivery.consumer, job,
+                                            redelivered=delivery.redelivered,
+                                            ttl_seconds=self._ttl(policy))  # fmt: skip
+            counted = delivery.redelivered
+            attempt = attempt_number(delivery.header_attempt, state.spent)
+            if state.exhausted or attempt > policy.max_attempts:
+                restarted = self._over_budget(cur, envelope, delivery, policy, state, attempt)
                 if restarted is None:
                     return None
                 attempt = restarted
-            cur.execute(f"SAVEPOINT {_SAVEPOINT}")
             try:
                 result = task.run(envelope, cur)
             except Exception as exc:
                 if is_unavailable(exc, conn):
                     raise
-                cur.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
-                return self._failed_in_transaction(task, cur, conn, envelope, delivery, policy,
-                                                   attempt, exc)  # fmt: skip
-            conn.commit()
+                # counted while the claim still holds a duplicate copy back, so the copy
+                # sees this attempt spent
+                self.deliveries.failed(delivery.consumer, job, ttl_seconds=self._ttl(policy))
+                rollback(cur)
+                return self._failed(task, envelope, delivery, policy, attempt, exc)
+            commit(cur)
         except INFRA_ERRORS as exc:
             self.database.discard()
             if counted:
                 self._undo_count(delivery, job)
             raise _Unavailable(str(exc).strip() or type(exc).__name__) from exc
-        self._applied(envelope, delivery, attempt)
+        self._applied(envelope, delivery, attempt, state)
         return result
 
-    def _failed_in_transaction(self, task: Any, cur: Any, conn: Any, envelope: Envelope[Any],
-                               delivery: Delivery, policy: RetryPolicy, attempt: int,
-                               exc: Exception) -> Any:  # fmt: skip
-        """Dead-letter while the claim is held, or roll back and hand back for a retry."""
+    def _failed(self, task: Any, envelope: Envelope[Any], delivery: Delivery,
+                policy: RetryPolicy, attempt: int, exc: Exception) -> Any:  # fmt: skip
+        """After the rollback: hand back for a retry, or dead-letter while holding the claim."""
         decision = decide(policy, attempt, exc, self._permanent_errors(task))
         if decision.retry:
-            conn.rollback()
             assert decision.delay is not None
             return _Failure(exc, attempt, decision.delay)
         record = self._record_for(envelope, delivery, attempt, decision.reason, exc)
         self._exhaust(delivery, envelope, policy)
         try:
-            dead_letter_id = record.write(cur)
-            idempotency.release(cur, envelope.job_id, delivery.consumer)
-            conn.commit()
-            self._dead_lettered(record, dead_letter_id, exc)
+            dead_letter_id = self._write_claimed(record, envelope, delivery)
         except INFRA_ERRORS:
             # The handler must not run again: write the row on its own once PostgreSQL is back.
             self.database.discard()
             dead_letter_id = self.write_dead_letter(record, exc)
+        else:
+            if dead_letter_id is None:
+                self._log(logging.INFO, "job applied by another delivery; no dead letter",
+                          "consumer.duplicate_skipped", envelope, delivery,
+                          attempt=attempt)  # fmt: skip
+                metrics.duplicate_skipped(delivery.queue, delivery.consumer)
+                return None
+            self._dead_lettered(record, dead_letter_id, exc)
         raise DeadLettered(
             f"{record.reason} after {attempt} attempt(s): {error_type_name(exc)}",
             dead_letter_id,
         ) from exc
+
+    def _write_claimed(self, record: DeadLetterRecord, envelope: Envelope[Any],
+                       delivery: Delivery) -> int | None:  # fmt: skip
+        """Claim the job again, write the dead letter, release the claim, commit.
+
+        The claim keeps a concurrent delivery of the job waiting while the row is written.
+        ``None`` when another delivery applied the job in the meantime: nothing to write.
+        """
+        cur = self.database.connection().cursor()
+        if not idempotency.claim(cur, envelope.job_id, delivery.consumer,
+                                 begin_transaction=True):  # fmt: skip
+            rollback(cur)
+            return None
+        dead_letter_id = record.write(cur)
+        idempotency.release(cur, envelope.job_id, delivery.consumer)
+        commit(cur)
+        return dead_letter_id
 
     def _after_failure(self, task: Any, envelope: Envelope[Any], delivery: Delivery,
                        failure: _Failure) -> None:  # fmt: skip
@@ -279,8 +318,9 @@ class JobRunner:
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise _Unavailable(str(exc)) from exc
 
-    def _over_budget(self, cur: Any, conn: Any, envelope: Envelope[Any], delivery: Delivery,
-                     policy: RetryPolicy, count: int) -> int | None:  # fmt: skip
+    def _over_budget(self, cur: Any, envelope: Envelope[Any], delivery: Delivery,
+                     policy: RetryPolicy, state: DeliveryState, attempt: int
+                     ) -> int | None:  # fmt: skip
         """A delivery past the budget: a replay restarts it, anything else ends here.
 
         Returns the attempt to run (a replay) or ``None`` when this delivery is finished.
@@ -289,23 +329,20 @@ class JobRunner:
         latest = latest_dead_letter(cur, envelope.job_id, envelope.kind)
         if latest is not None:
             dead_letter_id, status = latest
-            if status == "replayed" and self.deliveries.generation(delivery.consumer, job) != (
-                dead_letter_id
-            ):
-                self.deliveries.restart(delivery.consumer, job, count=1,
-                                        generation=dead_letter_id,
+            if status == "replayed" and state.generation != dead_letter_id:
+                self.deliveries.restart(delivery.consumer, job, generation=dead_letter_id,
                                         ttl_seconds=self._ttl(policy))  # fmt: skip
                 self._log(logging.INFO, "replay of a dead letter: attempts start over",
                           "consumer.replay_started", envelope, delivery,
                           dead_letter_id=dead_letter_id)  # fmt: skip
                 return 1
             if status != "replayed":
-                conn.rollback()
+                rollback(cur)
                 self._log(logging.INFO, "job already dead-lettered; delivery dropped",
                           "consumer.already_dead_lettered", envelope, delivery,
                           dead_letter_id=dead_letter_id)  # fmt: skip
                 return None
-        attempts = max(0, count - 1)
+        attempts = max(0, attempt - 1)
         record = DeadLetterRecord(
             job_id=envelope.job_id,
             queue=delivery.queue,
@@ -315,15 +352,17 @@ class JobRunner:
             payload=delivery.payload or envelope.to_message(),
             attempts=attempts,
             last_error=(
-                f"crash loop: delivered {count} times, {attempts} of them started the handler "
-                f"without finishing (worker killed?); max_attempts is {policy.max_attempts}"
+                f"crash loop: delivered {attempt} times, {attempts} of them started the "
+                f"handler without finishing (worker killed?); max_attempts is "
+                f"{policy.max_attempts}"
             ),
             error_type="CrashLoop",
             reason=CRASH_LOOP,
         )
+        self._exhaust(delivery, envelope, policy)
         dead_letter_id = record.write(cur)
         idempotency.release(cur, envelope.job_id, delivery.consumer)
-        conn.commit()
+        commit(cur)
         self._dead_lettered(record, dead_letter_id, None)
         raise DeadLettered(f"crash loop after {attempts} attempt(s)", dead_letter_id)
 
@@ -362,8 +401,7 @@ class JobRunner:
         try:
             conn = self.database.connection()
             with conn.cursor() as cur:
-                dead_letter_id = record.write(cur)
-            conn.commit()
+                dead_letter_id = record.write(cur)  # one statement: its own transaction
             return dead_letter_id
         except INFRA_ERRORS as exc:
             self.database.discard()
@@ -412,15 +450,18 @@ class JobRunner:
 
     # -- small helpers --------------------------------------------------------------------
 
-    def _applied(self, envelope: Envelope[Any], delivery: Delivery, attempt: int) -> None:
+    def _applied(self, envelope: Envelope[Any], delivery: Delivery, attempt: int,
+                 state: DeliveryState) -> None:  # fmt: skip
         metrics.processed(delivery.queue, delivery.consumer)
-        try:
-            self.deliveries.forget(delivery.consumer, str(envelope.job_id))
-        except redis.RedisError:
-            logger.warning("could not clear the delivery count", exc_info=True,
-                           extra={"event": "consumer.count_not_cleared"})  # fmt: skip
-        self._log(logging.DEBUG, "job applied", "consumer.applied", envelope, delivery,
-                  attempt=attempt)  # fmt: skip
+        if state.tracked:  # most jobs never had a hash: nothing to clear, no round trip
+            try:
+                self.deliveries.forget(delivery.consumer, str(envelope.job_id))
+            except redis.RedisError:
+                logger.warning("could not clear the delivery count", exc_info=True,
+                               extra={"event": "consumer.count_not_cleared"})  # fmt: skip
+        if logger.isEnabledFor(logging.DEBUG):
+            self._log(logging.DEBUG, "job applied", "consumer.applied", envelope, delivery,
+                      attempt=attempt)  # fmt: skip
 
     def _undo_count(self, delivery: Delivery, job: str) -> None:
         try:
@@ -442,8 +483,7 @@ class JobRunner:
     def _exhaust(self, delivery: Delivery, envelope: Envelope[Any], policy: RetryPolicy) -> None:
         """Spend the rest of the budget so a duplicate still in flight is not run again."""
         try:
-            self.deliveries.restart(delivery.consumer, str(envelope.job_id),
-                                    count=policy.max_attempts, generation=-1,
+            self.deliveries.exhaust(delivery.consumer, str(envelope.job_id),
                                     ttl_seconds=self._ttl(policy))  # fmt: skip
         except redis.RedisError:
             logger.warning("could not mark the delivery budget spent", exc_info=True,

@@ -44,11 +44,15 @@ def port(settings: PlatformSettings) -> Iterator[QueuePort]:
     app.close()
 
 
-@pytest.fixture
-def worker(redis_url: str, database_url: str, tmp_path: Path) -> Iterator[CeleryProcess]:
+@pytest.fixture(params=["platform", "stock"])
+def worker(
+    redis_url: str, database_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[CeleryProcess]:
+    """A worker on either Redis transport: both must mark a restored message redelivered."""
     env = platform_env(redis_url=redis_url, database_url=database_url, extra={
         "PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "5",
         "CONSUMER_TEST_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
+        "PLATFORM_TRANSPORT": request.param,
     })  # fmt: skip
     with celery_processes() as started:
         argv = worker_argv("tests.apps.consumer_app", queues=QUEUE, concurrency=1)

@@ -56,8 +56,15 @@ def test_non_default_policy_without_rationale_is_a_startup_error() -> None:
 
 
 @given(st.integers(1, 10), st.integers(0, 20))
-def test_attempt_is_the_larger_of_header_and_delivery_count(header: int, count: int) -> None:
-    assert attempt_number(header, count) == max(header, count, 1)
+def test_attempt_is_the_header_or_one_past_the_spent_attempts(header: int, spent: int) -> None:
+    assert attempt_number(header, spent) == max(header, spent + 1)
+
+
+def test_a_crash_looping_first_attempt_passes_the_budget_on_its_budget_th_redelivery() -> None:
+    policy = RetryPolicy(max_attempts=3, rationale="test")
+    attempts = [attempt_number(1, redeliveries) for redeliveries in range(4)]
+    assert attempts == [1, 2, 3, 4]
+    assert [a > policy.max_attempts for a in attempts] == [False, False, False, True]
 
 
 @pytest.mark.parametrize("header", [None, "x", "", 0, -3])
