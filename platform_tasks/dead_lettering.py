@@ -18,9 +18,12 @@ from typing import Any
 from platform_tasks.alerts import send_alert
 from platform_tasks.dead_letters import insert_dead_letter
 
+# FOR SHARE waits for a replay that holds the row (it publishes, then commits the row
+# as replayed): without it a fast consumer of the replayed message could read the row
+# still pending and drop the replay as "already dead-lettered".
 _LATEST = (
     "SELECT id, status FROM core.dead_letters WHERE job_id = %s AND kind IS NOT DISTINCT FROM %s "
-    "ORDER BY id DESC LIMIT 1"
+    "ORDER BY id DESC LIMIT 1 FOR SHARE"
 )
 
 
