@@ -20,14 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis  # noqa: E402
+import redis
 
-from bench._servers import bench_redis  # noqa: E402
-from platform_tasks import QueuePort, create_app  # noqa: E402
-from platform_tasks.delay_promoter import DelayPromoter  # noqa: E402
-from platform_tasks.delay_store import DelayStore  # noqa: E402
-from platform_tasks.keys import delay_keys  # noqa: E402
-from platform_tasks.settings import PlatformSettings  # noqa: E402
+from bench._servers import bench_redis
+from platform_tasks import QueuePort, create_app
+from platform_tasks.delay_promoter import DelayPromoter
+from platform_tasks.delay_store import DelayStore
+from platform_tasks.keys import delay_keys
+from platform_tasks.settings import PlatformSettings
 
 
 def script_calls(client: redis.Redis) -> int:
@@ -78,8 +78,10 @@ def main() -> None:
         print(f"schedule_many:                {schedule_s:.3f} s "
               f"({args.entries / schedule_s:.0f} entries/s)")  # fmt: skip
         print(f"due -> all delivered:         {promote_s * 1000:.1f} ms")
-        print(f"promoter script round trips:  {round_trips} "
-              f"({round_trips / args.entries:.4f} per entry, batch {args.batch})")
+        print(
+            f"promoter script round trips:  {round_trips} "
+            f"({round_trips / args.entries:.4f} per entry, batch {args.batch})"
+        )
         print(f"baseline pipelined LPUSH:     {baseline_s * 1000:.1f} ms")
         print(f"ratio promote/baseline time:  {promote_s / baseline_s:.2f}")
         port.close()

@@ -16,12 +16,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis  # noqa: E402
+import redis
 
-from bench._servers import bench_redis  # noqa: E402
-from platform_tasks import QueuePort, create_app  # noqa: E402
-from platform_tasks.envelope import uuid7  # noqa: E402
-from platform_tasks.settings import PlatformSettings  # noqa: E402
+from bench._servers import bench_redis
+from platform_tasks import QueuePort, create_app
+from platform_tasks.envelope import uuid7
+from platform_tasks.settings import PlatformSettings
 
 
 def main() -> None:

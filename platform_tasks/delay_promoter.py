@@ -64,7 +64,7 @@ class DelayPromoter:
                         "delay promotion failed (%s); retrying", exc,
                         extra={"event": "delay.promote_failed"},
                     )  # fmt: skip
-                wait = interval if failures == 0 else min(30.0, interval * 2**min(failures, 6))
+                wait = interval if failures == 0 else min(30.0, interval * 2 ** min(failures, 6))
                 self._stop.wait(wait)
         finally:
             client.close()

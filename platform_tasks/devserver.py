@@ -9,6 +9,7 @@ definition survives.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -59,14 +60,10 @@ class ManagedProcess:
             return
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.popen.wait(timeout=10)
         self.popen = None
 

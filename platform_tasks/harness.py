@@ -480,9 +480,7 @@ class PostgresServer:
 
         def ready() -> bool:
             if self._process is not None and not self._process.running:
-                raise ServerStartError(
-                    f"postgres exited at start-up:\n{self._process.log_tail()}"
-                )
+                raise ServerStartError(f"postgres exited at start-up:\n{self._process.log_tail()}")
             conn = psycopg2.connect(self.admin_url(), connect_timeout=2)
             conn.close()
             return True
@@ -512,9 +510,7 @@ class PostgresServer:
         """Stop the server: ``fast`` (SIGINT), ``immediate`` (SIGQUIT, crash-like)."""
         if self._process is None:
             return
-        signum = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": signal.SIGQUIT}[
-            mode
-        ]
+        signum = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": signal.SIGQUIT}[mode]
         self._process.signal(signum)
         self._process.wait(timeout)
         self._process = None

@@ -14,15 +14,34 @@ from platform_tasks.devserver import DevOptions, DevPlatform, watch_for_changes
 
 @click.command()
 @click.option("--app", default="celery_app", show_default=True, help="Celery app module (-A).")
-@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".data"),
-              show_default=True, help="Where embedded servers keep their files and logs.")
-@click.option("--flower-port", type=int, default=5555, show_default=True,
-              help="Flower's port (0 picks a free one).")
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=Path(".data"),
+    show_default=True,
+    help="Where embedded servers keep their files and logs.",
+)
+@click.option(
+    "--flower-port",
+    type=int,
+    default=5555,
+    show_default=True,
+    help="Flower's port (0 picks a free one).",
+)
 @click.option("--beat-replicas", type=int, default=2, show_default=True)
-@click.option("--samples", type=int, default=3, show_default=True,
-              help="Sample envelopes to publish once everything runs.")
-@click.option("--jobs-dir", type=click.Path(path_type=Path), default=None,
-              help="Job definitions to watch (default: PLATFORM_JOBS_DIR or beat_schedules).")
+@click.option(
+    "--samples",
+    type=int,
+    default=3,
+    show_default=True,
+    help="Sample envelopes to publish once everything runs.",
+)
+@click.option(
+    "--jobs-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Job definitions to watch (default: PLATFORM_JOBS_DIR or beat_schedules).",
+)
 def dev(app: str, data_dir: Path, flower_port: int, beat_replicas: int, samples: int,
         jobs_dir: Path | None) -> None:  # fmt: skip
     """Start Redis, PostgreSQL, a worker, beat replicas and Flower; Ctrl-C stops them all.

@@ -54,9 +54,7 @@ def test_publish_and_schedule_reach_a_real_worker(redis_url: str, tmp_path: Path
     port.close()
 
 
-def test_ten_thousand_due_at_once_two_promoters_one_killed(
-    server_factory, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+def test_ten_thousand_due_at_once_two_promoters_one_killed(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     server = server_factory.redis(appendfsync="everysec")
     settings = PlatformSettings.build(redis_url=server.url, profile="test", delay_batch_size=20)
     app = create_app("e2e_delays", settings=settings)

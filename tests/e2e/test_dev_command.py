@@ -1,4 +1,4 @@
-"""``platform-tasks dev``: everything starts, samples run, a job change restarts, Ctrl-C cleans up."""
+"""``platform-tasks dev``: all starts, samples run, a job change restarts, Ctrl-C cleans up."""
 
 from __future__ import annotations
 

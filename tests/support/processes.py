@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from platform_tasks.harness import wait_until
@@ -96,10 +96,8 @@ class CeleryProcess:
         """SIGKILL the process and everything in its session (pool children too)."""
         if self.popen is None:
             return
-        try:
+        with suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.popen.wait(timeout=30)
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -108,10 +106,8 @@ class CeleryProcess:
             return
         if self.running:
             self.signal(signal.SIGTERM)
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
         self.kill_group()
 
 
@@ -138,8 +134,8 @@ def platform_env(
 def worker_argv(app: str, *, queues: str | None = None, concurrency: int = 2,
                 pool: str = "prefork", hostname: str = "w1@%h",
                 extra: Sequence[str] = ()) -> list[str]:  # fmt: skip
-    argv = [CELERY, "-A", app, "worker", "-P", pool, "-c", str(concurrency),
-            "-n", hostname, "--loglevel", "INFO", "--without-mingle", "--without-gossip"]  # fmt: skip
+    argv = [CELERY, "-A", app, "worker", "-P", pool, "-c", str(concurrency), "-n", hostname,
+            "--loglevel", "INFO", "--without-mingle", "--without-gossip"]  # fmt: skip
     if queues:
         argv += ["-Q", queues]
     return argv + list(extra)

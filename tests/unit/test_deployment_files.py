@@ -22,9 +22,7 @@ SERVICES = COMPOSE["services"]
 
 
 def test_expected_services_with_health_checks() -> None:
-    assert {"redis", "postgres", "migrate", "worker", "beat-1", "beat-2", "flower"} <= set(
-        SERVICES
-    )
+    assert {"redis", "postgres", "migrate", "worker", "beat-1", "beat-2", "flower"} <= set(SERVICES)
     for name, service in SERVICES.items():
         if name != "migrate":
             assert "healthcheck" in service, f"{name} has no health check"

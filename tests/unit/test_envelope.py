@@ -102,8 +102,9 @@ identifiers = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,10}\Z", fullmatch=True)
 kinds = st.lists(identifiers, min_size=2, max_size=4).map(".".join)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
     max_leaves=10,
 )
 
