@@ -79,7 +79,8 @@ class JobDefinitionError(ConfigurationError):
         self.field = field
         self.detail = message
         where = ", ".join(
-            part for part in (f"file {file}" if file else "", f"field {field!r}" if field else "")
+            part
+            for part in (f"file {file}" if file else "", f"field {field!r}" if field else "")
             if part
         )
         super().__init__(f"{where}: {message}" if where else message)

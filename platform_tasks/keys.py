@@ -48,9 +48,7 @@ def delay_keys(profile: str) -> DelayKeys:
 # --- scheduled jobs (issue 4) -------------------------------------------------------
 
 
-def jobs_namespace(
-    *, app_name: str, profile: str, mode: str, namespace: str | None = None
-) -> str:
+def jobs_namespace(*, app_name: str, profile: str, mode: str, namespace: str | None = None) -> str:
     """Namespace of the scheduled-job keys: ``platform:<app>:<profile>:<mode>``.
 
     Replicas of one deployment (same app package, profile and runtime mode) derive the

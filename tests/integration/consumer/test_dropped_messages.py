@@ -81,8 +81,9 @@ def test_each_dropped_message_case_is_dead_lettered_with_its_raw_body(
             headers=celery_headers("tests.consumer.apply", not_json_id))  # fmt: skip
     publish(redis_url, "plain words", content_type="text/plain",
             headers=celery_headers("tests.consumer.apply", str(uuid.uuid4())))  # fmt: skip
-    publish(redis_url, json.dumps({"hello": "world"}), content_type="application/json",
-            headers=None)
+    publish(
+        redis_url, json.dumps({"hello": "world"}), content_type="application/json", headers=None
+    )
     no_id = {k: v for k, v in celery_headers("tests.consumer.apply", "x").items() if k != "id"}
     publish(redis_url, json.dumps([[valid_envelope("tests.consumer.apply")], {}, {}]),
             content_type="application/json", headers=no_id)  # fmt: skip
