@@ -35,9 +35,14 @@ class PublishOptions(BaseModel):
     attempt: int = Field(default=1, ge=1)
 
 
+_DEFAULT_OPTIONS = PublishOptions()
+
+
 def _options(opts: Mapping[str, Any] | PublishOptions | None) -> PublishOptions:
     if isinstance(opts, PublishOptions):
         return opts
+    if not opts:
+        return _DEFAULT_OPTIONS
     try:
         return PublishOptions.model_validate(dict(opts or {}))
     except ValidationError as exc:

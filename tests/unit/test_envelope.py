@@ -122,3 +122,15 @@ def test_round_trip_through_json(tenant: str, correlation: str, kind: str, data:
     again = parse_envelope(wire, dict)
     assert again == envelope
     assert Envelope[dict].model_validate(wire).tenant_id == tenant  # type: ignore[type-arg]
+
+
+def test_data_that_cannot_cross_the_broker_is_refused() -> None:
+    with pytest.raises(EnvelopeError, match="not JSON-serializable"):
+        parse_envelope(valid(data={"handle": object()}), dict)
+
+
+def test_size_is_reported_with_field_errors() -> None:
+    with pytest.raises(EnvelopeError) as info:
+        parse_envelope(valid(tenant_id="", data={"blob": "x" * 2000}), dict, max_bytes=1024)
+    fields = [field for field, _ in info.value.errors]
+    assert fields == ["<envelope>", "tenant_id"]
