@@ -12,7 +12,6 @@ import os
 import re
 import time
 import uuid
-from functools import cache
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -98,10 +97,15 @@ def serialized_size(message: dict[str, Any]) -> int:
     return len(json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode())
 
 
-@cache
+_MODELS: dict[type[Any], type[Envelope[Any]]] = {}
+
+
 def envelope_model(data_model: type[Any]) -> type[Envelope[Any]]:
     """``Envelope[data_model]``, built once per data model (publish and consume are hot)."""
-    return Envelope[data_model]  # type: ignore[valid-type]
+    model = _MODELS.get(data_model)
+    if model is None:
+        model = _MODELS[data_model] = Envelope[data_model]  # type: ignore[valid-type]
+    return model
 
 
 def _oversize(size: int, max_bytes: int) -> tuple[str, str]:
