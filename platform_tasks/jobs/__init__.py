@@ -9,8 +9,9 @@ which therefore must not load the runner and with it redis, sentry_sdk and the s
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from platform_tasks.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from platform_tasks.jobs.definition import JobDefinition, define_job
@@ -26,14 +27,4 @@ _HOMES: dict[str, str] = {
 """Where each public name lives; the module is imported when the name is first used."""
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)
