@@ -19,5 +19,13 @@ lint: install
 typecheck: install
 	.venv/bin/mypy
 
+# Every benchmark of BENCHMARKS.md, one after the other (about 20 minutes).
 bench: install
-	.venv/bin/python bench/run_all.py
+	.venv/bin/python bench/publish_vs_send_task.py --messages 5000 --rounds 5
+	.venv/bin/python bench/delay_store.py --entries 10000 --batch 500
+	.venv/bin/python bench/consumer_throughput.py --jobs 3000 --runs 4
+	.venv/bin/python bench/transport_throughput.py --messages 2000 --rounds 5
+	.venv/bin/python bench/beat_admission.py --jobs 5000 --seconds 40
+	.venv/bin/python bench/beat_admission.py --jobs 500 --seconds 40
+	.venv/bin/python bench/jobdocs_static_vs_runtime.py --files 2000 --repeat 5
+	.venv/bin/python bench/dead_letters_purge.py --rows 500000 --batch-sizes 1000,5000,20000
