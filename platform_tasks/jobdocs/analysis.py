@@ -7,7 +7,7 @@ that file's evidence, never the rest of the report.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from platform_tasks.jobdocs.definitions import find_definition_calls
@@ -19,6 +19,7 @@ from platform_tasks.jobdocs.evidence import (
 )
 from platform_tasks.jobdocs.fields import read_call_fields
 from platform_tasks.jobdocs.resolve import DEFINE_JOB, Resolver
+from platform_tasks.jobdocs.sources import ParsedModule
 from platform_tasks.jobdocs.symbols import standalone_relative_import
 from platform_tasks.jobdocs.validation import validate_fields
 
@@ -62,7 +63,7 @@ def analyse_file(resolver: Resolver, path: Path, label: str) -> FileAnalysis:
         return result
 
     failing = [_error(file, reason) for reason in _failing_imports(module.tree)]
-    module = replace(module, standalone=True)
+    module = ParsedModule(module.name, module.file, module.tree, module.syntax_error, True)
     result.problems.extend(failing)
     found = find_definition_calls(resolver, module)
     if not found.definitions:

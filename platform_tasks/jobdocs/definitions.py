@@ -43,8 +43,12 @@ _NO_CALLS = (ast.Import, ast.ImportFrom, ast.Pass, ast.Global, ast.Nonlocal, ast
 
 def import_time_calls(tree: ast.Module) -> Iterator[ast.Call]:
     """Calls evaluated when the module is imported: module and class bodies, decorators
-    and default values, but not function bodies or lambdas (those run later, if ever)."""
+    and default values, but not function bodies or lambdas (those run later, if ever).
+
+    Breadth-first, children in :func:`ast.iter_child_nodes` order (read straight from
+    ``_fields`` here: this visits every import-time node of every job file)."""
     pending: deque[ast.AST] = deque(tree.body)
+    push = pending.append
     while pending:
         node = pending.popleft()
         if isinstance(node, _NO_CALLS):
@@ -59,7 +63,14 @@ def import_time_calls(tree: ast.Module) -> Iterator[ast.Call]:
             continue
         if isinstance(node, ast.Call):
             yield node
-        pending.extend(ast.iter_child_nodes(node))
+        for name in node._fields:
+            child = getattr(node, name, None)
+            if isinstance(child, ast.AST):
+                push(child)
+            elif isinstance(child, list):
+                for item in child:
+                    if isinstance(item, ast.AST):
+                        push(item)
 
 
 def _function_reaches_define_job(

@@ -114,5 +114,23 @@ def read_call_fields(
             value = to_json_value(_absent_value(name, path_label, result.known))
         else:
             value = None
-        result.evidence[name] = FieldEvidence(state, value)
+        result.evidence[name] = _evidence(state, value)
     return result
+
+
+_SHARED: dict[tuple[FieldState, type, JsonValue], FieldEvidence] = {}
+
+
+def _evidence(state: FieldState, value: JsonValue) -> FieldEvidence:
+    """A shared :class:`FieldEvidence` (immutable): thousands of definitions repeat the
+    same few states and defaults. The type is part of the key, as ``True == 1``; floats
+    are not shared (``0.0 == -0.0``, and NaN equals nothing)."""
+    if isinstance(value, float):
+        return FieldEvidence(state, value)
+    key = (state, type(value), value)
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= 4096:
+            _SHARED.clear()
+        found = _SHARED[key] = FieldEvidence(state, value)
+    return found

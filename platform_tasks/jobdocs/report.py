@@ -7,11 +7,14 @@ module so it can be tested on its own.
 from __future__ import annotations
 
 import gc
+import os
+import pickle
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
-from platform_tasks.jobdocs.analysis import analyse_file
+from platform_tasks.jobdocs.analysis import FileAnalysis, analyse_file
 from platform_tasks.jobdocs.config import DocsConfig
 from platform_tasks.jobdocs.evidence import (
     FieldState,
@@ -24,9 +27,13 @@ from platform_tasks.jobdocs.evidence import (
 from platform_tasks.jobdocs.project_state import project_state
 from platform_tasks.jobdocs.resolve import Resolver
 from platform_tasks.jobdocs.sources import SourceIndex
-from platform_tasks.jobs.selection import path_label, select_job_files
+from platform_tasks.jobs.selection import select_job_files
 
-__all__ = ["build_report"]
+__all__ = ["PARALLEL_MIN_FILES", "build_report"]
+
+PARALLEL_MIN_FILES = 200
+"""Below this many selected files a run stays in one process: forking and passing the
+results back costs more than reading the files."""
 
 
 def _check_unique_names(jobs: list[JobEvidence]) -> None:
@@ -63,21 +70,97 @@ def _cycle_collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def build_report(config: DocsConfig) -> Report:
-    """Read every selected job file of ``config`` statically and summarise the project."""
+def build_report(config: DocsConfig, *, workers: int | None = None) -> Report:
+    """Read every selected job file of ``config`` statically and summarise the project.
+
+    ``workers`` is the number of processes that read the files: ``None`` picks one per
+    available core when at least :data:`PARALLEL_MIN_FILES` files are selected (where
+    ``fork`` exists), ``1`` keeps everything in this process. The report is the same
+    either way: each file is analysed on its own, and results are merged in file order.
+    """
     with _cycle_collector_paused():
-        return _build_report(config)
+        return _build_report(config, workers)
 
 
-def _build_report(config: DocsConfig) -> Report:
+def _label(root: str, file: Path) -> str:
+    """:func:`platform_tasks.jobs.selection.path_label` for a file that
+    :func:`select_job_files` returned for ``root`` (absolute, below it, ending in
+    ``.py``), with string operations instead of ``Path.relative_to``."""
+    return str(file)[len(root) + 1 : -3].replace(os.sep, ".")
+
+
+def _analyse_chunk(resolver: Resolver, root: str, files: Sequence[Path]) -> list[FileAnalysis]:
+    results: list[FileAnalysis] = []
+    for file in files:
+        results.append(analyse_file(resolver, file, _label(root, file)))
+        resolver.forget(file)
+    return results
+
+
+def default_workers(files: int) -> int:
+    """One process per available core for a large selection, else one."""
+    if files < PARALLEL_MIN_FILES or not hasattr(os, "fork"):
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - platforms without affinity masks
+        cores = os.cpu_count() or 1
+    return max(1, cores)
+
+
+def _analyse_in_processes(
+    resolver: Resolver, root: str, files: Sequence[Path], workers: int
+) -> list[FileAnalysis]:
+    """Analyse contiguous slices of ``files`` in forked children and the first slice
+    here, then concatenate in order. A child that fails is not trusted: its slice is
+    analysed again in this process, so the outcome (or the exception) is the serial one."""
+    size = -(-len(files) // workers)
+    slices = [files[start : start + size] for start in range(0, len(files), size)]
+    children: list[tuple[int, int, Sequence[Path]]] = []
+    for part in slices[1:]:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
+            os.close(read_end)
+            status = 1
+            try:
+                payload = pickle.dumps(
+                    _analyse_chunk(resolver, root, part), protocol=pickle.HIGHEST_PROTOCOL
+                )
+                with os.fdopen(write_end, "wb") as out:
+                    out.write(payload)
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write_end)
+        children.append((pid, read_end, part))
+    results = _analyse_chunk(resolver, root, slices[0])
+    for pid, read_end, part in children:
+        with os.fdopen(read_end, "rb") as incoming:
+            payload = incoming.read()
+        _, status = os.waitpid(pid, 0)
+        if status == 0 and payload:
+            results.extend(pickle.loads(payload))
+        else:
+            results.extend(_analyse_chunk(resolver, root, part))
+    return results
+
+
+def _build_report(config: DocsConfig, workers: int | None) -> Report:
     index = SourceIndex(config.project_dir, list(config.source_roots))
     resolver = Resolver(index)
+    files = select_job_files(config.jobs_dir, config.include, config.exclude)
+    root = str(config.jobs_dir.absolute())
+    count = default_workers(len(files)) if workers is None else max(1, workers)
+    count = min(count, len(files))
+    if count > 1:
+        analyses = _analyse_in_processes(resolver, root, files, count)
+    else:
+        analyses = _analyse_chunk(resolver, root, files)
     jobs: list[JobEvidence] = []
     without: list[FileWithoutEvidence] = []
     problems: list[Problem] = []
-    for file in select_job_files(config.jobs_dir, config.include, config.exclude):
-        analysis = analyse_file(resolver, file, path_label(config.jobs_dir, file))
-        resolver.forget(file)
+    for analysis in analyses:
         jobs.extend(analysis.jobs)
         problems.extend(analysis.problems)
         if analysis.without_evidence is not None:

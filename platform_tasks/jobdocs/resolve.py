@@ -139,6 +139,7 @@ class Resolver:
         # same constants from ``_common`` resolve each constant once.
         self._attributes: dict[tuple[str, str], Resolved] = {}
         self._stack_dependent = 0
+        self._outside_names: dict[str, Resolved] = {}
         self.reaches_define_job: dict[tuple[Path, bool, str], bool] = {}
         """Wrapper analysis per project function (see ``definitions``), filled there."""
 
@@ -177,6 +178,14 @@ class Resolver:
         return self._outside(dotted)
 
     def _outside(self, dotted: str) -> Resolved:
+        """A name outside the roots; the answer depends on ``dotted`` only, so it is
+        computed once per run (every job file imports ``define_job`` and ``timedelta``)."""
+        cached = self._outside_names.get(dotted)
+        if cached is None:
+            cached = self._outside_names[dotted] = self._outside_uncached(dotted)
+        return cached
+
+    def _outside_uncached(self, dotted: str) -> Resolved:
         if dotted.split(".")[0] in _TRUSTED_PACKAGES:
             return DefineJob() if dotted == DEFINE_JOB else External(dotted)
         outside = self.index.exists_outside_roots(dotted)

@@ -97,7 +97,9 @@ class SourceIndex:
             if not root.is_dir():
                 continue
             for file in _python_files(root):
-                for base in (self._bases[0], str(root.parent)):
+                # One pass when the root's parent is the project directory (the usual
+                # layout): both bases give the same name for the same file.
+                for base in dict.fromkeys((self._bases[0], str(root.parent))):
                     name = _name_from_parts(_parts_below(base, file))
                     if name is not None:
                         self._by_name.setdefault(name, file)

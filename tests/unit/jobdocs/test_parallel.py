@@ -1,0 +1,109 @@
+"""Reading files in several processes gives the report of a single-process run, byte for
+byte, including cross-file checks (duplicate names) and per-file failures."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from platform_tasks.jobdocs import build_report, load_docs_config, render_json, report_to_dict
+from platform_tasks.jobdocs.evidence import FieldEvidence, FieldState, JobEvidence
+from platform_tasks.jobdocs.report import PARALLEL_MIN_FILES, default_workers
+from platform_tasks.jobs.selection import path_label
+from tests.unit.jobdocs.conftest import CASES, FIXTURES, job_source
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+def _mixed_tree(make_project: Callable[..., Path]) -> Path:
+    files = {
+        "beat_schedules/_common.py": 'NIGHTLY = "0 3 * * *"\nZONE = "Europe/Berlin"\n',
+        "beat_schedules/_wrap.py": (
+            "from platform_tasks.jobs import define_job\n\n"
+            "def make(**kw):\n    return define_job(**kw)\n"
+        ),
+    }
+    for i in range(41):
+        folder = f"beat_schedules/team_{i % 3}"
+        if i % 7 == 3:
+            text = "def broken(:\n"
+        elif i % 7 == 5:
+            text = (
+                "from beat_schedules._wrap import make\n\nmake(handler=print, cron='* * * * *')\n"
+            )
+        elif i % 5 == 0:
+            text = job_source('name="same", cron="0 * * * *"')  # duplicates across slices
+        elif i % 2:
+            text = "from beat_schedules._common import NIGHTLY, ZONE\n" + job_source(
+                "cron=NIGHTLY, timezone=ZONE, queue=-0.0"
+            )
+        else:
+            text = "from datetime import timedelta\n" + job_source(
+                f"interval=timedelta(minutes={i}), enabled={i % 3 == 0}"
+            )
+        files[f"{folder}/job_{i:03d}.py"] = text
+    return make_project(files)
+
+
+@pytest.mark.parametrize("workers", [2, 3, 7])
+def test_parallel_and_serial_reports_are_identical(
+    make_project: Callable[..., Path], workers: int
+) -> None:
+    config = load_docs_config(_mixed_tree(make_project), "development", {})
+
+    serial = build_report(config, workers=1)
+    parallel = build_report(config, workers=workers)
+
+    assert render_json(parallel) == render_json(serial)
+    assert parallel.problems == serial.problems
+    assert len(serial.jobs) > 20 and serial.files_without_evidence and serial.errors
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fixture_cases_agree_in_parallel(case: str) -> None:
+    config = load_docs_config(FIXTURES / case, "development", {})
+
+    assert render_json(build_report(config, workers=4)) == render_json(
+        build_report(config, workers=1)
+    )
+
+
+def test_workers_default_to_one_below_the_threshold() -> None:
+    assert default_workers(PARALLEL_MIN_FILES - 1) == 1
+    assert 1 <= default_workers(PARALLEL_MIN_FILES) <= (os.cpu_count() or 1)
+
+
+def test_labels_match_the_shared_selection_rule(make_project: Callable[..., Path]) -> None:
+    config = load_docs_config(_mixed_tree(make_project), "development", {})
+
+    for job in build_report(config, workers=1).jobs:
+        file = config.project_dir.absolute() / job.file
+        assert job.path_label == path_label(config.jobs_dir, file)
+
+
+def test_job_writer_matches_the_generic_document() -> None:
+    from platform_tasks.jobdocs.evidence import ProjectState, ProjectStateName, Report
+
+    values: list[object] = [True, 1, 1.0, -0.0, 0.0, 0, None, "x\u00e9\n", float("nan")]
+    jobs = [
+        JobEvidence(
+            file=f"f{i}.py",
+            path_label=f"f{i}",
+            line=1,
+            fields={
+                name: FieldEvidence(FieldState.KNOWN, value)  # type: ignore[arg-type]
+                for name in ("name", "cron", "interval", "timezone", "enabled", "lease_ttl")
+            }
+            | {"queue": FieldEvidence(FieldState.ABSENT, value)},  # type: ignore[arg-type]
+            gaps=["gap"] if i % 2 else [],
+        )
+        for i, value in enumerate(values)
+    ]
+    report = Report("development", ProjectState(ProjectStateName.UNKNOWN, []), jobs, [], [])
+
+    expected = json.dumps(report_to_dict(report), indent=2, ensure_ascii=False) + "\n"
+    assert render_json(report) == expected
