@@ -46,7 +46,14 @@ def configure_alerts(dsn: str | None) -> bool:
             return True
         import sentry_sdk
 
-        sentry_sdk.init(dsn=dsn, default_integrations=False, send_default_pii=False)
+        # Local variables of the failing frames hold the envelope and its data: payload
+        # data must not leave the process unless a task opts in, so they are not sent.
+        sentry_sdk.init(
+            dsn=dsn,
+            default_integrations=False,
+            send_default_pii=False,
+            include_local_variables=False,
+        )
         _configured_dsn = dsn
         _configured_pid = os.getpid()
         return True
