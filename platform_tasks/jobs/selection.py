@@ -44,16 +44,23 @@ def _matches_any(relative: str, globs: Sequence[str]) -> bool:
     return any(fnmatchcase(relative, glob) for glob in globs)
 
 
-def _walk_python_files(root: Path) -> list[Path]:
-    found: list[Path] = []
+def _walk_python_files(root: str) -> list[str]:
+    """Paths of ``.py`` files below ``root``, relative to it, ``/``-separated.
+
+    Plain strings, not ``Path`` objects: the static reader runs this over thousands of
+    files and only the selected ones need to become paths.
+    """
+    found: list[str] = []
+    start = len(root) + 1
     for dirpath, dirnames, filenames in os.walk(root):
         # Pruning in place keeps os.walk out of caches and hidden trees (.git, .venv);
         # directories starting with "_" are still entered on purpose.
-        dirnames[:] = sorted(
+        dirnames[:] = [
             name for name in dirnames if name not in _SKIPPED_DIRS and not name.startswith(".")
-        )
-        base = Path(dirpath)
-        found.extend(base / name for name in filenames if name.endswith(".py"))
+        ]
+        prefix = dirpath[start:].replace(os.sep, "/")
+        prefix = f"{prefix}/" if prefix else ""
+        found.extend(prefix + name for name in filenames if name.endswith(".py"))
     return found
 
 
@@ -72,17 +79,18 @@ def select_job_files(
     if not base.is_dir():
         return []
     wanted = tuple(include) or DEFAULT_INCLUDE
-    selected: list[Path] = []
-    for path in _walk_python_files(base):
-        if is_ignored_name(path.name):
+    selected: list[str] = []
+    for relative in _walk_python_files(str(base)):
+        if is_ignored_name(relative.rpartition("/")[2]):
             continue
-        relative = path.relative_to(base).as_posix()
         if not _matches_any(relative, wanted):
             continue
         if _matches_any(relative, exclude):
             continue
-        selected.append(path)
-    return sorted(selected)
+        selected.append(relative)
+    # Sorted by path components, exactly as sorting the Path objects would.
+    selected.sort(key=lambda relative: relative.split("/"))
+    return [base.joinpath(relative) for relative in selected]
 
 
 def path_label(root: Path, file: Path) -> str:

@@ -139,3 +139,15 @@ def test_path_label(tmp_path: Path, relative: str, label: str) -> None:
 def test_path_label_refuses_a_file_outside_the_root(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         path_label(tmp_path / "jobs", tmp_path / "other" / "x.py")
+
+
+def test_order_is_path_order_not_string_order(tmp_path: Path) -> None:
+    # "a-c.py" sorts before "a/b.py" as a string ('-' < '/'), after it as a path.
+    for relative in ("a/b.py", "a-c.py", "a_b/z.py", "B.py", "a/a/x.py"):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("")
+    selected = select_job_files(tmp_path)
+    assert selected == sorted(selected)
+    assert [p.relative_to(tmp_path).as_posix() for p in selected] == [
+        "B.py", "a/a/x.py", "a/b.py", "a-c.py", "a_b/z.py",
+    ]  # fmt: skip
