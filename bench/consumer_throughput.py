@@ -8,9 +8,9 @@ is filled first, then the worker is started; the clock runs from the moment a te
 the jobs have been taken (steady state, past the pool's first-task imports and
 connections) to the last job done. Commits per job come from
 pg_stat_database.xact_commit deltas read from another database (so reading does not move
-the counter). With ``--runs N`` the three variants run N times in turn on the same servers (the insert variants in alternating
-order); each ratio is taken within one run, and the median and range of the N ratios
-are printed.
+the counter). With ``--runs N`` the three variants run N times in turn on the same
+servers (the insert variants in alternating order); each ratio is taken within one run,
+and the median and range of the N ratios are printed.
 """
 
 from __future__ import annotations
