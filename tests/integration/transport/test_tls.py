@@ -32,7 +32,8 @@ SEEN_KEY = "test:transport:seen"  # written by tests/apps/transport_app.py
 def certificate(tmp_path: Path) -> SelfSigned:
     cert = self_signed_cert(tmp_path)
     if cert is None:
-        pytest.skip("openssl is not on PATH: cannot make a test certificate")
+        # A missing tool must not turn the TLS check into a silent pass.
+        pytest.fail("openssl is not on PATH: cannot make a test certificate")
     return cert
 
 
