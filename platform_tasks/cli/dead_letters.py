@@ -22,6 +22,7 @@ from psycopg2.extensions import connection as Connection
 from rich.console import Console
 from rich.table import Table
 
+from platform_tasks.cli.common import database_settings
 from platform_tasks.dead_letters import (
     REPLAY_BATCH_SIZE,
     STATUSES,
@@ -33,9 +34,8 @@ from platform_tasks.dead_letters import (
     list_dead_letters,
     replay_dead_letters,
 )
-from platform_tasks.errors import PlatformError, ReplayError
+from platform_tasks.errors import ReplayError
 from platform_tasks.queue_port import QueuePort
-from platform_tasks.settings import PlatformSettings
 
 DEFAULT_APP = "celery_app:app"
 _RELATIVE = re.compile(r"^(\d+)\s*([smhdw])$")
@@ -75,12 +75,7 @@ SINCE = _Since()
 
 @contextmanager
 def _connection() -> Iterator[Connection]:
-    try:
-        settings = PlatformSettings.from_env()
-    except PlatformError as exc:
-        raise click.UsageError(str(exc)) from exc
-    if not settings.database_url:
-        raise click.UsageError("PLATFORM_DATABASE_URL is not set")
+    settings = database_settings()
     try:
         conn = psycopg2.connect(settings.database_url)
     except psycopg2.OperationalError as exc:

@@ -10,23 +10,13 @@ import sys
 
 import click
 
+from platform_tasks.cli.common import database_settings
 from platform_tasks.errors import PlatformError
 from platform_tasks.maintenance import (
     DEFAULT_PURGE_BATCH_SIZE,
     purge_processed_jobs,
     report_stale_dead_letters,
 )
-from platform_tasks.settings import PlatformSettings
-
-
-def _settings() -> PlatformSettings:
-    try:
-        settings = PlatformSettings.from_env()
-    except PlatformError as exc:
-        raise click.UsageError(str(exc)) from exc
-    if not settings.database_url:
-        raise click.UsageError("PLATFORM_DATABASE_URL is not set")
-    return settings
 
 
 @click.group()
@@ -44,7 +34,7 @@ def maintenance() -> None:
 )
 def purge_processed_jobs_command(batch_size: int) -> None:
     """Delete idempotency rows older than PLATFORM_PROCESSED_JOBS_TTL_DAYS (default 30)."""
-    settings = _settings()
+    settings = database_settings()
     try:
         result = purge_processed_jobs(settings, batch_size=batch_size)
     except PlatformError as exc:
@@ -63,7 +53,7 @@ def report_stale_dead_letters_command() -> None:
 
     Exits 1 when stale rows exist, so a cron wrapper can notice without Sentry.
     """
-    settings = _settings()
+    settings = database_settings()
     try:
         stale = report_stale_dead_letters(settings)
     except Exception as exc:
