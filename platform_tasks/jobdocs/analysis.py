@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from platform_tasks.jobdocs.definitions import find_definition_calls
 from platform_tasks.jobdocs.evidence import (
@@ -19,7 +18,6 @@ from platform_tasks.jobdocs.evidence import (
 )
 from platform_tasks.jobdocs.fields import read_call_fields
 from platform_tasks.jobdocs.resolve import DEFINE_JOB, Resolver
-from platform_tasks.jobdocs.sources import ParsedModule
 from platform_tasks.jobdocs.symbols import standalone_relative_import
 from platform_tasks.jobdocs.validation import validate_fields
 
@@ -50,12 +48,12 @@ def _failing_imports(tree: ast.Module) -> list[str]:
     ]
 
 
-def analyse_file(resolver: Resolver, path: Path, label: str) -> FileAnalysis:
-    """Evidence for one selected job file; never imports it."""
+def analyse_file(resolver: Resolver, path: str, label: str) -> FileAnalysis:
+    """Evidence for the selected job file at ``path`` (absolute); never imports it."""
     index = resolver.index
     file = index.relative(path)
     result = FileAnalysis()
-    module = index.parse(path)
+    module = index.parse(path, standalone=True)
     if module.tree is None:
         reason = module.syntax_error or "cannot be parsed"
         result.without_evidence = FileWithoutEvidence(file, [reason])
@@ -63,7 +61,6 @@ def analyse_file(resolver: Resolver, path: Path, label: str) -> FileAnalysis:
         return result
 
     failing = [_error(file, reason) for reason in _failing_imports(module.tree)]
-    module = ParsedModule(module.name, module.file, module.tree, module.syntax_error, True)
     result.problems.extend(failing)
     found = find_definition_calls(resolver, module)
     if not found.definitions:

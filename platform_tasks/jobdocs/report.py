@@ -14,7 +14,6 @@ import pickle
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 from platform_tasks.jobdocs.analysis import FileAnalysis, analyse_file
 from platform_tasks.jobdocs.config import DocsConfig
@@ -29,7 +28,7 @@ from platform_tasks.jobdocs.evidence import (
 from platform_tasks.jobdocs.project_state import project_state
 from platform_tasks.jobdocs.resolve import Resolver
 from platform_tasks.jobdocs.sources import SourceIndex
-from platform_tasks.jobs.selection import select_job_files
+from platform_tasks.jobs.selection import select_job_paths
 
 __all__ = ["PARALLEL_MIN_FILES", "build_report"]
 
@@ -84,14 +83,14 @@ def build_report(config: DocsConfig, *, workers: int | None = None) -> Report:
         return _build_report(config, workers)
 
 
-def _label(root: str, file: Path) -> str:
+def _label(root: str, file: str) -> str:
     """:func:`platform_tasks.jobs.selection.path_label` for a file that
-    :func:`select_job_files` returned for ``root`` (absolute, below it, ending in
+    :func:`select_job_paths` returned for ``root`` (absolute, below it, ending in
     ``.py``), with string operations instead of ``Path.relative_to``."""
-    return str(file)[len(root) + 1 : -3].replace(os.sep, ".")
+    return file[len(root) + 1 : -3].replace(os.sep, ".")
 
 
-def _analyse_chunk(resolver: Resolver, root: str, files: Sequence[Path]) -> list[FileAnalysis]:
+def _analyse_chunk(resolver: Resolver, root: str, files: Sequence[str]) -> list[FileAnalysis]:
     results: list[FileAnalysis] = []
     for file in files:
         results.append(analyse_file(resolver, file, _label(root, file)))
@@ -111,7 +110,7 @@ def default_workers(files: int) -> int:
 
 
 def _analyse_in_processes(
-    resolver: Resolver, root: str, files: Sequence[Path], workers: int
+    resolver: Resolver, root: str, files: Sequence[str], workers: int
 ) -> list[FileAnalysis]:
     """Analyse contiguous slices of ``files`` in forked children and the first slice
     here, then concatenate in order. A child that fails is not trusted: its slice is
@@ -122,7 +121,7 @@ def _analyse_in_processes(
         importlib.import_module("croniter")
     size = -(-len(files) // workers)
     slices = [files[start : start + size] for start in range(0, len(files), size)]
-    children: list[tuple[int, int, Sequence[Path]]] = []
+    children: list[tuple[int, int, Sequence[str]]] = []
     for part in slices[1:]:
         read_end, write_end = os.pipe()
         pid = os.fork()
@@ -155,7 +154,7 @@ def _analyse_in_processes(
 def _build_report(config: DocsConfig, workers: int | None) -> Report:
     index = SourceIndex(config.project_dir, list(config.source_roots))
     resolver = Resolver(index)
-    files = select_job_files(config.jobs_dir, config.include, config.exclude)
+    files = select_job_paths(config.jobs_dir, config.include, config.exclude)
     root = str(config.jobs_dir.absolute())
     count = default_workers(len(files)) if workers is None else max(1, workers)
     count = min(count, len(files))

@@ -15,7 +15,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, TypeAlias
 
 from platform_tasks.jobdocs.sources import ParsedModule, SourceIndex
@@ -131,7 +130,7 @@ class Resolver:
 
     def __init__(self, index: SourceIndex) -> None:
         self.index = index
-        self._symbols: dict[tuple[Path, bool], ModuleSymbols] = {}
+        self._symbols: dict[tuple[str, bool], ModuleSymbols] = {}
         self._stack: list[tuple[str, str]] = []
         self._on_stack: set[tuple[str, str]] = set()
         # Results of ``module_attribute`` that did not depend on the resolution stack
@@ -140,7 +139,7 @@ class Resolver:
         self._attributes: dict[tuple[str, str], Resolved] = {}
         self._stack_dependent = 0
         self._outside_names: dict[str, Resolved] = {}
-        self.reaches_define_job: dict[tuple[Path, bool, str], bool] = {}
+        self.reaches_define_job: dict[tuple[str, bool, str], bool] = {}
         """Wrapper analysis per project function (see ``definitions``), filled there."""
 
     # -- modules -----------------------------------------------------------------------
@@ -156,12 +155,11 @@ class Resolver:
             self._symbols[key] = cached
         return cached
 
-    def forget(self, file: Path) -> None:
-        """Release what was cached for ``file`` (see :meth:`SourceIndex.forget`)."""
-        path = file.absolute()
+    def forget(self, path: str) -> None:
+        """Release what was cached for the file at ``path`` (see :meth:`SourceIndex.forget`)."""
         self._symbols.pop((path, True), None)
         self._symbols.pop((path, False), None)
-        self.index.forget(file)
+        self.index.forget(path)
 
     def _project_module(self, name: str) -> ParsedModule | Unresolved | None:
         file = self.index.file_for(name)

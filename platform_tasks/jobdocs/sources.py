@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,10 +19,13 @@ __all__ = ["ParsedModule", "SourceIndex", "module_name_for"]
 
 @dataclass(frozen=True)
 class ParsedModule:
-    """A module inside the roots, or the syntax error that stopped its parsing."""
+    """A module inside the roots, or the syntax error that stopped its parsing.
+
+    ``file`` is the absolute path as a string: thousands of job files pass through
+    here, and only a handful of paths are ever shown or compared."""
 
     name: str
-    file: Path
+    file: str
     tree: ast.Module | None
     syntax_error: str | None = None
     standalone: bool = False
@@ -30,7 +34,7 @@ class ParsedModule:
 
     @property
     def is_package(self) -> bool:
-        return self.file.name == "__init__.py"
+        return os.path.basename(self.file) == "__init__.py"
 
 
 def module_name_for(base: Path, file: Path) -> str | None:
@@ -60,17 +64,15 @@ def _name_from_parts(parts: list[str] | None) -> str | None:
     return ".".join(parts)
 
 
-def _python_files(root: Path) -> list[str]:
-    """Every ``.py`` file below ``root`` as a path string, in :class:`~pathlib.Path` order
-    (component by component, so ``x/__init__.py`` comes before ``x.py``). Strings, not
-    paths: the index visits every file of the roots, and only a few are ever looked up."""
-    found: list[str] = []
+def _module_dirs(root: Path) -> Iterator[tuple[str, list[str]]]:
+    """``(directory, module stems)`` for every directory below ``root`` holding ``.py``
+    files, skipping caches and hidden trees. Unsorted: the index orders by rank only
+    where two files claim the same name."""
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d != "__pycache__" and not d.startswith(".")]
-        prefix = dirpath + os.sep
-        found.extend(prefix + name for name in filenames if name.endswith(".py"))
-    found.sort(key=lambda path: path.split(os.sep))
-    return found
+        stems = [name[:-3] for name in filenames if name.endswith(".py")]
+        if stems:
+            yield dirpath, stems
 
 
 def _describe_syntax_error(exc: SyntaxError) -> str:
@@ -90,30 +92,63 @@ class SourceIndex:
         self.project_dir = project_dir.absolute()
         self.roots = [root.absolute() for root in roots]
         self._by_name: dict[str, str] = {}
-        self._parsed: dict[Path, ParsedModule] = {}
+        self._parsed: dict[tuple[str, bool], ParsedModule] = {}
         self._packages: set[str] = set()
         self._bases = [str(self.project_dir), *(str(root.parent) for root in self.roots)]
-        for root in self.roots:
+        # Where a name was first claimed from: (root index, base index), for ties.
+        self._origins: dict[str, tuple[int, int]] = {}
+        for root_index, root in enumerate(self.roots):
             if not root.is_dir():
                 continue
-            for file in _python_files(root):
-                # One pass when the root's parent is the project directory (the usual
-                # layout): both bases give the same name for the same file.
-                for base in dict.fromkeys((self._bases[0], str(root.parent))):
-                    name = _name_from_parts(_parts_below(base, file))
-                    if name is not None:
-                        self._by_name.setdefault(name, file)
-                        parts = name.split(".")
-                        self._packages.update(".".join(parts[:i]) for i in range(1, len(parts)))
+            # One pass when the root's parent is the project directory (the usual
+            # layout): both bases give the same name for the same file.
+            bases = list(dict.fromkeys((self._bases[0], str(root.parent))))
+            for dirpath, stems in _module_dirs(root):
+                for base_index, base in enumerate(bases):
+                    self._add_directory(dirpath, stems, base, (root_index, base_index))
+
+    def _add_directory(
+        self, dirpath: str, stems: list[str], base: str, origin: tuple[int, int]
+    ) -> None:
+        """Name the modules of one directory as seen from ``base``: the directory's
+        components are checked once, not once per file (a tree may hold thousands)."""
+        parts = [] if dirpath == base else _parts_below(base, dirpath)
+        if parts is None or not all(part.isidentifier() for part in parts):
+            return
+        prefix = ".".join(parts) + "." if parts else ""
+        depth = 0  # how many leading components are packages, as names below show
+        for stem in stems:
+            if stem == "__init__":
+                if not parts:
+                    continue
+                name, depth = prefix[:-1], max(depth, len(parts) - 1)
+            elif stem.isidentifier():
+                name, depth = prefix + stem, len(parts)
+            else:
+                continue
+            self._claim(name, dirpath + os.sep + stem + ".py", origin)
+        self._packages.update(".".join(parts[:i]) for i in range(1, depth + 1))
+
+    def _claim(self, name: str, file: str, origin: tuple[int, int]) -> None:
+        """Record ``file`` as ``name`` unless a file that comes first already has it: first
+        by root, then by path component by component (``x/__init__.py`` before ``x.py``,
+        as Python prefers the package), then by base."""
+        held = self._by_name.get(name)
+        if held is not None:
+            previous = self._origins[name]
+            mine = (origin[0], file.split(os.sep), origin[1])
+            if (previous[0], held.split(os.sep), previous[1]) <= mine:
+                return
+        self._by_name[name] = file
+        self._origins[name] = origin
 
     def inside_roots(self, file: Path) -> bool:
         path = file.absolute()
         return any(path == root or root in path.parents for root in self.roots)
 
-    def file_for(self, module: str) -> Path | None:
+    def file_for(self, module: str) -> str | None:
         """The file of a module inside the roots, or ``None`` when it is not one of ours."""
-        file = self._by_name.get(module)
-        return None if file is None else Path(file)
+        return self._by_name.get(module)
 
     def is_project_module(self, module: str) -> bool:
         """Whether ``module`` is a module or (possibly namespace) package inside the roots."""
@@ -133,40 +168,49 @@ class SourceIndex:
                 return candidate
         return None
 
-    def name_of(self, file: Path) -> str:
-        """The module name used for ``file``'s own relative imports."""
-        path = str(file.absolute())
+    def name_of(self, path: str) -> str:
+        """The module name used for the relative imports of the file at ``path``
+        (absolute)."""
         for base in self._bases:
             name = _name_from_parts(_parts_below(base, path))
             if name is not None:
                 return name
-        return file.stem
+        return os.path.splitext(os.path.basename(path))[0]
 
-    def parse(self, file: Path) -> ParsedModule:
-        path = file.absolute()
-        cached = self._parsed.get(path)
+    def parse(self, path: str, *, standalone: bool = False) -> ParsedModule:
+        """The parsed module at ``path`` (absolute, as :func:`os.walk` and the selection
+        spell it); ``standalone`` marks a selected job file as discovery imports it."""
+        key = (path, standalone)
+        cached = self._parsed.get(key)
         if cached is not None:
             return cached
+        other = self._parsed.get((path, not standalone))
+        if other is not None:
+            parsed = ParsedModule(other.name, path, other.tree, other.syntax_error, standalone)
+            self._parsed[key] = parsed
+            return parsed
         name = self.name_of(path)
         try:
-            source = path.read_bytes()
-            tree = ast.parse(source, filename=str(path))
+            with open(path, "rb") as handle:
+                source = handle.read()
+            tree = ast.parse(source, filename=path)
         except SyntaxError as exc:
-            parsed = ParsedModule(name, path, None, _describe_syntax_error(exc))
+            parsed = ParsedModule(name, path, None, _describe_syntax_error(exc), standalone)
         except (OSError, ValueError) as exc:
-            parsed = ParsedModule(name, path, None, f"cannot be read: {exc}")
+            parsed = ParsedModule(name, path, None, f"cannot be read: {exc}", standalone)
         else:
-            parsed = ParsedModule(name, path, tree)
-        self._parsed[path] = parsed
+            parsed = ParsedModule(name, path, tree, None, standalone)
+        self._parsed[key] = parsed
         return parsed
 
-    def forget(self, file: Path) -> None:
-        """Drop a parsed tree; a later :meth:`parse` reads the file again. Keeps memory flat
-        when thousands of job files are read once each."""
-        self._parsed.pop(file.absolute(), None)
+    def forget(self, path: str) -> None:
+        """Drop what :meth:`parse` kept for ``path``; a later call reads the file again.
+        Keeps memory flat when thousands of job files are read once each."""
+        self._parsed.pop((path, False), None)
+        self._parsed.pop((path, True), None)
 
-    def relative(self, file: Path) -> str:
+    def relative(self, path: str | Path) -> str:
         """How outputs name a file: relative to the project when possible, ``/``-separated."""
-        path = file.absolute()
-        parts = _parts_below(self._bases[0], str(path))
-        return "/".join(parts) if parts else path.as_posix()
+        text = path if isinstance(path, str) else str(path.absolute())
+        parts = _parts_below(self._bases[0], text)
+        return "/".join(parts) if parts else Path(text).as_posix()

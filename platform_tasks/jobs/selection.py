@@ -19,7 +19,13 @@ from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
-__all__ = ["DEFAULT_INCLUDE", "is_ignored_name", "path_label", "select_job_files"]
+__all__ = [
+    "DEFAULT_INCLUDE",
+    "is_ignored_name",
+    "path_label",
+    "select_job_files",
+    "select_job_paths",
+]
 
 DEFAULT_INCLUDE: tuple[str, ...] = ("*.py",)
 """What is taken when no ``include`` glob is configured."""
@@ -75,6 +81,14 @@ def select_job_files(
     candidates: a job file must be an importable module. A missing root selects nothing;
     deciding whether that is an error is the caller's business.
     """
+    return [Path(path) for path in select_job_paths(root, include, exclude)]
+
+
+def select_job_paths(
+    root: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()
+) -> list[str]:
+    """:func:`select_job_files` as path strings (``str`` of each path it returns), for
+    the static reader, which handles thousands of files and never needs the objects."""
     base = root.absolute()
     if not base.is_dir():
         return []
@@ -90,7 +104,8 @@ def select_job_files(
         selected.append(relative)
     # Sorted by path components, exactly as sorting the Path objects would.
     selected.sort(key=lambda relative: relative.split("/"))
-    return [base.joinpath(relative) for relative in selected]
+    prefix = str(base) + os.sep
+    return [prefix + relative.replace("/", os.sep) for relative in selected]
 
 
 def path_label(root: Path, file: Path) -> str:
