@@ -36,41 +36,79 @@ class FoundCalls:
     hidden: list[str] = field(default_factory=list)
 
 
-_NO_CALLS = (ast.Import, ast.ImportFrom, ast.Pass, ast.Global, ast.Nonlocal, ast.Break,
-             ast.Continue, ast.Name, ast.Constant, ast.expr_context, ast.alias)  # fmt: skip
-"""Nodes that never contain a call: not descended into (every job file has several)."""
+_SCALAR_FIELDS = frozenset(
+    {"name", "asname", "id", "attr", "arg", "module", "level", "names", "ctx", "op", "ops",
+     "kind", "conversion", "is_async", "simple", "type_comment", "tag", "rest", "kwd_attrs",
+     "lineno", "n", "s"}
+)  # fmt: skip
+"""Fields that hold identifiers, flags or operator singletons: never a call below them."""
+
+_LEAVES: frozenset[type] = frozenset(
+    {ast.Import, ast.ImportFrom, ast.Pass, ast.Global, ast.Nonlocal, ast.Break, ast.Continue,
+     ast.Name, ast.Constant, ast.alias}
+    | {
+        cls
+        for cls in vars(ast).values()
+        if isinstance(cls, type)
+        and issubclass(cls, ast.expr_context | ast.operator | ast.unaryop | ast.cmpop
+                       | ast.boolop | ast.pattern)
+    }
+)  # fmt: skip
+"""Nodes that never contain a call (patterns included: a ``case`` pattern is a literal
+or a dotted name; its guard is visited). Every job file has several."""
+
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+"""The fields of each node type that may hold nodes, filled on first sight of a type."""
+
+
+def _child_fields(kind: type) -> tuple[str, ...]:
+    fields = _CHILD_FIELDS.get(kind)
+    if fields is None:
+        if kind in _LEAVES or not issubclass(kind, ast.AST):
+            fields = ()
+        else:
+            fields = tuple(name for name in kind._fields if name not in _SCALAR_FIELDS)
+        _CHILD_FIELDS[kind] = fields
+    return fields
 
 
 def import_time_calls(tree: ast.Module) -> Iterator[ast.Call]:
     """Calls evaluated when the module is imported: module and class bodies, decorators
     and default values, but not function bodies or lambdas (those run later, if ever).
 
-    Breadth-first, children in :func:`ast.iter_child_nodes` order (read straight from
-    ``_fields`` here: this visits every import-time node of every job file)."""
+    Breadth-first, children in :func:`ast.iter_child_nodes` order. Every import-time
+    node of every job file passes through here, so node types are looked up in
+    per-type tables rather than tested one ``isinstance`` at a time."""
     pending: deque[ast.AST] = deque(tree.body)
-    push = pending.append
+    push, pop = pending.append, pending.popleft
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
     while pending:
-        node = pending.popleft()
-        if isinstance(node, _NO_CALLS):
+        node = pop()
+        kind = node.__class__
+        if kind is ast.Call:
+            yield node  # type: ignore[misc]
+        elif kind in functions:
+            pending.extend(node.decorator_list)  # type: ignore[attr-defined]
+            arguments: ast.arguments = node.args  # type: ignore[attr-defined]
+            pending.extend(arguments.defaults)
+            pending.extend(d for d in arguments.kw_defaults if d is not None)
             continue
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            pending.extend(node.decorator_list)
-            pending.extend(node.args.defaults)
-            pending.extend(d for d in node.args.kw_defaults if d is not None)
+        elif kind is ast.Lambda:
+            arguments = node.args  # type: ignore[attr-defined]
+            pending.extend(arguments.defaults)
+            pending.extend(d for d in arguments.kw_defaults if d is not None)
             continue
-        if isinstance(node, ast.Lambda):
-            pending.extend(node.args.defaults)
-            continue
-        if isinstance(node, ast.Call):
-            yield node
-        for name in node._fields:
-            child = getattr(node, name, None)
-            if isinstance(child, ast.AST):
-                push(child)
-            elif isinstance(child, list):
+        fields = _CHILD_FIELDS.get(kind)
+        if fields is None:
+            fields = _child_fields(kind)
+        for name in fields:
+            child = getattr(node, name)
+            if child.__class__ is list:
                 for item in child:
-                    if isinstance(item, ast.AST):
+                    if item is not None:
                         push(item)
+            elif child is not None:
+                push(child)
 
 
 def _function_reaches_define_job(

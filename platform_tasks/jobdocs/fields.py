@@ -45,19 +45,23 @@ def to_json_value(value: LiteralValue) -> JsonValue:
     return value
 
 
+_ABSENT_WITHOUT_VALUE: dict[str, LiteralValue] = {
+    "timezone": DEFAULT_TIMEZONE,
+    "enabled": DEFAULT_ENABLED,
+    "queue": DEFAULT_QUEUE,
+    "cron": None,
+    "interval": None,
+}
+"""Absent fields whose default does not depend on the rest of the call."""
+
+
 def _absent_value(name: str, path_label: str, known: dict[str, LiteralValue]) -> LiteralValue:
     if name == "name":
         return path_label
-    if name == "timezone":
-        return DEFAULT_TIMEZONE
-    if name == "enabled":
-        return DEFAULT_ENABLED
-    if name == "queue":
-        return DEFAULT_QUEUE
     if name == "lease_ttl":
         interval = known.get("interval")
         return default_lease_ttl(interval if isinstance(interval, timedelta) else None)
-    return None
+    return _ABSENT_WITHOUT_VALUE.get(name)
 
 
 def read_call_fields(
@@ -80,41 +84,42 @@ def read_call_fields(
         errors.append("handler is required")
 
     result = CallFields(evidence={}, known={}, call_errors=errors)
-    states: dict[str, FieldState] = {}
+    known, gaps = result.known, result.gaps
+    found: dict[str, FieldEvidence] = {}
+    absent: list[str] = []
     for name in FIELD_NAMES:
         node = given.get(name)
         if node is None:
             if splats:
-                states[name] = FieldState.UNKNOWN
-                result.gaps.append(f"{name}: may be set by **{splats[0]}, not resolved statically")
+                found[name] = _UNKNOWN
+                gaps.append(f"{name}: may be set by **{splats[0]}, not resolved statically")
             else:
-                states[name] = FieldState.ABSENT
+                absent.append(name)
             continue
         resolved = resolver.expr(node, module)
         if isinstance(resolved, Value):
-            if resolved.value is None and name in FIELDS_DEFAULTING_ON_NONE:
-                states[name] = FieldState.ABSENT
+            value = resolved.value
+            if value is None and name in FIELDS_DEFAULTING_ON_NONE:
+                absent.append(name)
             else:
-                states[name] = FieldState.KNOWN
-                result.known[name] = resolved.value
+                known[name] = value
+                found[name] = _evidence(FieldState.KNOWN, to_json_value(value))
         else:
-            states[name] = FieldState.UNKNOWN
+            found[name] = _UNKNOWN
             reason = (
                 resolved.reason
                 if isinstance(resolved, Unresolved)
                 else f"{source_of(node)} is not a literal value"
             )
-            result.gaps.append(f"{name}: {reason}")
-
-    for name in FIELD_NAMES:
-        state = states[name]
-        if state is FieldState.KNOWN:
-            value: JsonValue = to_json_value(result.known[name])
-        elif state is FieldState.ABSENT:
-            value = to_json_value(_absent_value(name, path_label, result.known))
+            gaps.append(f"{name}: {reason}")
+    # Absent defaults last: lease_ttl's default follows the known interval.
+    for name in absent:
+        if name == "name":  # each label is seen once: not worth sharing
+            found[name] = FieldEvidence(FieldState.ABSENT, path_label)
         else:
-            value = None
-        result.evidence[name] = _evidence(state, value)
+            default = _absent_value(name, path_label, known)
+            found[name] = _evidence(FieldState.ABSENT, to_json_value(default))
+    result.evidence = {name: found[name] for name in FIELD_NAMES}
     return result
 
 
@@ -134,3 +139,6 @@ def _evidence(state: FieldState, value: JsonValue) -> FieldEvidence:
             _SHARED.clear()
         found = _SHARED[key] = FieldEvidence(state, value)
     return found
+
+
+_UNKNOWN = FieldEvidence(FieldState.UNKNOWN, None)

@@ -139,6 +139,7 @@ class Resolver:
         self._attributes: dict[tuple[str, str], Resolved] = {}
         self._stack_dependent = 0
         self._outside_names: dict[str, Resolved] = {}
+        self._outside_attributes: dict[tuple[str, str], Resolved] = {}
         self.reaches_define_job: dict[tuple[str, bool, str], bool] = {}
         """Wrapper analysis per project function (see ``definitions``), filled there."""
 
@@ -254,14 +255,14 @@ class Resolver:
         return Unresolved(f"{module_name} has no module-level name {attr}")
 
     def binding(self, binding: Binding, module: ParsedModule, name: str) -> Resolved:
-        if isinstance(binding, ExprBinding):
-            return self.expr(binding.node, module)
         if isinstance(binding, ImportBinding):
             if binding.attr is None:
                 return self._import_module(binding.module)
             if self.index.is_project_module(binding.module):
                 return self.module_attribute(binding.module, binding.attr)
-            return self._outside(f"{binding.module}.{binding.attr}")
+            return self._outside_attribute(binding.module, binding.attr)
+        if isinstance(binding, ExprBinding):
+            return self.expr(binding.node, module)
         if isinstance(binding, FunctionBinding):
             return ProjectFunction(module, binding.node)
         if isinstance(binding, ClassBinding):
@@ -270,11 +271,29 @@ class Resolver:
             return Unresolved(f"{module.name}: {binding.reason}", hidden=binding.escapes)
         raise AssertionError(binding)
 
+    def _outside_attribute(self, module: str, attr: str) -> Resolved:
+        """``from module import attr`` for a module outside the roots, once per pair."""
+        key = (module, attr)
+        cached = self._outside_attributes.get(key)
+        if cached is None:
+            cached = self._outside_attributes[key] = self._outside(f"{module}.{attr}")
+        return cached
+
+    def _is_leaf(self, binding: ExprBinding | ImportBinding) -> bool:
+        """Whether resolving ``binding`` cannot come back to a name of the roots: an
+        import from outside them or a literal. Such bindings need no cycle bookkeeping,
+        and every job file has several."""
+        if isinstance(binding, ImportBinding):
+            return not self.index.is_project_module(binding.module)
+        return isinstance(binding.node, ast.Constant)
+
     def name(self, name: str, module: ParsedModule) -> Resolved:
         binding = self.symbols(module).lookup(name)
         if binding is None:
             return Unresolved(f"{name} is not defined at module level in {module.name}")
-        if isinstance(binding, ExprBinding | ImportBinding):
+        if isinstance(binding, ExprBinding | ImportBinding) and (
+            len(self._stack) >= _MAX_DEPTH or not self._is_leaf(binding)
+        ):
             stop = self._enter(module.name, name)
             if stop is not None:
                 return stop

@@ -126,6 +126,8 @@ class _Collector:
             self.statement(stmt, conditional)
 
     def statement(self, stmt: ast.stmt, conditional: bool) -> None:
+        if stmt.__class__ in _BINDS_NOTHING:
+            return
         if isinstance(stmt, ast.Import):
             for alias in stmt.names:
                 if alias.asname:
@@ -220,6 +222,14 @@ class _Collector:
                     f"{name} is bound {len(entries)} times at module level"
                 )
         return symbols
+
+
+_BINDS_NOTHING: frozenset[type] = frozenset(
+    {ast.Expr, ast.Pass, ast.Raise, ast.Assert, ast.Global, ast.Nonlocal, ast.Return,
+     ast.Break, ast.Continue}
+)  # fmt: skip
+"""Simple statements that bind no module-level name (every job file ends in an ``Expr``:
+its ``define_job(...)`` call)."""
 
 
 def _is_type_checking(test: ast.expr) -> bool:
