@@ -7,13 +7,14 @@ client or psycopg2, which other commands need.
 
 from __future__ import annotations
 
+import gc
 import importlib
 from collections.abc import Mapping
 from typing import Any
 
 import click
 
-__all__ = ["LazyGroup", "main"]
+__all__ = ["LazyGroup", "main", "run"]
 
 
 class LazyGroup(click.Group):
@@ -53,3 +54,16 @@ class LazyGroup(click.Group):
 )
 def main() -> None:
     """Operate a platform-tasks deployment: migrations, dead letters, scheduled jobs."""
+
+
+def run() -> None:
+    """The console script: :func:`main` in standalone mode, then a quick exit.
+
+    Once a command is done the process only tears down, and the interpreter's final
+    cyclic collection would walk every object still alive (for ``jobs docs`` over
+    thousands of files, the whole report: about 15 ms) to find nothing to collect.
+    Freezing moves them out of its reach; nothing else changes at exit."""
+    try:
+        main()
+    finally:
+        gc.freeze()

@@ -1,5 +1,5 @@
 """``python -m platform_tasks.cli`` is the console script."""
 
-from platform_tasks.cli import main
+from platform_tasks.cli import run
 
-main()
+run()

@@ -49,12 +49,11 @@ def render_json(report: Report) -> str:
     _write(project, "\n  ", out)
     out.append(',\n  "jobs": ')
     if report.jobs:
-        separator = "[\n    "
-        fields: dict[tuple[str, str, type, JsonValue], str] = {}
-        for job in report.jobs:
-            out.append(separator)
-            _write_job(job, out, fields)
-            separator = ",\n    "
+        # Keyed by the evidence object: a tree shares a handful of them across thousands
+        # of jobs (the report keeps every one alive, so an id is not reused meanwhile).
+        fields: dict[tuple[str, int], str] = {}
+        out.append("[\n    ")
+        out.append(",\n    ".join([_job_text(job, fields) for job in report.jobs]))
         out.append("\n  ]")
     else:
         out.append("[]")
@@ -69,42 +68,54 @@ def render_json(report: Report) -> str:
 
 _JOB_INDENT = "\n      "
 _FIELD_INDENT = "\n        "
+_FIELD_SEPARATOR = "," + _FIELD_INDENT
+_JOB_TEMPLATE = (
+    '{{\n      "file": {file},\n      "path_label": {label},\n      "fields": {{\n        '
+    '{fields}\n      }},\n      "evidence": {evidence},\n      "reasons": {reasons}\n    }}'
+)
+"""One entry of ``jobs`` exactly as :func:`_write` lays out :func:`_job`'s dictionary
+at that depth."""
 
 
-def _write_job(
-    job: JobEvidence, out: list[str], fields: dict[tuple[str, str, type, JsonValue], str]
-) -> None:
-    """One entry of ``jobs`` exactly as :func:`_write` lays out :func:`_job`'s dictionary
-    at that depth."""
-    out.append("{" + _JOB_INDENT + '"file": ')
-    out.append(_encode_str(job.file))
-    out.append("," + _JOB_INDENT + '"path_label": ')
-    out.append(_encode_str(job.path_label))
-    out.append("," + _JOB_INDENT + '"fields": {')
-    separator = _FIELD_INDENT
+def _job_text(job: JobEvidence, fields: dict[tuple[str, int], str]) -> str:
+    texts = []
     for name in FIELD_NAMES:
         evidence = job.fields[name]
-        state, value = evidence.state.value, evidence.value
-        if isinstance(value, float):  # 0.0 == -0.0 but they render differently
-            text = _field_text(name, state, value)
-        else:
-            # The type is part of the key: True and 1 are equal but render differently.
-            key = (name, state, type(value), value)
-            cached = fields.get(key)
-            if cached is None:
-                cached = fields[key] = _field_text(name, state, value)
-            text = cached
-        out.append(separator)
-        out.append(text)
-        separator = "," + _FIELD_INDENT
-    out.append("\n      }," + _JOB_INDENT + '"evidence": ')
-    out.append('"complete"' if job.complete else '"missing"')
-    out.append("," + _JOB_INDENT + '"reasons": ')
-    _write(job.reasons, _JOB_INDENT, out)
-    out.append("\n    }")
+        key = (name, id(evidence))
+        text = fields.get(key)
+        if text is None:
+            text = fields[key] = _field_text(name, evidence.state.value, evidence.value)
+        texts.append(text)
+    reasons = job.reasons
+    if reasons:
+        out: list[str] = []
+        _write(reasons, _JOB_INDENT, out)
+        reasons_text = "".join(out)
+    else:
+        reasons_text = "[]"
+    return _JOB_TEMPLATE.format(
+        file=_encode_str(job.file),
+        label=_encode_str(job.path_label),
+        fields=_FIELD_SEPARATOR.join(texts),
+        evidence='"complete"' if job.complete else '"missing"',
+        reasons=reasons_text,
+    )
+
+
+_STRING_FIELD = (
+    "{name}: {{"
+    + _FIELD_INDENT
+    + '  "state": "{state}",'
+    + _FIELD_INDENT
+    + '  "value": {value}'
+    + _FIELD_INDENT
+    + "}}"
+)
 
 
 def _field_text(name: str, state: str, value: JsonValue) -> str:
+    if isinstance(value, str):  # the common case, and each default name is seen once
+        return _STRING_FIELD.format(name=_encode_str(name), state=state, value=_encode_str(value))
     out = [_encode_str(name), ": "]
     _write({"state": state, "value": value}, _FIELD_INDENT, out)
     return "".join(out)

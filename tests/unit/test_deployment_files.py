@@ -15,6 +15,7 @@ import click
 import yaml
 
 from platform_tasks.cli import main as cli_main
+from platform_tasks.cli import run as cli_run
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -32,9 +33,9 @@ def test_expected_services_with_health_checks() -> None:
 
 def test_platform_tasks_commands_exist() -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["platform-tasks"] == "platform_tasks.cli:main"
+    assert scripts["platform-tasks"] == "platform_tasks.cli:run"
     entry = importlib.metadata.entry_points(group="console_scripts")["platform-tasks"]
-    assert entry.load() is cli_main
+    assert entry.load() is cli_run
     for name, service in SERVICES.items():
         command = service.get("command")
         if command and command[0] == "platform-tasks":
