@@ -13,9 +13,8 @@ import ast
 import operator
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from platform_tasks.jobdocs.sources import ParsedModule, SourceIndex
 from platform_tasks.jobdocs.symbols import (
@@ -53,45 +52,38 @@ _MAX_INT = 2**63
 LiteralValue: TypeAlias = str | int | float | bool | timedelta | None
 
 
-@dataclass(frozen=True)
-class DefineJob:
+class DefineJob(NamedTuple):
     """Provably ``platform_tasks.jobs.define_job``."""
 
 
-@dataclass(frozen=True)
-class External:
+class External(NamedTuple):
     """A dotted path into the standard library or platform-tasks: known by name, not read."""
 
     dotted: str
 
 
-@dataclass(frozen=True)
-class ProjectModule:
+class ProjectModule(NamedTuple):
     name: str
 
 
-@dataclass(frozen=True)
-class ProjectFunction:
+class ProjectFunction(NamedTuple):
     """A function defined inside the roots; a call to it may hide a definition."""
 
     module: ParsedModule
     node: ast.FunctionDef | ast.AsyncFunctionDef
 
 
-@dataclass(frozen=True)
-class Opaque:
+class Opaque(NamedTuple):
     """Something that exists but has no literal value (a class, a handler)."""
 
     what: str
 
 
-@dataclass(frozen=True)
-class Value:
+class Value(NamedTuple):
     value: LiteralValue
 
 
-@dataclass(frozen=True)
-class Unresolved:
+class Unresolved(NamedTuple):
     """No static answer. ``hidden`` marks gaps that may hide a definition (code outside
     the roots, cycles, unreadable modules), as opposed to an ordinary runtime expression."""
 

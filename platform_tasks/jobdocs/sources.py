@@ -11,14 +11,13 @@ from __future__ import annotations
 import ast
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 __all__ = ["ParsedModule", "SourceIndex", "module_name_for"]
 
 
-@dataclass(frozen=True)
-class ParsedModule:
+class ParsedModule(NamedTuple):
     """A module inside the roots, or the syntax error that stopped its parsing.
 
     ``file`` is the absolute path as a string: thousands of job files pass through

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 __all__ = [
     "Binding",
@@ -25,15 +25,13 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class ExprBinding:
+class ExprBinding(NamedTuple):
     """``NAME = <expr>``: resolved lazily, in the module that holds it."""
 
     node: ast.expr
 
 
-@dataclass(frozen=True)
-class ImportBinding:
+class ImportBinding(NamedTuple):
     """``import module as NAME`` (``attr`` is None) or ``from module import attr as NAME``."""
 
     module: str
@@ -41,18 +39,15 @@ class ImportBinding:
     line: int
 
 
-@dataclass(frozen=True)
-class FunctionBinding:
+class FunctionBinding(NamedTuple):
     node: ast.FunctionDef | ast.AsyncFunctionDef
 
 
-@dataclass(frozen=True)
-class ClassBinding:
+class ClassBinding(NamedTuple):
     node: ast.ClassDef
 
 
-@dataclass(frozen=True)
-class UnresolvableBinding:
+class UnresolvableBinding(NamedTuple):
     """A binding whose value depends on import-time behaviour; carries the reason."""
 
     reason: str
