@@ -114,11 +114,14 @@ def read_call_fields(
             gaps.append(f"{name}: {reason}")
     # Absent defaults last: lease_ttl's default follows the known interval.
     for name in absent:
-        if name == "name":  # each label is seen once: not worth sharing
-            found[name] = FieldEvidence(FieldState.ABSENT, path_label)
-        else:
-            default = _absent_value(name, path_label, known)
-            found[name] = _evidence(FieldState.ABSENT, to_json_value(default))
+        evidence = _ABSENT_EVIDENCE.get(name)
+        if evidence is None:
+            if name == "name":  # each label is seen once: not worth sharing
+                evidence = FieldEvidence(FieldState.ABSENT, path_label)
+            else:
+                default = _absent_value(name, path_label, known)
+                evidence = _evidence(FieldState.ABSENT, to_json_value(default))
+        found[name] = evidence
     result.evidence = {name: found[name] for name in FIELD_NAMES}
     return result
 
@@ -142,3 +145,8 @@ def _evidence(state: FieldState, value: JsonValue) -> FieldEvidence:
 
 
 _UNKNOWN = FieldEvidence(FieldState.UNKNOWN, None)
+_ABSENT_EVIDENCE = {
+    name: FieldEvidence(FieldState.ABSENT, to_json_value(value))
+    for name, value in _ABSENT_WITHOUT_VALUE.items()
+}
+"""Absent fields whose evidence is the same in every call."""

@@ -92,6 +92,7 @@ class SourceIndex:
         self.roots = [root.absolute() for root in roots]
         self._by_name: dict[str, str] = {}
         self._parsed: dict[tuple[str, bool], ParsedModule] = {}
+        self._prefixes: dict[str, list[str]] = {}
         self._packages: set[str] = set()
         self._bases = [str(self.project_dir), *(str(root.parent) for root in self.roots)]
         # Where a name was first claimed from: (root index, base index), for ties.
@@ -170,11 +171,29 @@ class SourceIndex:
     def name_of(self, path: str) -> str:
         """The module name used for the relative imports of the file at ``path``
         (absolute)."""
+        directory, _, filename = path.rpartition(os.sep)
+        stem = os.path.splitext(filename)[0]
+        prefixes = self._prefixes.get(directory)
+        if prefixes is None:
+            prefixes = self._prefixes[directory] = self._directory_prefixes(directory)
+        for prefix in prefixes:
+            # The same rule as module_name_for, with the directory part worked out once.
+            if stem == "__init__":
+                if prefix:
+                    return prefix[:-1]
+            elif stem.isidentifier():
+                return prefix + stem
+        return stem
+
+    def _directory_prefixes(self, directory: str) -> list[str]:
+        """``"a.b."`` for each base ``directory`` lies below as package ``a.b`` (``""``
+        when it is the base itself), in base order."""
+        prefixes = []
         for base in self._bases:
-            name = _name_from_parts(_parts_below(base, path))
-            if name is not None:
-                return name
-        return os.path.splitext(os.path.basename(path))[0]
+            parts = [] if directory == base else _parts_below(base, directory)
+            if parts is not None and all(part.isidentifier() for part in parts):
+                prefixes.append("".join(part + "." for part in parts))
+        return prefixes
 
     def parse(self, path: str, *, standalone: bool = False) -> ParsedModule:
         """The parsed module at ``path`` (absolute, as :func:`os.walk` and the selection
@@ -190,7 +209,7 @@ class SourceIndex:
             return parsed
         name = self.name_of(path)
         try:
-            with open(path, "rb") as handle:
+            with open(path, "rb", buffering=0) as handle:
                 source = handle.read()
             tree = ast.parse(source, filename=path)
         except SyntaxError as exc:

@@ -176,7 +176,10 @@ class _Collector:
                     unresolvable = UnresolvableBinding(reason, escapes=True)
                     self.bind(alias.asname or alias.name, unresolvable, conditional)
             return
-        target = absolute_module(self.module, self.is_package, stmt.level, stmt.module)
+        if stmt.level:
+            target = absolute_module(self.module, self.is_package, stmt.level, stmt.module)
+        else:
+            target = stmt.module
         for alias in stmt.names:
             if target is None:
                 binding: Binding = UnresolvableBinding(
