@@ -19,7 +19,7 @@ from platform_tasks.jobdocs.evidence import (
 from platform_tasks.jobdocs.fields import read_call_fields
 from platform_tasks.jobdocs.resolve import DEFINE_JOB, Resolver
 from platform_tasks.jobdocs.symbols import standalone_relative_import
-from platform_tasks.jobdocs.validation import validate_fields
+from platform_tasks.jobdocs.validation import PendingCron, cron_problem, validate_fields
 
 __all__ = ["FileAnalysis", "analyse_file"]
 
@@ -29,6 +29,18 @@ class FileAnalysis:
     jobs: list[JobEvidence] = field(default_factory=list)
     without_evidence: FileWithoutEvidence | None = None
     problems: list[Problem] = field(default_factory=list)
+    pending_crons: list[tuple[int, int, PendingCron]] = field(default_factory=list)
+    """Deferred cron checks: (index in ``jobs``, index in that job's problems, check)."""
+
+    def settle_crons(self) -> None:
+        """Run the deferred cron checks, putting each violation where
+        :func:`validate_fields` would have (one per job, so the indexes stay valid)."""
+        for job_index, slot, pending in self.pending_crons:
+            message = cron_problem(pending)
+            if message:
+                job = self.jobs[job_index]
+                job.problems.insert(slot, _error(job.file, message, "cron"))
+        self.pending_crons.clear()
 
 
 def _error(file: str, message: str, field_name: str | None = None) -> Problem:
@@ -48,8 +60,11 @@ def _failing_imports(tree: ast.Module) -> list[str]:
     ]
 
 
-def analyse_file(resolver: Resolver, path: str, label: str) -> FileAnalysis:
-    """Evidence for the selected job file at ``path`` (absolute); never imports it."""
+def analyse_file(
+    resolver: Resolver, path: str, label: str, *, defer_cron: bool = False
+) -> FileAnalysis:
+    """Evidence for the selected job file at ``path`` (absolute); never imports it. With
+    ``defer_cron`` the cron checks wait for :meth:`FileAnalysis.settle_crons`."""
     index = resolver.index
     file = index.relative(path)
     result = FileAnalysis()
@@ -93,7 +108,13 @@ def analyse_file(resolver: Resolver, path: str, label: str) -> FileAnalysis:
         if several is not None:
             job.problems.append(several)
         job.problems.extend(_error(file, message) for message in fields.call_errors)
-        violations = validate_fields(fields.evidence, fields.known)
-        job.problems.extend(_error(file, message, name) for name, message in violations)
+        for name, message in validate_fields(fields.evidence, fields.known, defer_cron=True):
+            if isinstance(message, PendingCron):
+                slot = (len(result.jobs), len(job.problems), message)
+                result.pending_crons.append(slot)
+            else:
+                job.problems.append(_error(file, message, name))
         result.jobs.append(job)
+    if not defer_cron:
+        result.settle_crons()
     return result

@@ -6,9 +6,7 @@ module so it can be tested on its own.
 
 from __future__ import annotations
 
-import contextlib
 import gc
-import importlib
 import os
 import pickle
 from collections import defaultdict
@@ -91,11 +89,22 @@ def _label(root: str, file: str) -> str:
 
 
 def _analyse_chunk(resolver: Resolver, root: str, files: Sequence[str]) -> list[FileAnalysis]:
+    """Analyses in file order, with their cron checks still pending (see
+    :func:`_settle`)."""
     results: list[FileAnalysis] = []
     for file in files:
-        results.append(analyse_file(resolver, file, _label(root, file)))
+        results.append(analyse_file(resolver, file, _label(root, file), defer_cron=True))
         resolver.forget(file)
     return results
+
+
+def _settle(analyses: list[FileAnalysis]) -> list[FileAnalysis]:
+    """Run the cron checks the analyses left pending, in this process: a project repeats
+    a few expressions across many files, and each is checked once."""
+    for analysis in analyses:
+        if analysis.pending_crons:
+            analysis.settle_crons()
+    return analyses
 
 
 def default_workers(files: int) -> int:
@@ -109,45 +118,79 @@ def default_workers(files: int) -> int:
     return max(1, cores)
 
 
+_RECORD = 4
+"""Bytes per batch number in the work queue."""
+_MIN_BATCH = 16
+_MAX_BATCHES = 2048
+"""At most 8 KiB of batch numbers: the queue is a pipe filled before forking, and every
+platform with fork buffers at least 16 KiB in one."""
+
+
+def _batch_size(files: int) -> int:
+    return max(_MIN_BATCH, -(-files // _MAX_BATCHES))
+
+
+def _drain(
+    queue: int, resolver: Resolver, root: str, files: Sequence[str], size: int, *, settle: bool
+) -> dict[int, list[FileAnalysis]]:
+    """Take batch numbers from ``queue`` until it is empty and analyse those batches.
+
+    Reads of a few bytes from a pipe are atomic, so every batch goes to exactly one
+    process, and a process that is slowed down (by croniter's import, or by a busy
+    core) simply takes fewer."""
+    done: dict[int, list[FileAnalysis]] = {}
+    while record := os.read(queue, _RECORD):
+        number = int.from_bytes(record, "little")
+        analyses = _analyse_chunk(resolver, root, files[number * size : (number + 1) * size])
+        done[number] = _settle(analyses) if settle else analyses
+    return done
+
+
 def _analyse_in_processes(
     resolver: Resolver, root: str, files: Sequence[str], workers: int
 ) -> list[FileAnalysis]:
-    """Analyse contiguous slices of ``files`` in forked children and the first slice
-    here, then concatenate in order. A child that fails is not trusted: its slice is
-    analysed again in this process, so the outcome (or the exception) is the serial one."""
-    # Imports every slice may need are done once here, before forking, instead of once
-    # per child (croniter alone costs each child about as much as parsing 300 files).
-    with contextlib.suppress(ImportError):
-        importlib.import_module("croniter")
-    size = -(-len(files) // workers)
-    slices = [files[start : start + size] for start in range(0, len(files), size)]
-    children: list[tuple[int, int, Sequence[str]]] = []
-    for part in slices[1:]:
+    """Analyse ``files`` in batches shared between this process and forked children,
+    then put the results back in file order. A child that fails is not trusted: the
+    batches it took are analysed again here, so the outcome (or the exception) is the
+    serial one. Only this process settles cron checks (see :func:`_settle`)."""
+    size = _batch_size(len(files))
+    batches = -(-len(files) // size)
+    queue, queue_write = os.pipe()
+    os.write(queue_write, b"".join(n.to_bytes(_RECORD, "little") for n in range(batches)))
+    os.close(queue_write)
+    children: list[tuple[int, int]] = []
+    for _ in range(workers - 1):
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
             os.close(read_end)
             status = 1
             try:
-                payload = pickle.dumps(
-                    _analyse_chunk(resolver, root, part), protocol=pickle.HIGHEST_PROTOCOL
-                )
+                done = _drain(queue, resolver, root, files, size, settle=False)
+                payload = pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL)
                 with os.fdopen(write_end, "wb") as out:
                     out.write(payload)
                 status = 0
             finally:
                 os._exit(status)
         os.close(write_end)
-        children.append((pid, read_end, part))
-    results = _analyse_chunk(resolver, root, slices[0])
-    for pid, read_end, part in children:
+        children.append((pid, read_end))
+    done = _drain(queue, resolver, root, files, size, settle=True)
+    os.close(queue)
+    for pid, read_end in children:
         with os.fdopen(read_end, "rb") as incoming:
             payload = incoming.read()
         _, status = os.waitpid(pid, 0)
         if status == 0 and payload:
-            results.extend(pickle.loads(payload))
-        else:
-            results.extend(_analyse_chunk(resolver, root, part))
+            for number, analyses in pickle.loads(payload).items():
+                done[number] = _settle(analyses)
+    results: list[FileAnalysis] = []
+    for number in range(batches):
+        analyses = done.get(number)
+        if analyses is None:
+            batch = files[number * size : (number + 1) * size]
+            analyses = _settle(_analyse_chunk(resolver, root, batch))
+        results.extend(analyses)
     return results
 
 
@@ -161,7 +204,7 @@ def _build_report(config: DocsConfig, workers: int | None) -> Report:
     if count > 1:
         analyses = _analyse_in_processes(resolver, root, files, count)
     else:
-        analyses = _analyse_chunk(resolver, root, files)
+        analyses = _settle(_analyse_chunk(resolver, root, files))
     jobs: list[JobEvidence] = []
     without: list[FileWithoutEvidence] = []
     problems: list[Problem] = []

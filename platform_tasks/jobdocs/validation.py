@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from functools import cache
+from typing import NamedTuple, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from platform_tasks.jobdocs.evidence import FieldEvidence, FieldState
 from platform_tasks.jobdocs.resolve import LiteralValue
 
-__all__ = ["validate_fields"]
+__all__ = ["PendingCron", "cron_problem", "validate_fields"]
 
 _REFERENCE = datetime(2000, 1, 1, tzinfo=UTC)
 
@@ -54,6 +55,25 @@ def _has_future_point(expr: str) -> bool:
     return True
 
 
+class PendingCron(NamedTuple):
+    """A known cron literal whose checks were left for later: they need croniter, whose
+    import costs as much as reading a few hundred job files, so a parallel run pays it
+    once, in one process, instead of before forking."""
+
+    expr: LiteralValue
+    enabled: bool
+
+
+def cron_problem(pending: PendingCron) -> str | None:
+    """The cron violation :func:`validate_fields` would have reported, if any."""
+    problem = _cron_problem(pending.expr)
+    if problem:
+        return problem
+    if pending.enabled and not _has_future_point(str(pending.expr)):
+        return f"{pending.expr!r} has no representable future point"
+    return None
+
+
 def _duration_problem(name: str, value: LiteralValue) -> str | None:
     if not isinstance(value, timedelta):
         return f"{value!r} is not a timedelta"
@@ -80,11 +100,25 @@ def _present(field: FieldEvidence) -> bool:
     return field.state is not FieldState.ABSENT
 
 
+@overload
 def validate_fields(
     fields: dict[str, FieldEvidence], known: dict[str, LiteralValue]
-) -> list[tuple[str | None, str]]:
-    """``(field, message)`` for every rule the known values break."""
-    problems: list[tuple[str | None, str]] = []
+) -> list[tuple[str | None, str]]: ...
+
+
+@overload
+def validate_fields(
+    fields: dict[str, FieldEvidence], known: dict[str, LiteralValue], *, defer_cron: bool
+) -> list[tuple[str | None, str | PendingCron]]: ...
+
+
+def validate_fields(
+    fields: dict[str, FieldEvidence], known: dict[str, LiteralValue], *, defer_cron: bool = False
+) -> list[tuple[str | None, str]] | list[tuple[str | None, str | PendingCron]]:
+    """``(field, message)`` for every rule the known values break. With ``defer_cron``, a
+    known cron's checks come back as a :class:`PendingCron` in the place its message
+    would take, to be settled with :func:`cron_problem`."""
+    problems: list[tuple[str | None, str | PendingCron]] = []
     has_cron, has_interval = _present(fields["cron"]), _present(fields["interval"])
     if has_cron and has_interval:
         problems.append((None, "both cron and interval are given; exactly one is required"))
@@ -97,16 +131,18 @@ def validate_fields(
     if name_problem:
         problems.append(("name", name_problem))
     if "cron" in known:
-        cron_problem = _cron_problem(known["cron"])
-        if cron_problem:
-            problems.append(("cron", cron_problem))
-        elif _enabled(fields, known) and not _has_future_point(str(known["cron"])):
-            problems.append(("cron", f"{known['cron']!r} has no representable future point"))
+        pending = PendingCron(known["cron"], _enabled(fields, known))
+        if defer_cron:
+            problems.append(("cron", pending))
+        else:
+            message = cron_problem(pending)
+            if message:
+                problems.append(("cron", message))
     for duration in ("interval", "lease_ttl"):
         if duration in known:
-            message = _duration_problem(duration, known[duration])
-            if message:
-                problems.append((duration, message))
+            duration_message = _duration_problem(duration, known[duration])
+            if duration_message:
+                problems.append((duration, duration_message))
     if "timezone" in known:
         zone = known["timezone"]
         if not isinstance(zone, str) or not valid_timezone(zone):

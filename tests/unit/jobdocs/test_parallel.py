@@ -107,3 +107,52 @@ def test_job_writer_matches_the_generic_document() -> None:
 
     expected = json.dumps(report_to_dict(report), indent=2, ensure_ascii=False) + "\n"
     assert render_json(report) == expected
+
+
+def test_one_file_batches_interleave_and_come_back_in_order(
+    make_project: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from platform_tasks.jobdocs import report as report_module
+
+    monkeypatch.setattr(report_module, "_MIN_BATCH", 1)
+    config = load_docs_config(_mixed_tree(make_project), "development", {})
+
+    serial = build_report(config, workers=1)
+    parallel = build_report(config, workers=3)
+
+    assert render_json(parallel) == render_json(serial)
+    assert parallel.problems == serial.problems
+
+
+def test_batches_taken_by_a_failing_child_are_read_again(
+    make_project: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A child that dies after claiming a batch returns none of its work; the parent
+    notices the gap and reads those files itself."""
+    from platform_tasks.harness import wait_until
+    from platform_tasks.jobdocs import report as report_module
+
+    monkeypatch.setattr(report_module, "_MIN_BATCH", 1)
+    parent = os.getpid()
+    claimed = tmp_path / "child-claimed-a-batch"
+    real_chunk = report_module._analyse_chunk
+
+    def chunk(resolver: object, root: str, files: list[str]) -> object:
+        if os.getpid() != parent:
+            claimed.touch()
+            raise RuntimeError("child lost")
+        # Hold the parent's first batch until the child has taken one of its own.
+        wait_until(claimed.exists, timeout=30, interval=0.005, message="child claims a batch")
+        return real_chunk(resolver, root, files)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(report_module, "_analyse_chunk", chunk)
+    project = _mixed_tree(make_project)
+    config = load_docs_config(project, "development", {})
+
+    parallel = build_report(config, workers=2)
+    monkeypatch.setattr(report_module, "_analyse_chunk", real_chunk)
+    serial = build_report(config, workers=1)
+
+    assert claimed.exists()
+    assert render_json(parallel) == render_json(serial)
+    assert parallel.problems == serial.problems

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from platform_tasks.jobdocs import build_report, load_docs_config
 from tests.unit.jobdocs.conftest import job_source, report_for
 
 MakeProject = Callable[..., Path]
@@ -78,3 +81,34 @@ def test_disabled_definition_with_impossible_cron_is_not_an_error(
     )
 
     assert report_for(project).errors == []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_job_lists_its_violations_in_rule_order(make_project: MakeProject, workers: int) -> None:
+    """Cron checks run after the files are read (in one process, however many read them);
+    their message still takes the cron rule's place among the job's reasons."""
+    bad = (
+        "name='dup licate', cron='61 * * * *', timezone='Mars/Base', "
+        "lease_ttl=timedelta(seconds=0), queue=''"
+    )
+    project = make_project(
+        {
+            "beat_schedules/a.py": "from datetime import timedelta\n" + job_source(bad),
+            "beat_schedules/b.py": "from datetime import timedelta\n" + job_source(bad),
+        }
+    )
+
+    config = load_docs_config(project, "development", {})
+    reasons = [job.reasons for job in build_report(config, workers=workers).jobs]
+
+    expected = [
+        "name: 'dup licate' is not a non-empty string without spaces",
+        "cron: '61 * * * *' is not a valid 5-field cron expression",
+        "lease_ttl: lease_ttl must be at least 1 second, got 0:00:00",
+        "timezone: 'Mars/Base' is not a known IANA timezone",
+        "queue: '' is not a non-empty string",
+    ]
+    assert reasons == [
+        [*expected, "name: duplicate name 'dup licate', also in beat_schedules/b.py:7"],
+        [*expected, "name: duplicate name 'dup licate', also in beat_schedules/a.py:7"],
+    ]
