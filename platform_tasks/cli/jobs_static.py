@@ -89,7 +89,7 @@ def docs(
 ) -> None:
     """Document scheduled jobs from source, without importing any project module."""
     overrides = SelectionOverrides(dir=docs_dir, include=include or None, exclude=exclude or None)
-    report = build_report(_load(project_dir, profile, overrides))
+    report = build_report(_load(project_dir, profile, overrides), prerender=output_format)
     text = render_json(report) if output_format == "json" else render_markdown(report)
     if output is None:
         click.echo(text, nl=False)

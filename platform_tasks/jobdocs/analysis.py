@@ -31,16 +31,22 @@ class FileAnalysis:
     problems: list[Problem] = field(default_factory=list)
     pending_crons: list[tuple[int, int, PendingCron]] = field(default_factory=list)
     """Deferred cron checks: (index in ``jobs``, index in that job's problems, check)."""
+    texts: list[str] | None = None
+    """The jobs already rendered (see ``Report.prerendered``), when asked for."""
 
-    def settle_crons(self) -> None:
+    def settle_crons(self) -> list[int]:
         """Run the deferred cron checks, putting each violation where
-        :func:`validate_fields` would have (one per job, so the indexes stay valid)."""
+        :func:`validate_fields` would have (one per job, so the indexes stay valid).
+        Returns the indexes of the jobs that gained a problem."""
+        changed: list[int] = []
         for job_index, slot, pending in self.pending_crons:
             message = cron_problem(pending)
             if message:
                 job = self.jobs[job_index]
                 job.problems.insert(slot, _error(job.file, message, "cron"))
+                changed.append(job_index)
         self.pending_crons.clear()
+        return changed
 
 
 def _error(file: str, message: str, field_name: str | None = None) -> Problem:

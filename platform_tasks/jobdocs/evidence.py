@@ -126,6 +126,9 @@ class Report:
     jobs: list[JobEvidence]
     files_without_evidence: list[FileWithoutEvidence]
     problems: list[Problem]
+    prerendered: tuple[str, list[str]] | None = field(default=None, compare=False, repr=False)
+    """``(format, texts)``: each job's entry already written in that format (one per job,
+    in order), by the processes that read the files; the matching renderer uses them."""
 
     @property
     def errors(self) -> list[Problem]:

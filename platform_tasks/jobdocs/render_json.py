@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from platform_tasks.jobdocs.evidence import FIELD_NAMES, JobEvidence, JsonValue, Report
 
-__all__ = ["render_json", "report_to_dict"]
+__all__ = ["json_job_renderer", "render_json", "report_to_dict"]
 
 
 def _job(job: JobEvidence) -> dict[str, Any]:
@@ -49,11 +50,12 @@ def render_json(report: Report) -> str:
     _write(project, "\n  ", out)
     out.append(',\n  "jobs": ')
     if report.jobs:
-        # Keyed by the evidence object: a tree shares a handful of them across thousands
-        # of jobs (the report keeps every one alive, so an id is not reused meanwhile).
-        fields: dict[tuple[str, int], str] = {}
+        if report.prerendered is not None and report.prerendered[0] == "json":
+            texts = report.prerendered[1]
+        else:
+            texts = list(map(json_job_renderer(), report.jobs))
         out.append("[\n    ")
-        out.append(",\n    ".join([_job_text(job, fields) for job in report.jobs]))
+        out.append(",\n    ".join(texts))
         out.append("\n  ]")
     else:
         out.append("[]")
@@ -75,6 +77,14 @@ _JOB_TEMPLATE = (
 )
 """One entry of ``jobs`` exactly as :func:`_write` lays out :func:`_job`'s dictionary
 at that depth."""
+
+
+def json_job_renderer() -> Callable[[JobEvidence], str]:
+    """A function writing one entry of ``jobs``, with its own cache of field texts keyed
+    by evidence object: a tree shares a handful of them across thousands of jobs (which
+    keep them alive, so an id is not reused while the cache is)."""
+    fields: dict[tuple[str, int], str] = {}
+    return lambda job: _job_text(job, fields)
 
 
 def _job_text(job: JobEvidence, fields: dict[tuple[str, int], str]) -> str:

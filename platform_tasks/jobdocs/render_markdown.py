@@ -6,6 +6,8 @@ more certain than the evidence behind it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from platform_tasks.jobdocs.evidence import (
     FieldEvidence,
     FieldState,
@@ -14,7 +16,7 @@ from platform_tasks.jobdocs.evidence import (
     Report,
 )
 
-__all__ = ["render_markdown"]
+__all__ = ["markdown_job_renderer", "render_markdown"]
 
 _NOT_RUNTIME = (
     "> Static evidence only (`runtime_verified: false`): read from source files; no job "
@@ -83,6 +85,11 @@ def _job_row(job: JobEvidence) -> str:
     return "| " + " | ".join(_cell(cell) for cell in cells) + " |"
 
 
+def markdown_job_renderer() -> Callable[[JobEvidence], str]:
+    """A function writing one job's table row."""
+    return _job_row
+
+
 def render_markdown(report: Report) -> str:
     """The page: project state, one table row per definition, then every reason."""
     lines = [
@@ -104,7 +111,11 @@ def render_markdown(report: Report) -> str:
             "| Name | Path label | Schedule | Timezone | Enabled | Lease TTL | Queue | File "
             "| Evidence |",
             "|---|---|---|---|---|---|---|---|---|",
-            *(_job_row(job) for job in report.jobs),
+            *(
+                report.prerendered[1]
+                if report.prerendered is not None and report.prerendered[0] == "markdown"
+                else map(_job_row, report.jobs)
+            ),
         ]
     else:
         lines.append("No definitions found.")

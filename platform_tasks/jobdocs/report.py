@@ -10,7 +10,7 @@ import gc
 import os
 import pickle
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from platform_tasks.jobdocs.analysis import FileAnalysis, analyse_file
@@ -24,6 +24,8 @@ from platform_tasks.jobdocs.evidence import (
     Severity,
 )
 from platform_tasks.jobdocs.project_state import project_state
+from platform_tasks.jobdocs.render_json import json_job_renderer
+from platform_tasks.jobdocs.render_markdown import markdown_job_renderer
 from platform_tasks.jobdocs.resolve import Resolver
 from platform_tasks.jobdocs.sources import SourceIndex
 from platform_tasks.jobs.selection import select_job_paths
@@ -35,15 +37,19 @@ PARALLEL_MIN_FILES = 200
 results back costs more than reading the files."""
 
 
-def _check_unique_names(jobs: list[JobEvidence]) -> None:
-    by_name: dict[str, list[JobEvidence]] = defaultdict(list)
-    for job in jobs:
+def _check_unique_names(jobs: list[JobEvidence]) -> list[int]:
+    """Add a problem to every job whose name another job has too; returns their indexes."""
+    by_name: dict[str, list[int]] = defaultdict(list)
+    for index, job in enumerate(jobs):
         evidence = job.fields["name"]
         if evidence.state is not FieldState.UNKNOWN and isinstance(evidence.value, str):
-            by_name[evidence.value].append(job)
-    for name, holders in by_name.items():
-        if len(holders) < 2:
+            by_name[evidence.value].append(index)
+    changed: list[int] = []
+    for name, indexes in by_name.items():
+        if len(indexes) < 2:
             continue
+        changed += indexes
+        holders = [jobs[index] for index in indexes]
         for job in holders:
             others = ", ".join(
                 f"{other.file}:{other.line}" for other in holders if other is not job
@@ -53,6 +59,7 @@ def _check_unique_names(jobs: list[JobEvidence]) -> None:
                     Severity.ERROR, job.file, f"duplicate name {name!r}, also in {others}", "name"
                 )
             )
+    return changed
 
 
 @contextmanager
@@ -69,16 +76,32 @@ def _cycle_collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def build_report(config: DocsConfig, *, workers: int | None = None) -> Report:
+JobRenderer = Callable[[JobEvidence], str]
+
+_JOB_RENDERERS: dict[str, Callable[[], JobRenderer]] = {
+    "json": json_job_renderer,
+    "markdown": markdown_job_renderer,
+}
+
+
+def build_report(
+    config: DocsConfig, *, workers: int | None = None, prerender: str | None = None
+) -> Report:
     """Read every selected job file of ``config`` statically and summarise the project.
 
     ``workers`` is the number of processes that read the files: ``None`` picks one per
     available core when at least :data:`PARALLEL_MIN_FILES` files are selected (where
     ``fork`` exists), ``1`` keeps everything in this process. The report is the same
     either way: each file is analysed on its own, and results are merged in file order.
+
+    ``prerender`` (``"json"`` or ``"markdown"``) has each process also write the entries
+    of the jobs it read in that format, so rendering a large report is mostly joining
+    (see ``Report.prerendered``); the rendered output is the same.
     """
+    if prerender is not None and prerender not in _JOB_RENDERERS:
+        raise ValueError(f"prerender must be one of {sorted(_JOB_RENDERERS)}, not {prerender!r}")
     with _cycle_collector_paused():
-        return _build_report(config, workers)
+        return _build_report(config, workers, prerender)
 
 
 def _label(root: str, file: str) -> str:
@@ -98,13 +121,28 @@ def _analyse_chunk(resolver: Resolver, root: str, files: Sequence[str]) -> list[
     return results
 
 
-def _settle(analyses: list[FileAnalysis]) -> list[FileAnalysis]:
-    """Run the cron checks the analyses left pending, in this process: a project repeats
-    a few expressions across many files, and each is checked once."""
+def _settle(analyses: list[FileAnalysis], renderer: JobRenderer | None) -> list[FileAnalysis]:
+    """Run the cron checks the analyses left pending, in this process (a project repeats
+    a few expressions across many files, and each is checked once), then render the
+    jobs that have no text yet or gained a problem."""
     for analysis in analyses:
-        if analysis.pending_crons:
-            analysis.settle_crons()
+        changed = analysis.settle_crons() if analysis.pending_crons else []
+        if renderer is None:
+            continue
+        if analysis.texts is None:
+            analysis.texts = [renderer(job) for job in analysis.jobs]
+        else:
+            for index in changed:
+                analysis.texts[index] = renderer(analysis.jobs[index])
     return analyses
+
+
+def _prerender(analyses: list[FileAnalysis], renderer: JobRenderer | None) -> None:
+    """Render jobs whose cron checks are still pending (a child's): :func:`_settle`
+    re-renders any that gain a problem."""
+    if renderer is not None:
+        for analysis in analyses:
+            analysis.texts = [renderer(job) for job in analysis.jobs]
 
 
 def default_workers(files: int) -> int:
@@ -131,7 +169,14 @@ def _batch_size(files: int) -> int:
 
 
 def _drain(
-    queue: int, resolver: Resolver, root: str, files: Sequence[str], size: int, *, settle: bool
+    queue: int,
+    resolver: Resolver,
+    root: str,
+    files: Sequence[str],
+    size: int,
+    renderer: JobRenderer | None,
+    *,
+    settle: bool,
 ) -> dict[int, list[FileAnalysis]]:
     """Take batch numbers from ``queue`` until it is empty and analyse those batches.
 
@@ -142,12 +187,20 @@ def _drain(
     while record := os.read(queue, _RECORD):
         number = int.from_bytes(record, "little")
         analyses = _analyse_chunk(resolver, root, files[number * size : (number + 1) * size])
-        done[number] = _settle(analyses) if settle else analyses
+        if settle:
+            _settle(analyses, renderer)
+        else:
+            _prerender(analyses, renderer)
+        done[number] = analyses
     return done
 
 
 def _analyse_in_processes(
-    resolver: Resolver, root: str, files: Sequence[str], workers: int
+    resolver: Resolver,
+    root: str,
+    files: Sequence[str],
+    workers: int,
+    renderer: JobRenderer | None,
 ) -> list[FileAnalysis]:
     """Analyse ``files`` in batches shared between this process and forked children,
     then put the results back in file order. A child that fails is not trusted: the
@@ -166,7 +219,7 @@ def _analyse_in_processes(
             os.close(read_end)
             status = 1
             try:
-                done = _drain(queue, resolver, root, files, size, settle=False)
+                done = _drain(queue, resolver, root, files, size, renderer, settle=False)
                 payload = pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL)
                 with os.fdopen(write_end, "wb") as out:
                     out.write(payload)
@@ -175,7 +228,7 @@ def _analyse_in_processes(
                 os._exit(status)
         os.close(write_end)
         children.append((pid, read_end))
-    done = _drain(queue, resolver, root, files, size, settle=True)
+    done = _drain(queue, resolver, root, files, size, renderer, settle=True)
     os.close(queue)
     for pid, read_end in children:
         with os.fdopen(read_end, "rb") as incoming:
@@ -183,18 +236,19 @@ def _analyse_in_processes(
         _, status = os.waitpid(pid, 0)
         if status == 0 and payload:
             for number, analyses in pickle.loads(payload).items():
-                done[number] = _settle(analyses)
+                done[number] = _settle(analyses, renderer)
     results: list[FileAnalysis] = []
     for number in range(batches):
         analyses = done.get(number)
         if analyses is None:
             batch = files[number * size : (number + 1) * size]
-            analyses = _settle(_analyse_chunk(resolver, root, batch))
+            analyses = _settle(_analyse_chunk(resolver, root, batch), renderer)
         results.extend(analyses)
     return results
 
 
-def _build_report(config: DocsConfig, workers: int | None) -> Report:
+def _build_report(config: DocsConfig, workers: int | None, prerender: str | None) -> Report:
+    renderer = None if prerender is None else _JOB_RENDERERS[prerender]()
     index = SourceIndex(config.project_dir, list(config.source_roots))
     resolver = Resolver(index)
     files = select_job_paths(config.jobs_dir, config.include, config.exclude)
@@ -202,18 +256,23 @@ def _build_report(config: DocsConfig, workers: int | None) -> Report:
     count = default_workers(len(files)) if workers is None else max(1, workers)
     count = min(count, len(files))
     if count > 1:
-        analyses = _analyse_in_processes(resolver, root, files, count)
+        analyses = _analyse_in_processes(resolver, root, files, count, renderer)
     else:
-        analyses = _settle(_analyse_chunk(resolver, root, files))
+        analyses = _settle(_analyse_chunk(resolver, root, files), renderer)
     jobs: list[JobEvidence] = []
+    texts: list[str] = []
     without: list[FileWithoutEvidence] = []
     problems: list[Problem] = []
     for analysis in analyses:
         jobs.extend(analysis.jobs)
+        if analysis.texts is not None:
+            texts.extend(analysis.texts)
         problems.extend(analysis.problems)
         if analysis.without_evidence is not None:
             without.append(analysis.without_evidence)
-    _check_unique_names(jobs)
+    for position in _check_unique_names(jobs):
+        if renderer is not None:
+            texts[position] = renderer(jobs[position])
     for job in jobs:
         problems.extend(job.problems)
         problems.extend(Problem(Severity.WARNING, job.file, gap) for gap in job.gaps)
@@ -224,4 +283,5 @@ def _build_report(config: DocsConfig, workers: int | None) -> Report:
         files_without_evidence=without,
         # A file-level problem is attached to each of its definitions; report it once.
         problems=list(dict.fromkeys(problems)),
+        prerendered=None if prerender is None else (prerender, texts),
     )

@@ -156,3 +156,37 @@ def test_batches_taken_by_a_failing_child_are_read_again(
     assert claimed.exists()
     assert render_json(parallel) == render_json(serial)
     assert parallel.problems == serial.problems
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_prerendered_jobs_render_exactly_like_the_report(
+    make_project: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """Entries written by the reading processes are redone when a job gains a problem
+    afterwards: a cron check settled by the parent, a name found twice across files."""
+    from platform_tasks.jobdocs import render_markdown
+    from platform_tasks.jobdocs import report as report_module
+
+    monkeypatch.setattr(report_module, "_MIN_BATCH", 1)
+    project = _mixed_tree(make_project)
+    for i in range(6):
+        bad = job_source(f"name='bad_cron_{i}', cron='0 0 30 2 *'")
+        (project / "beat_schedules" / f"late_{i}.py").write_text(bad)
+    config = load_docs_config(project, "development", {})
+
+    plain = build_report(config, workers=1)
+    as_json = build_report(config, workers=workers, prerender="json")
+    as_markdown = build_report(config, workers=workers, prerender="markdown")
+
+    assert as_json.prerendered is not None and as_json.prerendered[0] == "json"
+    assert len(as_json.prerendered[1]) == len(plain.jobs)
+    assert render_json(as_json) == render_json(plain)
+    assert render_markdown(as_markdown) == render_markdown(plain)
+    assert any("no representable future point" in r for j in plain.jobs for r in j.reasons)
+
+
+def test_prerender_names_a_known_format(make_project: Callable[..., Path]) -> None:
+    config = load_docs_config(_mixed_tree(make_project), "development", {})
+
+    with pytest.raises(ValueError, match="prerender must be one of"):
+        build_report(config, prerender="yaml")
