@@ -7,7 +7,13 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from platform_tasks.jobdocs.evidence import FIELD_NAMES, JobEvidence, JsonValue, Report
+from platform_tasks.jobdocs.evidence import (
+    FIELD_NAMES,
+    FieldEvidence,
+    JobEvidence,
+    JsonValue,
+    Report,
+)
 
 __all__ = ["json_job_renderer", "render_json", "report_to_dict"]
 
@@ -81,20 +87,24 @@ at that depth."""
 
 def json_job_renderer() -> Callable[[JobEvidence], str]:
     """A function writing one entry of ``jobs``, with its own cache of field texts keyed
-    by evidence object: a tree shares a handful of them across thousands of jobs (which
-    keep them alive, so an id is not reused while the cache is)."""
-    fields: dict[tuple[str, int], str] = {}
+    by evidence object: a tree shares a handful of them across thousands of jobs. The
+    cache holds each object it has seen, so an id cannot be reused for another while the
+    cache lives (jobs may be freed once written)."""
+    fields: dict[tuple[str, int], tuple[FieldEvidence, str]] = {}
     return lambda job: _job_text(job, fields)
 
 
-def _job_text(job: JobEvidence, fields: dict[tuple[str, int], str]) -> str:
+def _job_text(job: JobEvidence, fields: dict[tuple[str, int], tuple[FieldEvidence, str]]) -> str:
     texts = []
     for name in FIELD_NAMES:
         evidence = job.fields[name]
         key = (name, id(evidence))
-        text = fields.get(key)
-        if text is None:
-            text = fields[key] = _field_text(name, evidence.state.value, evidence.value)
+        cached = fields.get(key)
+        if cached is None:
+            text = _field_text(name, evidence.state.value, evidence.value)
+            fields[key] = (evidence, text)
+        else:
+            text = cached[1]
         texts.append(text)
     reasons = job.reasons
     if reasons:

@@ -7,11 +7,13 @@ module so it can be tested on its own.
 from __future__ import annotations
 
 import gc
+import io
 import os
 import pickle
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import BinaryIO
 
 from platform_tasks.jobdocs.analysis import FileAnalysis, analyse_file
 from platform_tasks.jobdocs.config import DocsConfig
@@ -176,23 +178,44 @@ def _drain(
     size: int,
     renderer: JobRenderer | None,
     *,
-    settle: bool,
+    sink: BinaryIO | None = None,
 ) -> dict[int, list[FileAnalysis]]:
     """Take batch numbers from ``queue`` until it is empty and analyse those batches.
 
     Reads of a few bytes from a pipe are atomic, so every batch goes to exactly one
     process, and a process that is slowed down (by croniter's import, or by a busy
-    core) simply takes fewer."""
+    core) simply takes fewer. A child passes a ``sink``: each batch is pickled into it
+    as soon as it is done (cron checks pending), so nothing is left to write at the end;
+    this process settles its own batches as it goes."""
     done: dict[int, list[FileAnalysis]] = {}
     while record := os.read(queue, _RECORD):
         number = int.from_bytes(record, "little")
         analyses = _analyse_chunk(resolver, root, files[number * size : (number + 1) * size])
-        if settle:
-            _settle(analyses, renderer)
+        if sink is None:
+            done[number] = _settle(analyses, renderer)
         else:
             _prerender(analyses, renderer)
-        done[number] = analyses
+            pickle.dump((number, analyses), sink, protocol=pickle.HIGHEST_PROTOCOL)
     return done
+
+
+def _results_file() -> BinaryIO:
+    """An anonymous file a child writes its batches to and this process reads back: it
+    never blocks the writer, unlike a pipe this process only reads at the end."""
+    if hasattr(os, "memfd_create"):
+        return os.fdopen(os.memfd_create("jobdocs-batches"), "w+b")
+    import tempfile  # pragma: no cover - platforms without memfd
+
+    return tempfile.TemporaryFile()  # pragma: no cover
+
+
+def _read_batches(results: BinaryIO) -> Iterator[tuple[int, list[FileAnalysis]]]:
+    results.seek(0)
+    stream = io.BytesIO(results.read())
+    end = len(stream.getbuffer())
+    while stream.tell() < end:
+        number, analyses = pickle.load(stream)
+        yield number, analyses
 
 
 def _analyse_in_processes(
@@ -211,40 +234,34 @@ def _analyse_in_processes(
     queue, queue_write = os.pipe()
     os.write(queue_write, b"".join(n.to_bytes(_RECORD, "little") for n in range(batches)))
     os.close(queue_write)
-    children: list[tuple[int, int]] = []
+    children: list[tuple[int, BinaryIO]] = []
     for _ in range(workers - 1):
-        read_end, write_end = os.pipe()
+        results = _results_file()
         pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
-            os.close(read_end)
+        if pid == 0:  # pragma: no cover - runs in the child, reported through the file
             status = 1
             try:
-                done = _drain(queue, resolver, root, files, size, renderer, settle=False)
-                payload = pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL)
-                with os.fdopen(write_end, "wb") as out:
-                    out.write(payload)
+                _drain(queue, resolver, root, files, size, renderer, sink=results)
+                results.flush()
                 status = 0
             finally:
                 os._exit(status)
-        os.close(write_end)
-        children.append((pid, read_end))
-    done = _drain(queue, resolver, root, files, size, renderer, settle=True)
+        children.append((pid, results))
+    done = _drain(queue, resolver, root, files, size, renderer)
     os.close(queue)
-    for pid, read_end in children:
-        with os.fdopen(read_end, "rb") as incoming:
-            payload = incoming.read()
+    for pid, results in children:
         _, status = os.waitpid(pid, 0)
-        if status == 0 and payload:
-            for number, analyses in pickle.loads(payload).items():
-                done[number] = _settle(analyses, renderer)
-    results: list[FileAnalysis] = []
+        with results:
+            if status == 0:
+                for number, analyses in _read_batches(results):
+                    done[number] = _settle(analyses, renderer)
+    merged: list[FileAnalysis] = []
     for number in range(batches):
-        analyses = done.get(number)
-        if analyses is None:
+        if number not in done:
             batch = files[number * size : (number + 1) * size]
-            analyses = _settle(_analyse_chunk(resolver, root, batch), renderer)
-        results.extend(analyses)
-    return results
+            done[number] = _settle(_analyse_chunk(resolver, root, batch), renderer)
+        merged.extend(done[number])
+    return merged
 
 
 def _build_report(config: DocsConfig, workers: int | None, prerender: str | None) -> Report:

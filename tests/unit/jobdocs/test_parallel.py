@@ -190,3 +190,20 @@ def test_prerender_names_a_known_format(make_project: Callable[..., Path]) -> No
 
     with pytest.raises(ValueError, match="prerender must be one of"):
         build_report(config, prerender="yaml")
+
+
+def test_prerendered_entries_of_many_unnamed_jobs_stay_their_own(
+    make_project: Callable[..., Path],
+) -> None:
+    """Children free each batch once written, so a freed job's evidence may leave its
+    memory address to the next one: an entry must never be taken for another's."""
+    files = {
+        f"beat_schedules/team_{i % 4}/job_{i:04d}.py": "from datetime import timedelta\n"
+        + job_source(f"interval=timedelta(minutes={1 + i % 50})")
+        for i in range(600)
+    }
+    config = load_docs_config(make_project(files), "development", {})
+
+    plain = render_json(build_report(config, workers=1))
+
+    assert render_json(build_report(config, workers=2, prerender="json")) == plain
