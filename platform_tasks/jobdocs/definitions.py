@@ -79,7 +79,7 @@ def import_time_calls(tree: ast.Module) -> Iterator[ast.Call]:
     Breadth-first, children in :func:`ast.iter_child_nodes` order. Every import-time
     node of every job file passes through here, so node types are looked up in
     per-type tables rather than tested one ``isinstance`` at a time."""
-    pending: deque[ast.AST] = deque(tree.body)
+    pending: deque[ast.AST] = deque(stmt for stmt in tree.body if stmt.__class__ not in _LEAVES)
     push, pop = pending.append, pending.popleft
     functions = (ast.FunctionDef, ast.AsyncFunctionDef)
     while pending:
@@ -105,9 +105,10 @@ def import_time_calls(tree: ast.Module) -> Iterator[ast.Call]:
             child = getattr(node, name)
             if child.__class__ is list:
                 for item in child:
-                    if item is not None:
+                    # Leaves (names, literals) are not queued: they hold no call.
+                    if item is not None and item.__class__ not in _LEAVES:
                         push(item)
-            elif child is not None:
+            elif child is not None and child.__class__ not in _LEAVES:
                 push(child)
 
 

@@ -280,12 +280,17 @@ class Resolver:
         return isinstance(binding.node, ast.Constant)
 
     def name(self, name: str, module: ParsedModule) -> Resolved:
-        binding = self.symbols(module).lookup(name)
+        symbols = self.symbols(module)
+        settled = symbols.settled.get(name)
+        if settled is not None and len(self._stack) < _MAX_DEPTH:
+            return settled  # type: ignore[return-value]
+        binding = symbols.lookup(name)
         if binding is None:
             return Unresolved(f"{name} is not defined at module level in {module.name}")
-        if isinstance(binding, ExprBinding | ImportBinding) and (
-            len(self._stack) >= _MAX_DEPTH or not self._is_leaf(binding)
-        ):
+        if isinstance(binding, ExprBinding | ImportBinding):
+            if len(self._stack) < _MAX_DEPTH and self._is_leaf(binding):
+                result = symbols.settled[name] = self.binding(binding, module, name)
+                return result
             stop = self._enter(module.name, name)
             if stop is not None:
                 return stop

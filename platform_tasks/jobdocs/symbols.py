@@ -67,6 +67,10 @@ class ModuleSymbols:
     star_modules: list[str] = field(default_factory=list)
     failed_star: str | None = None
     """Why a star import of this module cannot be followed (it fails at import time)."""
+    settled: dict[str, object] = field(default_factory=dict)
+    """What the resolver found for names whose answer cannot depend on how they were
+    reached (imports from outside the roots, literals): a job file names ``timedelta``
+    or ``define_job`` several times."""
 
     def lookup(self, name: str) -> Binding | None:
         found = self.bindings.get(name)
