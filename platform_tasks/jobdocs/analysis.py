@@ -7,7 +7,6 @@ that file's evidence, never the rest of the report.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
 
 from platform_tasks.jobdocs.definitions import find_definition_calls
 from platform_tasks.jobdocs.evidence import (
@@ -24,15 +23,20 @@ from platform_tasks.jobdocs.validation import PendingCron, cron_problem, validat
 __all__ = ["FileAnalysis", "analyse_file"]
 
 
-@dataclass
 class FileAnalysis:
-    jobs: list[JobEvidence] = field(default_factory=list)
-    without_evidence: FileWithoutEvidence | None = None
-    problems: list[Problem] = field(default_factory=list)
-    pending_crons: list[tuple[int, int, PendingCron]] = field(default_factory=list)
-    """Deferred cron checks: (index in ``jobs``, index in that job's problems, check)."""
-    texts: list[str] | None = None
-    """The jobs already rendered (see ``Report.prerendered``), when asked for."""
+    """What one job file gave. A plain class: one is made (and pickled, in a child) per
+    file, and a dataclass costs a millisecond to define at every start-up."""
+
+    __slots__ = ("jobs", "pending_crons", "problems", "texts", "without_evidence")
+
+    def __init__(self) -> None:
+        self.jobs: list[JobEvidence] = []
+        self.without_evidence: FileWithoutEvidence | None = None
+        self.problems: list[Problem] = []
+        self.pending_crons: list[tuple[int, int, PendingCron]] = []
+        """Deferred cron checks: (index in ``jobs``, index in that job's problems, check)."""
+        self.texts: list[str] | None = None
+        """The jobs already rendered (see ``Report.prerendered``), when asked for."""
 
     def settle_crons(self) -> list[int]:
         """Run the deferred cron checks, putting each violation where

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 from platform_tasks.jobdocs.resolve import (
     DefineJob,
@@ -27,13 +26,18 @@ __all__ = ["FoundCalls", "find_definition_calls", "import_time_calls"]
 _MAX_WRAPPER_DEPTH = 16
 
 
-@dataclass
 class FoundCalls:
-    """The definitions of one file and the calls that may hide further ones."""
+    """The definitions of one file and the calls that may hide further ones.
 
-    definitions: list[ast.Call] = field(default_factory=list)
-    wrappers: list[str] = field(default_factory=list)
-    hidden: list[str] = field(default_factory=list)
+    A plain class: one is made per job file, and a dataclass costs a millisecond to
+    define at every start-up for nothing this needs."""
+
+    __slots__ = ("definitions", "hidden", "wrappers")
+
+    def __init__(self) -> None:
+        self.definitions: list[ast.Call] = []
+        self.wrappers: list[str] = []
+        self.hidden: list[str] = []
 
 
 _SCALAR_FIELDS = frozenset(

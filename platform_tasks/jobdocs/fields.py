@@ -9,7 +9,6 @@ in sight (for ``name``, the path label is never substituted for an unknown value
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
 from datetime import timedelta
 
 from platform_tasks.jobdocs.defaults import (
@@ -27,14 +26,17 @@ from platform_tasks.jobdocs.sources import ParsedModule
 __all__ = ["CallFields", "read_call_fields", "to_json_value"]
 
 
-@dataclass
 class CallFields:
-    """The outcome of reading one call: evidence, raw known values and what went wrong."""
+    """The outcome of reading one call: evidence, raw known values and what went wrong.
+    (A plain class, made once per definition; see ``FoundCalls``.)"""
 
-    evidence: dict[str, FieldEvidence]
-    known: dict[str, LiteralValue]
-    gaps: list[str] = field(default_factory=list)
-    call_errors: list[str] = field(default_factory=list)
+    __slots__ = ("call_errors", "evidence", "gaps", "known")
+
+    def __init__(self, call_errors: list[str]) -> None:
+        self.evidence: dict[str, FieldEvidence] = {}
+        self.known: dict[str, LiteralValue] = {}
+        self.gaps: list[str] = []
+        self.call_errors = call_errors
 
 
 def to_json_value(value: LiteralValue) -> JsonValue:
@@ -83,7 +85,7 @@ def read_call_fields(
     if "handler" not in given and not splats:
         errors.append("handler is required")
 
-    result = CallFields(evidence={}, known={}, call_errors=errors)
+    result = CallFields(errors)
     known, gaps = result.known, result.gaps
     found: dict[str, FieldEvidence] = {}
     absent: list[str] = []

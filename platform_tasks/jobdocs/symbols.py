@@ -8,7 +8,6 @@ happens at import time, which is precisely what the reader refuses to guess.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
 from typing import NamedTuple, TypeAlias
 
 __all__ = [
@@ -59,18 +58,21 @@ Binding: TypeAlias = (
 )
 
 
-@dataclass
 class ModuleSymbols:
-    """The module-level names of one module and the modules it star-imports."""
+    """The module-level names of one module and the modules it star-imports (a plain
+    class: one is made per parsed file)."""
 
-    bindings: dict[str, Binding] = field(default_factory=dict)
-    star_modules: list[str] = field(default_factory=list)
-    failed_star: str | None = None
-    """Why a star import of this module cannot be followed (it fails at import time)."""
-    settled: dict[str, object] = field(default_factory=dict)
-    """What the resolver found for names whose answer cannot depend on how they were
-    reached (imports from outside the roots, literals): a job file names ``timedelta``
-    or ``define_job`` several times."""
+    __slots__ = ("bindings", "failed_star", "settled", "star_modules")
+
+    def __init__(self, star_modules: list[str], failed_star: str | None) -> None:
+        self.bindings: dict[str, Binding] = {}
+        self.star_modules = star_modules
+        self.failed_star = failed_star
+        """Why a star import of this module cannot be followed (it fails at import time)."""
+        self.settled: dict[str, object] = {}
+        """What the resolver found for names whose answer cannot depend on how they were
+        reached (imports from outside the roots, literals): a job file names
+        ``timedelta`` or ``define_job`` several times."""
 
     def lookup(self, name: str) -> Binding | None:
         found = self.bindings.get(name)
@@ -211,7 +213,7 @@ class _Collector:
                     self.bind(element.id, UnresolvableBinding("bound by unpacking"), conditional)
 
     def result(self) -> ModuleSymbols:
-        symbols = ModuleSymbols(star_modules=self.star_modules, failed_star=self.failed_star)
+        symbols = ModuleSymbols(self.star_modules, self.failed_star)
         for name, entries in self.seen.items():
             if len(entries) == 1 and not entries[0][1]:
                 symbols.bindings[name] = entries[0][0]
