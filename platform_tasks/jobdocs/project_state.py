@@ -55,8 +55,14 @@ def project_state(
             ],
         )
 
-    active = [job for job in jobs if _activity(job) is True]
-    undetermined = [job for job in jobs if _activity(job) is None]
+    active: list[JobEvidence] = []
+    undetermined: list[JobEvidence] = []
+    for job in jobs:
+        activity = _activity(job)
+        if activity is True:
+            active.append(job)
+        elif activity is None:
+            undetermined.append(job)
     gaps: list[str] = [f"enabled of {_label(job)} is not statically known" for job in undetermined]
     gaps += [f"{item.file} has no statically known definition" for item in without_evidence]
 

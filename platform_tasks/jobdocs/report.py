@@ -268,7 +268,8 @@ def _build_report(config: DocsConfig, workers: int | None, prerender: str | None
     renderer = None if prerender is None else _JOB_RENDERERS[prerender]()
     index = SourceIndex(config.project_dir, list(config.source_roots))
     resolver = Resolver(index)
-    files = select_job_paths(config.jobs_dir, config.include, config.exclude)
+    listed = index.python_files(config.jobs_dir)
+    files = select_job_paths(config.jobs_dir, config.include, config.exclude, candidates=listed)
     root = str(config.jobs_dir.absolute())
     count = default_workers(len(files)) if workers is None else max(1, workers)
     count = min(count, len(files))
@@ -291,8 +292,10 @@ def _build_report(config: DocsConfig, workers: int | None, prerender: str | None
         if renderer is not None:
             texts[position] = renderer(jobs[position])
     for job in jobs:
-        problems.extend(job.problems)
-        problems.extend(Problem(Severity.WARNING, job.file, gap) for gap in job.gaps)
+        if job.problems:
+            problems.extend(job.problems)
+        if job.gaps:
+            problems.extend(Problem(Severity.WARNING, job.file, gap) for gap in job.gaps)
     return Report(
         profile=config.profile,
         project=project_state(config, jobs, without),

@@ -109,6 +109,7 @@ class SourceIndex:
         self._by_name: dict[str, str] = {}
         self._parsed: dict[tuple[str, bool], ParsedModule] = {}
         self._prefixes: dict[str, list[str]] = {}
+        self._listings: dict[str, list[tuple[str, list[str]]]] = {}
         self._packages: set[str] = set()
         self._bases = [str(self.project_dir), *(str(root.parent) for root in self.roots)]
         # Where a name was first claimed from: (root index, base index), for ties.
@@ -119,7 +120,8 @@ class SourceIndex:
             # One pass when the root's parent is the project directory (the usual
             # layout): both bases give the same name for the same file.
             bases = list(dict.fromkeys((self._bases[0], str(root.parent))))
-            for dirpath, stems in _module_dirs(root):
+            listing = self._listings[str(root)] = list(_module_dirs(root))
+            for dirpath, stems in listing:
                 for base_index, base in enumerate(bases):
                     self._add_directory(dirpath, stems, base, (root_index, base_index))
 
@@ -157,6 +159,22 @@ class SourceIndex:
                 return
         self._by_name[name] = file
         self._origins[name] = origin
+
+    def python_files(self, directory: Path) -> list[str] | None:
+        """The ``.py`` files below ``directory`` (relative, ``/``-separated) when it is one
+        of the roots, as this index already walked it with the same pruning as the job
+        file selection; ``None`` otherwise. The jobs directory is usually a root, so the
+        tree is walked once, not twice."""
+        top = str(directory.absolute())
+        listing = self._listings.get(top)
+        if listing is None:
+            return None
+        start = len(top) + 1
+        found: list[str] = []
+        for dirpath, stems in listing:
+            prefix = dirpath[start:].replace(os.sep, "/") + "/" if dirpath != top else ""
+            found.extend(prefix + stem + ".py" for stem in stems)
+        return found
 
     def inside_roots(self, file: Path) -> bool:
         path = file.absolute()

@@ -15,7 +15,7 @@ selection does not change when a project moves between macOS and Linux.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
@@ -85,16 +85,25 @@ def select_job_files(
 
 
 def select_job_paths(
-    root: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()
+    root: Path,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    *,
+    candidates: Iterable[str] | None = None,
 ) -> list[str]:
     """:func:`select_job_files` as path strings (``str`` of each path it returns), for
-    the static reader, which handles thousands of files and never needs the objects."""
+    the static reader, which handles thousands of files and never needs the objects.
+
+    ``candidates`` are the ``.py`` files below ``root`` (relative, ``/``-separated) when
+    the caller has already walked it with the same pruning; otherwise it is walked here.
+    """
     base = root.absolute()
     if not base.is_dir():
         return []
     wanted = tuple(include) or DEFAULT_INCLUDE
     selected: list[str] = []
-    for relative in _walk_python_files(str(base)):
+    listed = _walk_python_files(str(base)) if candidates is None else candidates
+    for relative in listed:
         if is_ignored_name(relative.rpartition("/")[2]):
             continue
         if not _matches_any(relative, wanted):
