@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from platform_tasks.errors import ConfigurationError
 
@@ -39,8 +38,7 @@ class DocsConfigError(ConfigurationError):
     """``pyproject.toml`` or a selection setting cannot be read at all."""
 
 
-@dataclass(frozen=True)
-class SelectionOverrides:
+class SelectionOverrides(NamedTuple):
     """Docs selection given on the command line; ``None`` means "not given"."""
 
     dir: Path | None = None
@@ -48,8 +46,7 @@ class SelectionOverrides:
     exclude: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True)
-class SettingValue:
+class SettingValue(NamedTuple):
     """A setting's value (``None`` when unset or not statically known) and its origin."""
 
     value: Any
@@ -57,8 +54,7 @@ class SettingValue:
     known: bool = True
 
 
-@dataclass(frozen=True)
-class DocsConfig:
+class DocsConfig(NamedTuple):
     project_dir: Path
     profile: str
     profile_declared: bool

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 JsonValue: TypeAlias = str | int | float | bool | None
 
@@ -40,8 +40,7 @@ class Severity(enum.Enum):
     WARNING = "warning"
 
 
-@dataclass(frozen=True)
-class FieldEvidence:
+class FieldEvidence(NamedTuple):
     """One field of one definition.
 
     ``value`` is the literal (known), the documented default (absent, ``None`` when the
@@ -53,8 +52,7 @@ class FieldEvidence:
     value: JsonValue = None
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):
     """Something ``check --static`` reports, tied to a file and, when it applies, a field."""
 
     severity: Severity
@@ -111,8 +109,7 @@ class ProjectStateName(enum.Enum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
-class ProjectState:
+class ProjectState(NamedTuple):
     state: ProjectStateName
     reasons: list[str]
 
