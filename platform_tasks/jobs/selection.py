@@ -14,9 +14,10 @@ selection does not change when a project moves between macOS and Linux.
 
 from __future__ import annotations
 
+import fnmatch
 import os
-from collections.abc import Iterable, Sequence
-from fnmatch import fnmatchcase
+import re
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path, PurePosixPath
 
 __all__ = [
@@ -46,8 +47,12 @@ def is_ignored_name(name: str) -> bool:
     return name == "conftest.py" or name.startswith("test_") or name.endswith("_test.py")
 
 
-def _matches_any(relative: str, globs: Sequence[str]) -> bool:
-    return any(fnmatchcase(relative, glob) for glob in globs)
+def _matcher(globs: Sequence[str]) -> Callable[[str], object] | None:
+    """One compiled test for "matches any of ``globs``" (what :func:`fnmatchcase` does
+    for each, as a single alternation), or ``None`` when there are none."""
+    if not globs:
+        return None
+    return re.compile("|".join(fnmatch.translate(glob) for glob in globs)).match
 
 
 def _walk_python_files(root: str) -> list[str]:
@@ -101,18 +106,22 @@ def select_job_paths(
     if not base.is_dir():
         return []
     wanted = tuple(include) or DEFAULT_INCLUDE
+    # Every candidate ends in ".py", so the default include needs no test.
+    included = None if wanted == DEFAULT_INCLUDE else _matcher(wanted)
+    excluded = _matcher(exclude)
     selected: list[str] = []
     listed = _walk_python_files(str(base)) if candidates is None else candidates
     for relative in listed:
         if is_ignored_name(relative.rpartition("/")[2]):
             continue
-        if not _matches_any(relative, wanted):
+        if included is not None and not included(relative):
             continue
-        if _matches_any(relative, exclude):
+        if excluded is not None and excluded(relative):
             continue
         selected.append(relative)
-    # Sorted by path components, exactly as sorting the Path objects would.
-    selected.sort(key=lambda relative: relative.split("/"))
+    # Sorted by path components, exactly as sorting the Path objects would: with NUL
+    # (below every character a name can hold) for "/", string order is that order.
+    selected.sort(key=lambda relative: relative.replace("/", "\0"))
     prefix = str(base) + os.sep
     return [prefix + relative.replace("/", os.sep) for relative in selected]
 

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from platform_tasks.jobs.selection import is_ignored_name, path_label, select_job_files
+from platform_tasks.jobs.selection import (
+    is_ignored_name,
+    path_label,
+    select_job_files,
+    select_job_paths,
+)
 
 
 def _touch(root: Path, *relatives: str) -> None:
@@ -151,3 +159,41 @@ def test_order_is_path_order_not_string_order(tmp_path: Path) -> None:
     assert [p.relative_to(tmp_path).as_posix() for p in selected] == [
         "B.py", "a/a/x.py", "a/b.py", "a-c.py", "a_b/z.py",
     ]  # fmt: skip
+
+
+_NAME = st.text(alphabet="ab_.-1A", min_size=1, max_size=4)
+_GLOB = st.lists(st.sampled_from(["*", "?", "a", "_", ".py", "/", "[ab]", "[!a]", "1", "A"]),
+                 min_size=1, max_size=5).map("".join)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    paths=st.lists(
+        st.lists(_NAME, min_size=0, max_size=3).map(lambda parts: "/".join([*parts, ""])),
+        max_size=12,
+    ).flatmap(lambda dirs: st.lists(st.tuples(st.sampled_from(dirs or [""]), _NAME), max_size=20)),
+    include=st.lists(_GLOB, max_size=3),
+    exclude=st.lists(_GLOB, max_size=3),
+)
+def test_selection_equals_the_reference_rule(
+    paths: list[tuple[str, str]], include: list[str], exclude: list[str]
+) -> None:
+    """Compiled globs and string sorting pick and order exactly what fnmatchcase per glob
+    and sorting by path components would."""
+    root = Path(__file__).parent
+    candidates = sorted({directory + name + ".py" for directory, name in paths})
+    wanted = include or ["*.py"]
+    expected = sorted(
+        (
+            relative
+            for relative in candidates
+            if not is_ignored_name(relative.rpartition("/")[2])
+            and any(fnmatchcase(relative, glob) for glob in wanted)
+            and not any(fnmatchcase(relative, glob) for glob in exclude)
+        ),
+        key=lambda relative: relative.split("/"),
+    )
+
+    selected = select_job_paths(root, include, exclude, candidates=reversed(candidates))
+
+    assert selected == [str(root.absolute() / relative) for relative in expected]
