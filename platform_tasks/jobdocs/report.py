@@ -7,13 +7,10 @@ module so it can be tested on its own.
 from __future__ import annotations
 
 import gc
-import io
 import os
-import pickle
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import BinaryIO
 
 from platform_tasks.jobdocs.analysis import FileAnalysis, analyse_file
 from platform_tasks.jobdocs.config import DocsConfig
@@ -25,6 +22,11 @@ from platform_tasks.jobdocs.evidence import (
     Report,
     Severity,
 )
+from platform_tasks.jobdocs.parallel import (
+    PARALLEL_MIN_FILES,
+    analyse_in_processes,
+    default_workers,
+)
 from platform_tasks.jobdocs.project_state import project_state
 from platform_tasks.jobdocs.render_json import json_job_renderer
 from platform_tasks.jobdocs.render_markdown import markdown_job_renderer
@@ -32,11 +34,7 @@ from platform_tasks.jobdocs.resolve import Resolver
 from platform_tasks.jobdocs.sources import SourceIndex
 from platform_tasks.jobs.selection import select_job_paths
 
-__all__ = ["PARALLEL_MIN_FILES", "build_report"]
-
-PARALLEL_MIN_FILES = 200
-"""Below this many selected files a run stays in one process: forking and passing the
-results back costs more than reading the files."""
+__all__ = ["PARALLEL_MIN_FILES", "build_report", "default_workers"]
 
 
 def _check_unique_names(jobs: list[JobEvidence]) -> list[int]:
@@ -147,123 +145,6 @@ def _prerender(analyses: list[FileAnalysis], renderer: JobRenderer | None) -> No
             analysis.texts = [renderer(job) for job in analysis.jobs]
 
 
-def default_workers(files: int) -> int:
-    """One process per available core for a large selection, else one."""
-    if files < PARALLEL_MIN_FILES or not hasattr(os, "fork"):
-        return 1
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - platforms without affinity masks
-        cores = os.cpu_count() or 1
-    return max(1, cores)
-
-
-_RECORD = 4
-"""Bytes per batch number in the work queue."""
-_MIN_BATCH = 16
-_MAX_BATCHES = 2048
-"""At most 8 KiB of batch numbers: the queue is a pipe filled before forking, and every
-platform with fork buffers at least 16 KiB in one."""
-
-
-def _batch_size(files: int) -> int:
-    return max(_MIN_BATCH, -(-files // _MAX_BATCHES))
-
-
-def _drain(
-    queue: int,
-    resolver: Resolver,
-    root: str,
-    files: Sequence[str],
-    size: int,
-    renderer: JobRenderer | None,
-    *,
-    sink: BinaryIO | None = None,
-) -> dict[int, list[FileAnalysis]]:
-    """Take batch numbers from ``queue`` until it is empty and analyse those batches.
-
-    Reads of a few bytes from a pipe are atomic, so every batch goes to exactly one
-    process, and a process that is slowed down (by croniter's import, or by a busy
-    core) simply takes fewer. A child passes a ``sink``: each batch is pickled into it
-    as soon as it is done (cron checks pending), so nothing is left to write at the end;
-    this process settles its own batches as it goes."""
-    done: dict[int, list[FileAnalysis]] = {}
-    while record := os.read(queue, _RECORD):
-        number = int.from_bytes(record, "little")
-        analyses = _analyse_chunk(resolver, root, files[number * size : (number + 1) * size])
-        if sink is None:
-            done[number] = _settle(analyses, renderer)
-        else:
-            _prerender(analyses, renderer)
-            pickle.dump((number, analyses), sink, protocol=pickle.HIGHEST_PROTOCOL)
-    return done
-
-
-def _results_file() -> BinaryIO:
-    """An anonymous file a child writes its batches to and this process reads back: it
-    never blocks the writer, unlike a pipe this process only reads at the end."""
-    if hasattr(os, "memfd_create"):
-        return os.fdopen(os.memfd_create("jobdocs-batches"), "w+b")
-    import tempfile  # pragma: no cover - platforms without memfd
-
-    return tempfile.TemporaryFile()  # pragma: no cover
-
-
-def _read_batches(results: BinaryIO) -> Iterator[tuple[int, list[FileAnalysis]]]:
-    results.seek(0)
-    stream = io.BytesIO(results.read())
-    end = len(stream.getbuffer())
-    while stream.tell() < end:
-        number, analyses = pickle.load(stream)
-        yield number, analyses
-
-
-def _analyse_in_processes(
-    resolver: Resolver,
-    root: str,
-    files: Sequence[str],
-    workers: int,
-    renderer: JobRenderer | None,
-) -> list[FileAnalysis]:
-    """Analyse ``files`` in batches shared between this process and forked children,
-    then put the results back in file order. A child that fails is not trusted: the
-    batches it took are analysed again here, so the outcome (or the exception) is the
-    serial one. Only this process settles cron checks (see :func:`_settle`)."""
-    size = _batch_size(len(files))
-    batches = -(-len(files) // size)
-    queue, queue_write = os.pipe()
-    os.write(queue_write, b"".join(n.to_bytes(_RECORD, "little") for n in range(batches)))
-    os.close(queue_write)
-    children: list[tuple[int, BinaryIO]] = []
-    for _ in range(workers - 1):
-        results = _results_file()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child, reported through the file
-            status = 1
-            try:
-                _drain(queue, resolver, root, files, size, renderer, sink=results)
-                results.flush()
-                status = 0
-            finally:
-                os._exit(status)
-        children.append((pid, results))
-    done = _drain(queue, resolver, root, files, size, renderer)
-    os.close(queue)
-    for pid, results in children:
-        _, status = os.waitpid(pid, 0)
-        with results:
-            if status == 0:
-                for number, analyses in _read_batches(results):
-                    done[number] = _settle(analyses, renderer)
-    merged: list[FileAnalysis] = []
-    for number in range(batches):
-        if number not in done:
-            batch = files[number * size : (number + 1) * size]
-            done[number] = _settle(_analyse_chunk(resolver, root, batch), renderer)
-        merged.extend(done[number])
-    return merged
-
-
 def _build_report(config: DocsConfig, workers: int | None, prerender: str | None) -> Report:
     renderer = None if prerender is None else _JOB_RENDERERS[prerender]()
     index = SourceIndex(config.project_dir, list(config.source_roots))
@@ -274,7 +155,13 @@ def _build_report(config: DocsConfig, workers: int | None, prerender: str | None
     count = default_workers(len(files)) if workers is None else max(1, workers)
     count = min(count, len(files))
     if count > 1:
-        analyses = _analyse_in_processes(resolver, root, files, count, renderer)
+        analyses = analyse_in_processes(
+            files,
+            count,
+            lambda batch: _analyse_chunk(resolver, root, batch),
+            prepare=lambda batch: _prerender(batch, renderer),
+            finish=lambda batch: _settle(batch, renderer),
+        )
     else:
         analyses = _settle(_analyse_chunk(resolver, root, files), renderer)
     jobs: list[JobEvidence] = []

@@ -112,9 +112,9 @@ def test_job_writer_matches_the_generic_document() -> None:
 def test_one_file_batches_interleave_and_come_back_in_order(
     make_project: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from platform_tasks.jobdocs import report as report_module
+    from platform_tasks.jobdocs import parallel as parallel_module
 
-    monkeypatch.setattr(report_module, "_MIN_BATCH", 1)
+    monkeypatch.setattr(parallel_module, "_MIN_BATCH", 1)
     config = load_docs_config(_mixed_tree(make_project), "development", {})
 
     serial = build_report(config, workers=1)
@@ -127,22 +127,28 @@ def test_one_file_batches_interleave_and_come_back_in_order(
 def test_batches_taken_by_a_failing_child_are_read_again(
     make_project: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A child that dies after claiming a batch returns none of its work; the parent
-    notices the gap and reads those files itself."""
+    """A child that dies after finishing one batch and claiming another is not trusted:
+    the parent drops what it had read from it and reads all of those files itself."""
     from platform_tasks.harness import wait_until
+    from platform_tasks.jobdocs import parallel as parallel_module
     from platform_tasks.jobdocs import report as report_module
 
-    monkeypatch.setattr(report_module, "_MIN_BATCH", 1)
+    monkeypatch.setattr(parallel_module, "_MIN_BATCH", 1)
     parent = os.getpid()
-    claimed = tmp_path / "child-claimed-a-batch"
+    first, second = tmp_path / "child-finished-one", tmp_path / "child-claimed-another"
     real_chunk = report_module._analyse_chunk
+    read_here: list[str] = []
 
     def chunk(resolver: object, root: str, files: list[str]) -> object:
         if os.getpid() != parent:
-            claimed.touch()
-            raise RuntimeError("child lost")
-        # Hold the parent's first batch until the child has taken one of its own.
-        wait_until(claimed.exists, timeout=30, interval=0.005, message="child claims a batch")
+            if first.exists():
+                second.touch()
+                raise RuntimeError("child lost")
+            first.touch()
+        else:
+            # Hold the parent's first batch until the child has done one and died.
+            wait_until(second.exists, timeout=30, interval=0.005, message="child fails")
+            read_here.extend(files)
         return real_chunk(resolver, root, files)  # type: ignore[arg-type]
 
     monkeypatch.setattr(report_module, "_analyse_chunk", chunk)
@@ -153,9 +159,12 @@ def test_batches_taken_by_a_failing_child_are_read_again(
     monkeypatch.setattr(report_module, "_analyse_chunk", real_chunk)
     serial = build_report(config, workers=1)
 
-    assert claimed.exists()
+    assert second.exists()
     assert render_json(parallel) == render_json(serial)
     assert parallel.problems == serial.problems
+    selected = [str(project.absolute() / job.file) for job in serial.jobs]
+    selected += [str(project.absolute() / item.file) for item in serial.files_without_evidence]
+    assert sorted(read_here) == sorted(selected)
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
@@ -164,10 +173,10 @@ def test_prerendered_jobs_render_exactly_like_the_report(
 ) -> None:
     """Entries written by the reading processes are redone when a job gains a problem
     afterwards: a cron check settled by the parent, a name found twice across files."""
+    from platform_tasks.jobdocs import parallel as parallel_module
     from platform_tasks.jobdocs import render_markdown
-    from platform_tasks.jobdocs import report as report_module
 
-    monkeypatch.setattr(report_module, "_MIN_BATCH", 1)
+    monkeypatch.setattr(parallel_module, "_MIN_BATCH", 1)
     project = _mixed_tree(make_project)
     for i in range(6):
         bad = job_source(f"name='bad_cron_{i}', cron='0 0 30 2 *'")
@@ -207,3 +216,29 @@ def test_prerendered_entries_of_many_unnamed_jobs_stay_their_own(
     plain = render_json(build_report(config, workers=1))
 
     assert render_json(build_report(config, workers=2, prerender="json")) == plain
+
+
+def test_only_batches_written_in_full_are_read_back() -> None:
+    import pickle
+
+    from platform_tasks.jobdocs.parallel import _HEADER, _ChildResults
+
+    results: _ChildResults[str] = _ChildResults()
+    finished: list[list[str]] = []
+    done: dict[int, list[str]] = {}
+    try:
+        results.write(0, ["a", "b"])
+        payload = pickle.dumps((1, ["c"]))
+        os.write(results.fd, len(payload).to_bytes(_HEADER, "little") + payload[:5])
+
+        results.collect(done, finished.append)
+        assert done == {0: ["a", "b"]} and finished == [["a", "b"]]
+
+        os.write(results.fd, payload[5:])
+        results.collect(done, finished.append)
+        assert done == {0: ["a", "b"], 1: ["c"]} and finished[-1] == ["c"]
+
+        results.forget(done)
+        assert done == {}
+    finally:
+        os.close(results.fd)
