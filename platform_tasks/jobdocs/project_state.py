@@ -19,6 +19,11 @@ from platform_tasks.jobdocs.evidence import (
 __all__ = ["project_state"]
 
 
+_NAMED_ACTIVE = 20
+"""How many active jobs the project state names; a tree of thousands would otherwise
+make its summary a wall of names (the jobs list has them all)."""
+
+
 def _activity(job: JobEvidence) -> bool | None:
     """True active, False disabled, None when the source does not say."""
     enabled = job.fields["enabled"]
@@ -76,7 +81,10 @@ def project_state(
         return ProjectState(ProjectStateName.NO_JOBS, [reason])
 
     if active:
-        names = ", ".join(sorted(_label(job) for job in active))
+        labels = sorted(_label(job) for job in active)
+        names = ", ".join(labels[:_NAMED_ACTIVE])
+        if len(labels) > _NAMED_ACTIVE:
+            names += f", and {len(labels) - _NAMED_ACTIVE} more (every job is listed under jobs)"
         found = f"{len(active)} active definition(s): {names}"
         if not switch.known:
             lead = f"jobs_enabled is not statically known: {switch.source}"

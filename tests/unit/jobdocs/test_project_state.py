@@ -121,3 +121,17 @@ def test_file_without_evidence_keeps_state_unknown(make_project: MakeProject) ->
     state = report_for(project).project
     assert state.state is ProjectStateName.UNKNOWN
     assert state.reasons == ["beat_schedules/wrapped.py has no statically known definition"]
+
+
+def test_a_large_project_names_twenty_active_jobs_and_counts_the_rest(
+    make_project: MakeProject,
+) -> None:
+    files = {f"beat_schedules/job_{i:02d}.py": job_source('cron="0 3 * * *"') for i in range(23)}
+
+    report = report_for(make_project(files, PROFILES))
+
+    names = ", ".join(f"job_{i:02d}" for i in range(20))
+    assert report.project.reasons[1] == (
+        f"23 active definition(s): {names}, and 3 more (every job is listed under jobs)"
+    )
+    assert len(report.jobs) == 23
