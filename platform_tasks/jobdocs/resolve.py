@@ -143,7 +143,11 @@ class Resolver:
         if cached is None:
             assert module.tree is not None
             cached = collect_symbols(
-                module.tree, module.name, module.is_package, standalone=module.standalone
+                module.tree,
+                module.name,
+                module.is_package,
+                standalone=module.standalone,
+                walrus=module.walrus,
             )
             self._symbols[key] = cached
         return cached

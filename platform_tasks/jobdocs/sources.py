@@ -30,6 +30,9 @@ class ParsedModule(NamedTuple):
     standalone: bool = False
     """True for a selected job file as discovery imports it: under a generated name that
     belongs to no package, so a relative import in it fails at start-up."""
+    walrus: bool = False
+    """The source contains ``:=``, so an assignment expression may bind a module-level
+    name (looked for only then: a text search costs nothing, a walk does)."""
 
     @property
     def is_package(self) -> bool:
@@ -238,18 +241,19 @@ class SourceIndex:
             return cached
         other = self._parsed.get((path, not standalone))
         if other is not None:
-            parsed = ParsedModule(other.name, path, other.tree, other.syntax_error, standalone)
+            parsed = other._replace(standalone=standalone)
             self._parsed[key] = parsed
             return parsed
         name = self.name_of(path)
         try:
-            tree = ast.parse(_read(path), filename=path)
+            source = _read(path)
+            tree = ast.parse(source, filename=path)
         except SyntaxError as exc:
             parsed = ParsedModule(name, path, None, _describe_syntax_error(exc), standalone)
         except (OSError, ValueError) as exc:
             parsed = ParsedModule(name, path, None, f"cannot be read: {exc}", standalone)
         else:
-            parsed = ParsedModule(name, path, tree, None, standalone)
+            parsed = ParsedModule(name, path, tree, None, standalone, b":=" in source)
         self._parsed[key] = parsed
         return parsed
 

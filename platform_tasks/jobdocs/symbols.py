@@ -8,6 +8,7 @@ happens at import time, which is precisely what the reader refuses to guess.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from typing import NamedTuple, TypeAlias
 
 __all__ = [
@@ -251,14 +252,55 @@ def _loop_or_with_targets(node: ast.AST) -> list[str]:
     return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
 
 
+def _walrus_targets(body: list[ast.stmt]) -> Iterator[str]:
+    """Names that assignment expressions bind in the module's own scope: anywhere the
+    module evaluates at import time (comprehensions included), but not inside function,
+    lambda or class bodies, which have scopes of their own."""
+    pending: list[ast.AST] = list(body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
+            yield node.target.id
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            arguments = node.args
+            pending.extend(arguments.defaults)
+            pending.extend(d for d in arguments.kw_defaults if d is not None)
+            if not isinstance(node, ast.Lambda):
+                pending.extend(node.decorator_list)
+                pending.extend(a.annotation for a in _all_args(arguments) if a.annotation)
+                if node.returns is not None:
+                    pending.append(node.returns)
+        elif isinstance(node, ast.ClassDef):
+            pending.extend(node.decorator_list)
+            pending.extend(node.bases)
+            pending.extend(keyword.value for keyword in node.keywords)
+        else:
+            pending.extend(ast.iter_child_nodes(node))
+
+
+def _all_args(arguments: ast.arguments) -> list[ast.arg]:
+    extra = [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+    return [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, *extra]
+
+
 def collect_symbols(
-    tree: ast.Module, module: str, is_package: bool, *, standalone: bool = False
+    tree: ast.Module,
+    module: str,
+    is_package: bool,
+    *,
+    standalone: bool = False,
+    walrus: bool = False,
 ) -> ModuleSymbols:
     """The unambiguous module-level bindings of ``tree``.
 
     ``standalone`` is for a job file as discovery imports it (outside any package): its
-    relative imports bind nothing, since they fail at start-up.
+    relative imports bind nothing, since they fail at start-up. ``walrus`` says the
+    source may hold assignment expressions; a name one of them binds is never trusted.
     """
     collector = _Collector(module, is_package, standalone)
     collector.statements(tree.body, conditional=False)
+    if walrus:
+        for name in _walrus_targets(tree.body):
+            reason = "bound by an assignment expression (:=) at import time"
+            collector.bind(name, UnresolvableBinding(reason), False)
     return collector.result()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 from platform_tasks.jobdocs import FieldState
-from tests.unit.jobdocs.conftest import job_in, report_for
+from tests.unit.jobdocs.conftest import job_in, job_source, report_for
 
 
 def test_constants_resolve_from_private_common_module() -> None:
@@ -129,3 +132,38 @@ def test_relative_imports_in_helpers_and_handlers_are_fine() -> None:
     assert via_helper.complete
     in_handler = job_in(report, "beat_schedules/in_handler.py")
     assert in_handler.complete and in_handler.problems == []
+
+
+def test_names_an_assignment_expression_binds_are_never_known(
+    make_project: Callable[..., Path],
+) -> None:
+    """``NIGHTLY := ...`` at import time rebinds the module-level name (in a comprehension
+    too); inside a function or a class body it binds a name of that scope only."""
+    common = (
+        'NIGHTLY = "0 3 * * *"\n'
+        '(NIGHTLY := "61 * * * *")\n'
+        "_ = [ZONE := z for z in ['Europe/Berlin']]\n"
+        'QUEUE = "jobs.q"\n'
+        "def helper():\n    QUEUE = (QUEUE2 := 1)\n    return QUEUE\n"
+        "class Holder:\n    QUEUE = (INNER := 2)\n"
+    )
+    project = make_project(
+        {
+            "beat_schedules/_common.py": common,
+            "beat_schedules/nightly.py": "from beat_schedules._common import NIGHTLY, ZONE, QUEUE\n"
+            + job_source("cron=NIGHTLY, timezone=ZONE, queue=QUEUE"),
+        },
+        '[tool.platform-tasks]\nsource_roots = ["beat_schedules"]\n',
+    )
+
+    job = job_in(report_for(project), "beat_schedules/nightly.py")
+
+    assert job.fields["cron"].state is FieldState.UNKNOWN
+    assert job.fields["timezone"].state is FieldState.UNKNOWN
+    assert job.fields["queue"].state is FieldState.KNOWN
+    assert job.fields["queue"].value == "jobs.q"
+    assert "cron: beat_schedules._common: NIGHTLY is bound 2 times at module level" in job.reasons
+    assert (
+        "timezone: beat_schedules._common: bound by an assignment expression (:=) at import time"
+        in job.reasons
+    )
