@@ -15,4 +15,6 @@ _results = redis.Redis.from_url(os.environ["PLATFORM_REDIS_URL"])
 
 @app.task(name="tests.record")
 def record(envelope: dict) -> None:
+    seconds, micros = _results.time()
+    _results.hset("test:recorded_at", envelope["job_id"], f"{seconds}.{micros:06d}")
     _results.rpush("test:recorded", json.dumps(envelope))
