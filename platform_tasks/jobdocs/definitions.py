@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 from collections import deque
-from collections.abc import Iterator
 
 from platform_tasks.jobdocs.resolve import (
     DefineJob,
@@ -76,28 +75,49 @@ def _child_fields(kind: type) -> tuple[str, ...]:
     return fields
 
 
-def import_time_calls(tree: ast.Module) -> Iterator[ast.Call]:
+def import_time_calls(tree: ast.Module) -> list[ast.Call]:
     """Calls evaluated when the module is imported: module and class bodies, decorators
     and default values, but not function bodies or lambdas (those run later, if ever).
 
     Breadth-first, children in :func:`ast.iter_child_nodes` order. Every import-time
     node of every job file passes through here, so node types are looked up in
-    per-type tables rather than tested one ``isinstance`` at a time."""
-    pending: deque[ast.AST] = deque(stmt for stmt in tree.body if stmt.__class__ not in _LEAVES)
+    per-type tables rather than tested one ``isinstance`` at a time, the nodes of every
+    job file (calls, their keywords, expression statements) are taken apart directly,
+    and nodes that can hold no call (leaves, a keyword whose value is one) are never
+    queued: skipping them changes nothing in the order of the rest."""
+    leaves = _LEAVES
+    calls: list[ast.Call] = []
+    pending: deque[ast.AST] = deque(stmt for stmt in tree.body if stmt.__class__ not in leaves)
     push, pop = pending.append, pending.popleft
+    call_kind, keyword_kind, expr_kind = ast.Call, ast.keyword, ast.Expr
     functions = (ast.FunctionDef, ast.AsyncFunctionDef)
     while pending:
         node = pop()
         kind = node.__class__
-        if kind is ast.Call:
-            yield node  # type: ignore[misc]
-        elif kind in functions:
+        if kind is call_kind:
+            calls.append(node)  # type: ignore[arg-type]
+            func = node.func  # type: ignore[attr-defined]
+            if func.__class__ not in leaves:
+                push(func)
+            for arg in node.args:  # type: ignore[attr-defined]
+                if arg.__class__ not in leaves:
+                    push(arg)
+            for keyword in node.keywords:  # type: ignore[attr-defined]
+                if keyword.value.__class__ not in leaves:
+                    push(keyword)
+            continue
+        if kind is keyword_kind or kind is expr_kind:
+            value = node.value  # type: ignore[attr-defined]
+            if value.__class__ not in leaves:
+                push(value)
+            continue
+        if kind in functions:
             pending.extend(node.decorator_list)  # type: ignore[attr-defined]
             arguments: ast.arguments = node.args  # type: ignore[attr-defined]
             pending.extend(arguments.defaults)
             pending.extend(d for d in arguments.kw_defaults if d is not None)
             continue
-        elif kind is ast.Lambda:
+        if kind is ast.Lambda:
             arguments = node.args  # type: ignore[attr-defined]
             pending.extend(arguments.defaults)
             pending.extend(d for d in arguments.kw_defaults if d is not None)
@@ -109,11 +129,11 @@ def import_time_calls(tree: ast.Module) -> Iterator[ast.Call]:
             child = getattr(node, name)
             if child.__class__ is list:
                 for item in child:
-                    # Leaves (names, literals) are not queued: they hold no call.
-                    if item is not None and item.__class__ not in _LEAVES:
+                    if item is not None and item.__class__ not in leaves:
                         push(item)
-            elif child is not None and child.__class__ not in _LEAVES:
+            elif child is not None and child.__class__ not in leaves:
                 push(child)
+    return calls
 
 
 def _function_reaches_define_job(

@@ -292,6 +292,13 @@ class Resolver:
         if binding is None:
             return Unresolved(f"{name} is not defined at module level in {module.name}")
         if isinstance(binding, ExprBinding | ImportBinding):
+            if not self._stack and isinstance(binding, ImportBinding) and binding.attr:
+                # A job file's `from beat_schedules._common import NIGHTLY`: with nothing
+                # on the stack no cycle can pass through this name, so an answer already
+                # settled for the imported attribute is the answer.
+                cached = self._attributes.get((binding.module, binding.attr))
+                if cached is not None:
+                    return cached
             if len(self._stack) < _MAX_DEPTH and self._is_leaf(binding):
                 result = symbols.settled[name] = self.binding(binding, module, name)
                 return result
