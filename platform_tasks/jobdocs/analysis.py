@@ -66,7 +66,7 @@ def _failing_imports(tree: ast.Module) -> list[str]:
     return [
         standalone_relative_import(stmt.lineno)
         for stmt in tree.body
-        if isinstance(stmt, ast.ImportFrom) and stmt.level
+        if stmt.__class__ is ast.ImportFrom and stmt.level
     ]
 
 
@@ -117,7 +117,8 @@ def analyse_file(
         job.problems.extend(failing)
         if several is not None:
             job.problems.append(several)
-        job.problems.extend(_error(file, message) for message in fields.call_errors)
+        if fields.call_errors:
+            job.problems.extend(_error(file, message) for message in fields.call_errors)
         for name, message in validate_fields(fields.evidence, fields.known, defer_cron=True):
             if isinstance(message, PendingCron):
                 slot = (len(result.jobs), len(job.problems), message)

@@ -79,11 +79,18 @@ class JobEvidence:
     @property
     def complete(self) -> bool:
         """Every field known or absent, and nothing hid part of the definition."""
-        no_unknown = all(f.state is not FieldState.UNKNOWN for f in self.fields.values())
-        return no_unknown and not self.gaps
+        if self.gaps:
+            return False
+        # A loop, not all(<generator>): asked for every job of every report.
+        for evidence in self.fields.values():  # noqa: SIM110
+            if evidence.state is FieldState.UNKNOWN:
+                return False
+        return True
 
     @property
     def reasons(self) -> list[str]:
+        if not self.problems:
+            return list(self.gaps)
         return [
             *self.gaps,
             *(p.message if p.field is None else f"{p.field}: {p.message}" for p in self.problems),

@@ -86,9 +86,9 @@ def read_call_fields(
         errors.append("handler is required")
 
     result = CallFields(errors)
-    known, gaps = result.known, result.gaps
-    found: dict[str, FieldEvidence] = {}
-    absent: list[str] = []
+    known, gaps, found = result.known, result.gaps, result.evidence
+    # One pass in field order: ``interval`` comes before ``lease_ttl``, whose absent
+    # default follows the known interval.
     for name in FIELD_NAMES:
         node = given.get(name)
         if node is None:
@@ -96,13 +96,13 @@ def read_call_fields(
                 found[name] = _UNKNOWN
                 gaps.append(f"{name}: may be set by **{splats[0]}, not resolved statically")
             else:
-                absent.append(name)
+                found[name] = _absent(name, path_label, known)
             continue
         resolved = resolver.expr(node, module)
-        if isinstance(resolved, Value):
+        if resolved.__class__ is Value:
             value = resolved.value
             if value is None and name in FIELDS_DEFAULTING_ON_NONE:
-                absent.append(name)
+                found[name] = _absent(name, path_label, known)
             else:
                 known[name] = value
                 found[name] = _evidence(FieldState.KNOWN, to_json_value(value))
@@ -114,18 +114,16 @@ def read_call_fields(
                 else f"{source_of(node)} is not a literal value"
             )
             gaps.append(f"{name}: {reason}")
-    # Absent defaults last: lease_ttl's default follows the known interval.
-    for name in absent:
-        evidence = _ABSENT_EVIDENCE.get(name)
-        if evidence is None:
-            if name == "name":  # each label is seen once: not worth sharing
-                evidence = FieldEvidence(FieldState.ABSENT, path_label)
-            else:
-                default = _absent_value(name, path_label, known)
-                evidence = _evidence(FieldState.ABSENT, to_json_value(default))
-        found[name] = evidence
-    result.evidence = {name: found[name] for name in FIELD_NAMES}
     return result
+
+
+def _absent(name: str, path_label: str, known: dict[str, LiteralValue]) -> FieldEvidence:
+    evidence = _ABSENT_EVIDENCE.get(name)
+    if evidence is not None:
+        return evidence
+    if name == "name":  # each label is seen once: not worth sharing
+        return FieldEvidence(FieldState.ABSENT, path_label)
+    return _evidence(FieldState.ABSENT, to_json_value(_absent_value(name, path_label, known)))
 
 
 _SHARED: dict[tuple[FieldState, type, JsonValue], FieldEvidence] = {}

@@ -77,12 +77,6 @@ def render_json(report: Report) -> str:
 _JOB_INDENT = "\n      "
 _FIELD_INDENT = "\n        "
 _FIELD_SEPARATOR = "," + _FIELD_INDENT
-_JOB_TEMPLATE = (
-    '{{\n      "file": {file},\n      "path_label": {label},\n      "fields": {{\n        '
-    '{fields}\n      }},\n      "evidence": {evidence},\n      "reasons": {reasons}\n    }}'
-)
-"""One entry of ``jobs`` exactly as :func:`_write` lays out :func:`_job`'s dictionary
-at that depth."""
 
 
 def json_job_renderer() -> Callable[[JobEvidence], str]:
@@ -113,12 +107,14 @@ def _job_text(job: JobEvidence, fields: dict[tuple[str, int], tuple[FieldEvidenc
         reasons_text = "".join(out)
     else:
         reasons_text = "[]"
-    return _JOB_TEMPLATE.format(
-        file=_encode_str(job.file),
-        label=_encode_str(job.path_label),
-        fields=_FIELD_SEPARATOR.join(texts),
-        evidence='"complete"' if job.complete else '"missing"',
-        reasons=reasons_text,
+    file, label = _encode_str(job.file), _encode_str(job.path_label)
+    completeness = '"complete"' if job.complete else '"missing"'
+    # One entry of ``jobs`` exactly as :func:`_write` lays out :func:`_job`'s dictionary
+    # at that depth.
+    return (
+        f'{{\n      "file": {file},\n      "path_label": {label},\n      "fields": {{\n        '
+        f"{_FIELD_SEPARATOR.join(texts)}\n      }},\n      "
+        f'"evidence": {completeness},\n      "reasons": {reasons_text}\n    }}'
     )
 
 

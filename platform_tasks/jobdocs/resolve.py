@@ -315,6 +315,11 @@ class Resolver:
 
     def expr(self, node: ast.expr, module: ParsedModule) -> Resolved:
         """What ``node`` provably is when evaluated at module level of ``module``."""
+        kind = node.__class__  # exact classes first: ast.parse makes no subclasses
+        if kind is ast.Name:
+            return self.name(node.id, module)  # type: ignore[attr-defined]
+        if kind is ast.Call:
+            return self._call(node, module)  # type: ignore[arg-type]
         if isinstance(node, ast.Constant):
             if isinstance(node.value, str | int | float | bool) or node.value is None:
                 return Value(node.value)

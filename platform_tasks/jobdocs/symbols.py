@@ -128,7 +128,14 @@ class _Collector:
             self.statement(stmt, conditional)
 
     def statement(self, stmt: ast.stmt, conditional: bool) -> None:
-        if stmt.__class__ in _BINDS_NOTHING:
+        kind = stmt.__class__
+        if kind in _BINDS_NOTHING:
+            return
+        if kind is ast.ImportFrom:  # the usual job file: imports, a function, a call
+            self.import_from(stmt, conditional)  # type: ignore[arg-type]
+            return
+        if kind is ast.FunctionDef:
+            self.bind(stmt.name, FunctionBinding(stmt), conditional)  # type: ignore[attr-defined, arg-type]
             return
         if isinstance(stmt, ast.Import):
             for alias in stmt.names:
