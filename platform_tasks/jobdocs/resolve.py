@@ -275,41 +275,49 @@ class Resolver:
             cached = self._outside_attributes[key] = self._outside(f"{module}.{attr}")
         return cached
 
-    def _is_leaf(self, binding: ExprBinding | ImportBinding) -> bool:
-        """Whether resolving ``binding`` cannot come back to a name of the roots: an
-        import from outside them or a literal. Such bindings need no cycle bookkeeping,
-        and every job file has several."""
-        if isinstance(binding, ImportBinding):
-            return not self.index.is_project_module(binding.module)
-        return isinstance(binding.node, ast.Constant)
-
     def name(self, name: str, module: ParsedModule) -> Resolved:
         symbols = self.symbols(module)
-        settled = symbols.settled.get(name)
-        if settled is not None and len(self._stack) < _MAX_DEPTH:
-            return settled  # type: ignore[return-value]
+        shallow = len(self._stack) < _MAX_DEPTH
+        if shallow:
+            settled = symbols.settled.get(name)
+            if settled is not None:
+                return settled  # type: ignore[return-value]
         binding = symbols.lookup(name)
         if binding is None:
             return Unresolved(f"{name} is not defined at module level in {module.name}")
-        if isinstance(binding, ExprBinding | ImportBinding):
-            if not self._stack and isinstance(binding, ImportBinding) and binding.attr:
+        kind = binding.__class__
+        if kind is ImportBinding:
+            imported: ImportBinding = binding  # type: ignore[assignment]
+            if not self.index.is_project_module(imported.module):
+                if shallow:
+                    # From outside the roots (``define_job``, ``timedelta``): it cannot
+                    # lead back into them, so it needs no cycle bookkeeping.
+                    if imported.attr is None:
+                        result = self._outside(imported.module)
+                    else:
+                        result = self._outside_attribute(imported.module, imported.attr)
+                    symbols.settled[name] = result
+                    return result
+            elif not self._stack and imported.attr:
                 # A job file's `from beat_schedules._common import NIGHTLY`: with nothing
                 # on the stack no cycle can pass through this name, so an answer already
                 # settled for the imported attribute is the answer.
-                cached = self._attributes.get((binding.module, binding.attr))
+                cached = self._attributes.get((imported.module, imported.attr))
                 if cached is not None:
                     return cached
-            if len(self._stack) < _MAX_DEPTH and self._is_leaf(binding):
+        elif kind is ExprBinding:
+            if shallow and isinstance(binding.node, ast.Constant):  # type: ignore[union-attr]
                 result = symbols.settled[name] = self.binding(binding, module, name)
                 return result
-            stop = self._enter(module.name, name)
-            if stop is not None:
-                return stop
-            try:
-                return self.binding(binding, module, name)
-            finally:
-                self._leave()
-        return self.binding(binding, module, name)
+        else:
+            return self.binding(binding, module, name)
+        stop = self._enter(module.name, name)
+        if stop is not None:
+            return stop
+        try:
+            return self.binding(binding, module, name)
+        finally:
+            self._leave()
 
     # -- expressions -------------------------------------------------------------------
 
