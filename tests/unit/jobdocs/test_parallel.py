@@ -242,3 +242,49 @@ def test_only_batches_written_in_full_are_read_back() -> None:
         assert done == {}
     finally:
         os.close(results.fd)
+
+
+def test_an_analysis_survives_the_trip_from_a_child(make_project: Callable[..., Path]) -> None:
+    """What a child sends back (pickled with the analysis's own reduction) is every part of
+    what it read: jobs with their fields, gaps and problems, pending cron checks, texts and
+    the reasons of a file without evidence."""
+    import pickle
+
+    from platform_tasks.jobdocs.report import _analyse_chunk, _prerender, json_job_renderer
+    from platform_tasks.jobdocs.resolve import Resolver
+    from platform_tasks.jobdocs.sources import SourceIndex
+
+    project = make_project(
+        {
+            "beat_schedules/_wrap.py": (
+                "from platform_tasks.jobs import define_job\n\n"
+                "def make(**kw):\n    return define_job(**kw)\n"
+            ),
+            "beat_schedules/a.py": job_source('cron="61 * * * *", name="bad name"'),
+            "beat_schedules/b.py": job_source("interval=timedelta(minutes=5), **extra"),
+            "beat_schedules/c.py": "def broken(:\n",
+            "beat_schedules/d.py": (
+                "from beat_schedules._wrap import make\n\nmake(handler=print, cron='* * * * *')\n"
+            ),
+        }
+    )
+    config = load_docs_config(project, "development", {})
+    index = SourceIndex(config.project_dir, list(config.source_roots))
+    root = str(config.jobs_dir.absolute())
+    files = sorted(str(p) for p in config.jobs_dir.glob("[a-z].py"))
+    analyses = _analyse_chunk(Resolver(index), root, files)
+    _prerender(analyses, json_job_renderer())
+
+    back = pickle.loads(pickle.dumps(analyses, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def parts(analysis: object) -> tuple[object, ...]:
+        return tuple(getattr(analysis, slot) for slot in type(analysis).__slots__)  # type: ignore[attr-defined]
+
+    assert [parts(a) for a in back] == [parts(a) for a in analyses]
+    assert all(type(job) is JobEvidence for a in back for job in a.jobs)
+    # the file set covers each part: problems, gaps, pending crons, texts, no evidence
+    assert any(job.problems for a in back for job in a.jobs)
+    assert any(job.gaps for a in back for job in a.jobs)
+    assert any(a.pending_crons for a in back)
+    assert all(a.texts is not None for a in back)
+    assert sum(a.without_evidence is not None for a in back) == 2
