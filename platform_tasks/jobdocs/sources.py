@@ -209,7 +209,10 @@ class SourceIndex:
         """The module name used for the relative imports of the file at ``path``
         (absolute)."""
         directory, _, filename = path.rpartition(os.sep)
-        stem = os.path.splitext(filename)[0]
+        if filename.endswith(".py") and not filename.startswith("."):
+            stem = filename[:-3]  # what splitext gives, without its generic path handling
+        else:
+            stem = os.path.splitext(filename)[0]
         prefixes = self._prefixes.get(directory)
         if prefixes is None:
             prefixes = self._prefixes[directory] = self._directory_prefixes(directory)
