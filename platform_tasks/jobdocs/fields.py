@@ -57,15 +57,6 @@ _ABSENT_WITHOUT_VALUE: dict[str, LiteralValue] = {
 """Absent fields whose default does not depend on the rest of the call."""
 
 
-def _absent_value(name: str, path_label: str, known: dict[str, LiteralValue]) -> LiteralValue:
-    if name == "name":
-        return path_label
-    if name == "lease_ttl":
-        interval = known.get("interval")
-        return default_lease_ttl(interval if isinstance(interval, timedelta) else None)
-    return _ABSENT_WITHOUT_VALUE.get(name)
-
-
 def read_call_fields(
     resolver: Resolver, module: ParsedModule, call: ast.Call, path_label: str
 ) -> CallFields:
@@ -118,12 +109,16 @@ def read_call_fields(
 
 
 def _absent(name: str, path_label: str, known: dict[str, LiteralValue]) -> FieldEvidence:
+    """The evidence of a field not given: its documented default."""
     evidence = _ABSENT_EVIDENCE.get(name)
     if evidence is not None:
         return evidence
     if name == "name":  # each label is seen once: not worth sharing
         return FieldEvidence(FieldState.ABSENT, path_label)
-    return _evidence(FieldState.ABSENT, to_json_value(_absent_value(name, path_label, known)))
+    # lease_ttl, the one default that depends on the call: the known interval, capped
+    interval = known.get("interval")
+    default = default_lease_ttl(interval if isinstance(interval, timedelta) else None)
+    return _evidence(FieldState.ABSENT, to_json_value(default))
 
 
 _SHARED: dict[tuple[FieldState, type, JsonValue], FieldEvidence] = {}

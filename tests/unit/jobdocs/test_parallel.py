@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +13,15 @@ import pytest
 
 from platform_tasks.jobdocs import build_report, load_docs_config, render_json, report_to_dict
 from platform_tasks.jobdocs.evidence import FieldEvidence, FieldState, JobEvidence
-from platform_tasks.jobdocs.report import PARALLEL_MIN_FILES, default_workers
+from platform_tasks.jobdocs.render_json import json_job_renderer
+from platform_tasks.jobdocs.report import (
+    PARALLEL_MIN_FILES,
+    _analyse_chunk,
+    _prerender,
+    default_workers,
+)
+from platform_tasks.jobdocs.resolve import Resolver
+from platform_tasks.jobdocs.sources import SourceIndex
 from platform_tasks.jobs.selection import path_label
 from tests.unit.jobdocs.conftest import CASES, FIXTURES, job_source
 
@@ -248,12 +257,6 @@ def test_an_analysis_survives_the_trip_from_a_child(make_project: Callable[..., 
     """What a child sends back (pickled with the analysis's own reduction) is every part of
     what it read: jobs with their fields, gaps and problems, pending cron checks, texts and
     the reasons of a file without evidence."""
-    import pickle
-
-    from platform_tasks.jobdocs.report import _analyse_chunk, _prerender, json_job_renderer
-    from platform_tasks.jobdocs.resolve import Resolver
-    from platform_tasks.jobdocs.sources import SourceIndex
-
     project = make_project(
         {
             "beat_schedules/_wrap.py": (
