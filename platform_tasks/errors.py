@@ -7,6 +7,7 @@ exception so tests and operators do not have to parse messages.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 
 class PlatformError(Exception):
@@ -64,6 +65,24 @@ class PermanentError(PlatformError):
 
     The job is dead-lettered at once, with no further attempts.
     """
+
+
+class Throttled(PlatformError):
+    """A job may not run now (a rate limit or a provider said "slow down"); run it at ``retry_at``.
+
+    Raised from :meth:`PlatformTask.execute` inside the job's transaction: the transaction
+    rolls back, the job is rescheduled through the delay store at ``retry_at`` with the
+    same attempt number (no attempt is spent) and it is never dead-lettered for it.
+    ``reason`` is a short stable label for logs and metrics (``provider_rate_limit``,
+    ``tenant_rate_limit``, ``provider_429``...).
+    """
+
+    def __init__(self, retry_at: datetime, reason: str) -> None:
+        if retry_at.tzinfo is None or retry_at.utcoffset() is None:
+            raise NaiveDatetimeError("Throttled.retry_at must be timezone-aware")
+        self.retry_at = retry_at
+        self.reason = reason
+        super().__init__(f"throttled ({reason}) until {retry_at.isoformat()}")
 
 
 class JobDefinitionError(ConfigurationError):

@@ -58,7 +58,7 @@ from platform_tasks.dead_lettering import (
 )
 from platform_tasks.deliveries import DeliveryCounter, DeliveryState
 from platform_tasks.envelope import Envelope, parse_envelope
-from platform_tasks.errors import EnvelopeError, PlatformError
+from platform_tasks.errors import EnvelopeError, PlatformError, Throttled
 from platform_tasks.failure_policy import (
     CRASH_LOOP,
     POISON,
@@ -231,7 +231,12 @@ class JobRunner:
                     return None
                 attempt = restarted
             try:
-                result = task.run(envelope, cur)
+                result = task.execute(envelope, cur)
+            except Throttled as exc:
+                rollback(cur)
+                if counted:
+                    self._undo_count(delivery, job)
+                return _Failure(exc, attempt - 1, exc.retry_at - self.clock())
             except Exception as exc:
                 if is_unavailable(exc, conn):
                     raise

@@ -66,6 +66,15 @@ class PlatformTask(celery.Task):  # type: ignore[misc]
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return runner_for(self.app).run(self, args, kwargs, self.request)
 
+    def execute(self, envelope: Any, tx: Any) -> Any:
+        """The work of one attempt, inside the transaction that holds the idempotency row.
+
+        The default runs the handler. Subclasses (``NotificationTask``) wrap it: render,
+        take rate-limit tokens, send. Raising :class:`~platform_tasks.errors.Throttled`
+        reschedules the job without spending an attempt.
+        """
+        return self.run(envelope, tx)
+
 
 def check_declaration(cls: type[Any]) -> None:
     """Reject unknown or conflicting options of a task declared with ``base=PlatformTask``."""
