@@ -44,6 +44,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     from platform_tasks.jobs.worker import install as install_scheduled_jobs
     from platform_tasks.metrics import install as install_metrics
     from platform_tasks.task import install as install_platform_task
+    from platform_tasks.worker_queues import install as install_worker_queues
 
     return [
         install_delay_promoter,
@@ -51,6 +52,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
         install_consumer,
         install_platform_task,
         install_metrics,
+        install_worker_queues,
     ]
 
 

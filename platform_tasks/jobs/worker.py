@@ -29,6 +29,7 @@ from celery.worker import state as worker_state
 
 from platform_tasks.jobs.runner import REGISTRY, run_point
 from platform_tasks.jobs.runtime import JobRuntime, app_name, runtime_mode, start_jobs
+from platform_tasks.worker_queues import add_queue_source
 
 __all__ = ["RUN_TASK", "JobsWorkerStep", "install"]
 
@@ -134,9 +135,15 @@ class JobsWorkerStep(bootsteps.StartStopStep):  # type: ignore[misc]
         )  # fmt: skip
 
 
+def _job_queues(app: Any) -> list[str]:
+    """The queues active job definitions send their triggers to."""
+    return [job.definition.queue for job in _runtime(app).jobs.active]
+
+
 def install(app: Any) -> None:
     """Register the runner task; validate jobs and handle shutdown in every worker."""
     _register_task(app)
+    add_queue_source(app, _job_queues)
     app.steps["worker"].add(JobsWorkerStep)
     worker_process_init.connect(_install_child_handler, weak=False,
                                 dispatch_uid="platform_tasks.jobs.cancel_signal")  # fmt: skip
