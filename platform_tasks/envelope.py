@@ -12,14 +12,30 @@ import os
 import re
 import time
 import uuid
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterator
+from typing import Any, Generic, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_core import PydanticSerializationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError, PydanticSerializationError
 
-from platform_tasks.errors import EnvelopeError
+from platform_tasks.errors import EnvelopeError, SettingsError
 
 DEFAULT_MAX_PAYLOAD_BYTES = 262_144
+MAX_BYTES_CONTEXT = "max_bytes"
+"""Key of the pydantic validation context that sets the size limit of one validation:
+``Envelope[M].model_validate(payload, context={"max_bytes": 65_536})``."""
+MAX_PAYLOAD_VARIABLE = "PLATFORM_MAX_PAYLOAD_BYTES"
+NUL = "\x00"
+_NUL_IN_JSON = b"\\u0000"
+_UNFIT = "envelope_unfit"
 TENANT_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
 KIND_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
@@ -41,10 +57,83 @@ def uuid7(timestamp_ms: int | None = None) -> uuid.UUID:
     return uuid.UUID(int=value)
 
 
+_limit_cache: dict[str | None, int] = {}
+
+
+def current_max_payload_bytes() -> int:
+    """``PLATFORM_MAX_PAYLOAD_BYTES`` as it is now (validated like every setting).
+
+    Read on each call, parsed once per distinct value, so the limit an envelope is held
+    to is the one the process is configured with, without building settings per message.
+    """
+    raw = os.environ.get(MAX_PAYLOAD_VARIABLE)
+    limit = _limit_cache.get(raw)
+    if limit is None:
+        if raw is None:
+            limit = DEFAULT_MAX_PAYLOAD_BYTES
+        else:
+            from platform_tasks.settings import PlatformSettings
+
+            limit = PlatformSettings.build(max_payload_bytes=raw).max_payload_bytes
+        _limit_cache[raw] = limit
+    return limit
+
+
+def _limit_of(context: Any) -> int:
+    if isinstance(context, dict):
+        limit = context.get(MAX_BYTES_CONTEXT)
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise SettingsError([(MAX_BYTES_CONTEXT, f"must be a positive int, got {limit!r}")])
+            return limit
+    return current_max_payload_bytes()
+
+
+def _shown(key: str) -> str:
+    return key.replace(NUL, "\\u0000")
+
+
+def nul_paths(value: Any, path: str = "") -> Iterator[str]:
+    """Dotted paths of every string (or mapping key) under ``value`` holding a NUL character.
+
+    PostgreSQL can store NUL neither in ``text`` nor in ``jsonb``, so an envelope holding
+    one could never become a dead letter as it is.
+    """
+    if isinstance(value, str):
+        if NUL in value:
+            yield path or "<envelope>"
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            name = _shown(str(key))
+            where = f"{path}.{name}" if path else name
+            if isinstance(key, str) and NUL in key:
+                yield f"{where} (key)"
+            yield from nul_paths(item, where)
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from nul_paths(item, f"{path}.{index}" if path else str(index))
+
+
+def _nul_problem(path: str) -> tuple[str, str]:
+    return (path, "contains a NUL character (\\u0000), which PostgreSQL cannot store")
+
+
+def _oversize(size: int, max_bytes: int) -> tuple[str, str]:
+    return ("<envelope>", f"serialized size {size} bytes exceeds {max_bytes}")
+
+
+def _unfit(problems: list[tuple[str, str]]) -> PydanticCustomError:
+    message = "; ".join(f"{field}: {msg}" for field, msg in problems)
+    return PydanticCustomError(_UNFIT, "{message}", {"message": message, "problems": problems})
+
+
 class Envelope(BaseModel, Generic[DataT]):
     """``{job_id, tenant_id, correlation_id, kind, data}``; ``Envelope[MyData]`` types ``data``.
 
     Unknown fields are rejected so a producer's typo is an error, not silently dropped data.
+    The model itself holds the envelope to what can cross the broker and be stored: its
+    compact JSON at most the size limit (``PLATFORM_MAX_PAYLOAD_BYTES``, or the
+    ``max_bytes`` of the validation context), and no NUL character in any string.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -71,6 +160,22 @@ class Envelope(BaseModel, Generic[DataT]):
             )
         return value
 
+    @model_validator(mode="after")
+    def _fits_broker_and_database(self, info: ValidationInfo) -> Self:
+        limit = _limit_of(info.context)
+        try:
+            raw = type(self).__pydantic_serializer__.to_json(self)
+        except PydanticSerializationError as exc:
+            raise _unfit([("<envelope>", f"is not JSON-serializable: {exc}")]) from None
+        problems: list[tuple[str, str]] = []
+        if len(raw) > limit:
+            problems.append(_oversize(len(raw), limit))
+        if _NUL_IN_JSON in raw:  # the fast test; the walk names the fields
+            problems.extend(_nul_problem(path) for path in nul_paths(json.loads(raw)))
+        if problems:
+            raise _unfit(problems)
+        return self
+
     def to_message(self) -> dict[str, Any]:
         """The JSON-safe dict that crosses the broker."""
         return self.model_dump(mode="json")
@@ -85,8 +190,11 @@ class Envelope(BaseModel, Generic[DataT]):
 
 def validation_errors(exc: ValidationError) -> list[tuple[str, str]]:
     """Every bad field of a pydantic error as ``(dotted.path, message)``."""
-    problems = []
+    problems: list[tuple[str, str]] = []
     for error in exc.errors():
+        if error.get("type") == _UNFIT:
+            problems.extend(error["ctx"]["problems"])
+            continue
         loc = ".".join(str(part) for part in error.get("loc", ())) or "<envelope>"
         problems.append((loc, error.get("msg", "invalid")))
     return problems
@@ -108,42 +216,37 @@ def envelope_model(data_model: type[Any]) -> type[Envelope[Any]]:
     return model
 
 
-def _oversize(size: int, max_bytes: int) -> tuple[str, str]:
-    return ("<envelope>", f"serialized size {size} bytes exceeds {max_bytes}")
-
-
 def parse_envelope(
     payload: Any,
     data_model: type[Any] = dict,
     *,
-    max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    max_bytes: int | None = None,
 ) -> Envelope[Any]:
     """Validate ``payload`` as ``Envelope[data_model]``; raise :class:`EnvelopeError`.
 
-    The size check and field checks report together, so one error lists every problem.
-    A valid envelope is measured by pydantic's own JSON encoder (the compact UTF-8 JSON
-    that crosses the broker); an invalid one by the standard library, to report its size
-    alongside the field errors.
+    The rules are the model's own (so ``publish``, consume and replay apply one rule);
+    ``max_bytes`` overrides the size limit for this call, default the current setting.
+    When a field is invalid the model's whole-envelope checks do not run, so the size
+    (measured by the standard library) and any NUL character are reported here, beside
+    the field errors, and one error lists every problem.
     """
     if not isinstance(payload, dict):
         raise EnvelopeError([("<envelope>", f"must be an object, got {type(payload).__name__}")])
     model = envelope_model(data_model)
+    limit = max_bytes if max_bytes is not None else current_max_payload_bytes()
     try:
-        envelope = model.model_validate(payload)
+        return model.model_validate(payload, context={MAX_BYTES_CONTEXT: limit})
     except ValidationError as exc:
         problems = validation_errors(exc)
+        if any(error.get("type") == _UNFIT for error in exc.errors()):
+            raise EnvelopeError(problems) from None
         try:
             size = serialized_size(payload)
         except (TypeError, ValueError) as json_exc:
             problems.insert(0, ("<envelope>", f"is not JSON-serializable: {json_exc}"))
         else:
-            if size > max_bytes:
-                problems.insert(0, _oversize(size, max_bytes))
+            if size > limit:
+                problems.insert(0, _oversize(size, limit))
+        named = {field for field, _ in problems}
+        problems.extend(_nul_problem(path) for path in nul_paths(payload) if path not in named)
         raise EnvelopeError(problems) from None
-    try:
-        size = len(model.__pydantic_serializer__.to_json(envelope))
-    except PydanticSerializationError as exc:
-        raise EnvelopeError([("<envelope>", f"is not JSON-serializable: {exc}")]) from None
-    if size > max_bytes:
-        raise EnvelopeError([_oversize(size, max_bytes)])
-    return envelope

@@ -141,3 +141,39 @@ def test_priority_lands_on_the_priority_list(settings: PlatformSettings, redis_c
     assert store.promote_due().moved == 1
     keys = {key.decode() for key in redis_client.keys("p*")}
     assert keys == {"p\x06\x166"}
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        (payload(correlation_id="req\x00"), "correlation_id"),
+        (payload(data={"lines": [{"text": "a\x00b"}]}), "data.lines.0.text"),
+        (payload(data={"na\x00me": "x"}), "data.na\\u0000me (key)"),
+        (payload(tenant_id="t\x00"), "tenant_id"),
+    ],
+)
+def test_nul_is_refused_at_publish_naming_the_field(  # type: ignore[no-untyped-def]
+    port: QueuePort, redis_client, bad, field
+) -> None:
+    """PostgreSQL stores NUL in neither text nor jsonb: such a job could not be recorded."""
+    with pytest.raises(EnvelopeError) as info:
+        port.publish("billing", bad)
+    assert field in dict(info.value.errors), info.value.errors
+    with pytest.raises(EnvelopeError):
+        port.schedule("billing", bad, datetime.now(UTC) + timedelta(minutes=5))
+    assert redis_client.llen("billing") == 0
+    assert DelayStore(redis_client, delay_keys("test")).pending() == 0
+
+
+def test_publish_holds_envelopes_to_the_app_setting(
+    settings: PlatformSettings, redis_client: redis.Redis
+) -> None:
+    app = create_app("small", settings=settings.model_copy(update={"max_payload_bytes": 2048}))
+    queue_port = QueuePort(app)
+    try:
+        with pytest.raises(EnvelopeError, match="exceeds 2048"):
+            queue_port.publish("q", payload(data={"x": "y" * 3000}))
+        queue_port.publish("q", payload(data={"x": "y" * 1000}))
+    finally:
+        queue_port.close()
+    assert redis_client.llen("q") == 1

@@ -8,10 +8,10 @@ import uuid
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7
-from platform_tasks.errors import EnvelopeError
+from platform_tasks.errors import EnvelopeError, SettingsError
 
 
 class Charge(BaseModel):
@@ -98,22 +98,24 @@ def test_redacted_form_never_shows_data() -> None:
 
 
 tenants = st.from_regex(r"\A[A-Za-z0-9_.:\-]{1,128}\Z", fullmatch=True)
+# NUL is refused by design (see the NUL tests below), so generated text leaves it out.
+texts = st.text(alphabet=st.characters(exclude_characters="\x00"), max_size=20)
 identifiers = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,10}\Z", fullmatch=True)
 kinds = st.lists(identifiers, min_size=2, max_size=4).map(".".join)
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
-    ),
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | texts,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(texts, children, max_size=3),
     max_leaves=10,
 )
 
 
 @given(
     tenant=tenants,
-    correlation=st.text(min_size=1, max_size=128),
+    correlation=st.text(
+        alphabet=st.characters(exclude_characters="\x00"), min_size=1, max_size=128
+    ),
     kind=kinds,
-    data=st.dictionaries(st.text(max_size=8), json_values, max_size=5),
+    data=st.dictionaries(texts, json_values, max_size=5),
 )
 def test_round_trip_through_json(tenant: str, correlation: str, kind: str, data: dict) -> None:
     envelope = parse_envelope(valid(tenant_id=tenant, correlation_id=correlation, kind=kind,
@@ -134,3 +136,58 @@ def test_size_is_reported_with_field_errors() -> None:
         parse_envelope(valid(tenant_id="", data={"blob": "x" * 2000}), dict, max_bytes=1024)
     fields = [field for field, _ in info.value.errors]
     assert fields == ["<envelope>", "tenant_id"]
+
+
+def test_the_model_itself_enforces_the_size_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not only ``parse_envelope``: ``Envelope[M].model_validate`` and the constructor too."""
+    big = valid(data={"blob": "x" * (300 * 1024)})
+    with pytest.raises(ValidationError, match="exceeds 262144"):
+        Envelope[dict].model_validate(big)  # type: ignore[type-arg]
+    with pytest.raises(ValidationError, match="exceeds 262144"):
+        Envelope[dict](**big)  # type: ignore[type-arg, arg-type]
+    # the caller's explicit limit, through the validation context
+    small = valid(data={"blob": "x" * 2000})
+    with pytest.raises(ValidationError, match="exceeds 1024"):
+        Envelope[dict].model_validate(small, context={"max_bytes": 1024})  # type: ignore[type-arg]
+    assert Envelope[dict].model_validate(big, context={"max_bytes": 400 * 1024})  # type: ignore[type-arg]
+    # the current setting
+    monkeypatch.setenv("PLATFORM_MAX_PAYLOAD_BYTES", "2048")
+    with pytest.raises(EnvelopeError, match="exceeds 2048"):
+        parse_envelope(valid(data={"blob": "x" * 3000}), dict)
+    monkeypatch.setenv("PLATFORM_MAX_PAYLOAD_BYTES", "lots")
+    with pytest.raises(SettingsError, match="PLATFORM_MAX_PAYLOAD_BYTES"):
+        parse_envelope(valid(), dict)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"correlation_id": "req\x00-1"}, "correlation_id"),
+        ({"data": {"note": "a\x00b"}}, "data.note"),
+        ({"data": {"items": [{"name": "ok"}, {"name": "\x00"}]}}, "data.items.1.name"),
+        ({"data": {"k\x00": 1}}, "data.k\\u0000 (key)"),
+        ({"tenant_id": "acme\x00"}, "tenant_id"),
+        ({"kind": "billing.charge\x00"}, "kind"),
+    ],
+)
+def test_nul_characters_are_refused_naming_the_field(
+    overrides: dict[str, object], field: str
+) -> None:
+    with pytest.raises(EnvelopeError) as info:
+        parse_envelope(valid(**overrides), dict)
+    assert field in dict(info.value.errors), info.value.errors
+    with pytest.raises(ValidationError):
+        Envelope[dict].model_validate(valid(**overrides))  # type: ignore[type-arg]
+
+
+def test_nul_is_reported_beside_other_field_errors() -> None:
+    with pytest.raises(EnvelopeError) as info:
+        parse_envelope(valid(tenant_id="", data={"deep": {"x": ["\x00"]}}), dict)
+    fields = dict(info.value.errors)
+    assert "tenant_id" in fields
+    assert "NUL" in fields["data.deep.x.0"]
+
+
+def test_the_text_backslash_u0000_is_not_a_nul() -> None:
+    envelope = parse_envelope(valid(data={"note": "\\u0000 is how JSON spells NUL"}), dict)
+    assert envelope.data["note"].startswith("\\u0000")
