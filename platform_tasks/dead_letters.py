@@ -9,7 +9,9 @@ transaction per batch.
 
 from __future__ import annotations
 
+import base64
 import logging
+import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -33,8 +35,104 @@ Publish = Callable[[str, Mapping[str, Any]], object]
 """Publishes one envelope to a queue, e.g. ``QueuePort(app).publish``."""
 
 
+ESCAPED_KEY = "platform_escaped"
+"""Key added to a stored payload whose text had to be escaped to be storable: it lists
+the path of each escaped value, so nobody mistakes the row for the original message."""
+
+
 def _queries() -> dict[str, str]:
     return load_queries("dead_letters")
+
+
+def _unencodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def storable_text(text: str) -> tuple[str, str | None]:
+    """``text`` as PostgreSQL can store it, and what was escaped (``None`` when nothing).
+
+    PostgreSQL stores neither NUL (in ``text`` or ``jsonb``) nor a lone UTF-16 surrogate
+    (which a JSON body may spell ``"\\ud800"``): each becomes its escape written out as
+    text (NUL is stored as the six characters ``\\u0000``).
+    """
+    nul = "\x00" in text
+    if not nul and not _unencodable(text):
+        return text, None
+    out = []
+    surrogate = False
+    for char in text:
+        if char == "\x00":
+            out.append("\\u0000")
+        elif 0xD800 <= ord(char) <= 0xDFFF:
+            surrogate = True
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    what = " and ".join(name for name, found in (("NUL", nul), ("lone surrogate", surrogate))
+                        if found)  # fmt: skip
+    return "".join(out), what
+
+
+@dataclass(frozen=True)
+class StorablePayload:
+    """A payload rewritten so ``jsonb`` accepts it, with the paths of what was rewritten."""
+
+    value: Any
+    escaped: list[str]
+
+
+def storable_payload(payload: Any) -> StorablePayload:
+    """Make any payload storable in ``jsonb``, recording each change by its dotted path.
+
+    Strings and keys lose NUL and lone surrogates (see :func:`storable_text`), non-finite
+    floats (``NaN`` is valid to Python's JSON, not to PostgreSQL) become their text, bytes
+    become base64 text, and anything else that is not JSON becomes its ``repr``. A payload
+    that needs none of this is returned as it is.
+    """
+    escaped: list[str] = []
+    value = _storable(payload, "", escaped)
+    return StorablePayload(value, escaped)
+
+
+def _storable(value: Any, path: str, escaped: list[str]) -> Any:
+    where = path or "<payload>"
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, str):
+        text, what = storable_text(value)
+        if what:
+            escaped.append(f"{where} ({what})")
+        return text
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        escaped.append(f"{where} (non-finite number)")
+        return str(value)
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            name = key if isinstance(key, str) else str(key)
+            name, what = storable_text(name)
+            child = f"{path}.{name}" if path else name
+            if what:
+                escaped.append(f"{child} (key: {what})")
+            out[name] = _storable(item, child, escaped)
+        return out
+    if isinstance(value, list | tuple):
+        return [
+            _storable(item, f"{path}.{index}" if path else str(index), escaped)
+            for index, item in enumerate(value)
+        ]
+    if isinstance(value, bytes | bytearray):
+        escaped.append(f"{where} (bytes as base64)")
+        return base64.b64encode(bytes(value)).decode("ascii")
+    escaped.append(f"{where} ({type(value).__name__} as repr)")
+    text, _ = storable_text(repr(value))
+    return text
 
 
 @dataclass(frozen=True)
@@ -129,7 +227,7 @@ def insert_dead_letter(
     queue: str | None,
     kind: str | None,
     tenant_id: str | None,
-    payload: dict[str, Any],
+    payload: Any,
     attempts: int,
     last_error: str,
     error_type: str | None,
@@ -139,21 +237,44 @@ def insert_dead_letter(
     """Insert one ``pending_review`` row and return its id; the caller commits.
 
     Taking a cursor lets the consumer write the row in the same transaction as anything
-    else it records about the failure.
+    else it records about the failure. Every value is first made storable (a job that
+    could not be stored as it is must still become a dead letter, not a failed write
+    that leaves the job unrecorded): escaped values are listed under
+    :data:`ESCAPED_KEY` in the stored payload and at the end of ``last_error``.
     """
+    stored = storable_payload(payload)
+    escaped = list(stored.escaped)
+    texts: dict[str, str | None] = {}
+    for column, text_value in (
+        ("queue", queue),
+        ("kind", kind),
+        ("tenant_id", tenant_id),
+        ("last_error", last_error),
+        ("error_type", error_type),
+        ("reason", reason),
+        ("correlation_id", correlation_id),
+    ):
+        if text_value is None:
+            texts[column] = None
+            continue
+        text, what = storable_text(str(text_value))
+        if what:
+            escaped.append(f"column {column} ({what})")
+        texts[column] = text
+    value: Any = stored.value
+    if escaped:
+        value = dict(value) if isinstance(value, dict) else {"value": value}
+        value[ESCAPED_KEY] = escaped
+        texts["last_error"] = (
+            f"{texts['last_error'] or ''}\n(stored with escapes: {'; '.join(escaped)})"
+        )
     cursor.execute(
         _queries()["insert_dead_letter"],
         {
+            **texts,
             "job_id": str(job_id) if job_id is not None else None,
-            "queue": queue,
-            "kind": kind,
-            "tenant_id": tenant_id,
-            "payload": Json(payload),
+            "payload": Json(value),
             "attempts": attempts,
-            "last_error": last_error,
-            "error_type": error_type,
-            "reason": reason,
-            "correlation_id": correlation_id,
         },
     )
     row = cursor.fetchone()
@@ -168,9 +289,10 @@ def insert_dead_letter(
             "event": "dead_letter.inserted",
             "dead_letter_id": dead_letter_id,
             "job_id": str(job_id) if job_id else None,
-            "queue": queue,
-            "kind": kind,
-            "reason": reason,
+            "queue": texts["queue"],
+            "kind": texts["kind"],
+            "reason": texts["reason"],
+            "escaped": escaped or None,
         },
     )
     return dead_letter_id
@@ -213,6 +335,11 @@ def replay_refusal(queue: str | None, payload: Any) -> str | None:
         return "no original queue recorded"
     if isinstance(payload, dict) and "raw" in payload and "job_id" not in payload:
         return "payload is a raw message, not a readable envelope"
+    if isinstance(payload, dict) and ESCAPED_KEY in payload:
+        return (
+            "payload was stored with escapes, so it is not the original envelope "
+            f"({'; '.join(map(str, payload[ESCAPED_KEY]))})"
+        )
     try:
         parse_envelope(payload, dict, max_bytes=1 << 62)
     except EnvelopeError as exc:
