@@ -17,7 +17,7 @@ import psycopg2
 from psycopg2.extensions import connection as Connection
 
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.settings import PlatformSettings, variable_name
+from platform_tasks.settings import PlatformSettings, redact_url, variable_name, without_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -35,15 +35,46 @@ class DatabaseUnavailable(Exception):
     """
 
 
-def require_database_url(settings: PlatformSettings) -> str:
-    """The database URL, or a start-up error naming the variable that must be set."""
-    if not settings.database_url:
+STARTUP_CONNECT_TIMEOUT_SECONDS = 5
+_verified_urls: set[str] = set()
+
+
+def require_database_url(
+    settings: PlatformSettings, *, connect_timeout: int = STARTUP_CONNECT_TIMEOUT_SECONDS
+) -> str:
+    """The database URL, once a test connection to it succeeded; else a start-up error.
+
+    The worker calls this before it consumes, so a database that is unset, refuses the
+    URL (no such database, authentication failed) or cannot be reached within
+    ``connect_timeout`` seconds stops the worker with an error naming
+    ``PLATFORM_DATABASE_URL`` (password masked), instead of every job failing or waiting.
+    An unreachable database at start-up is fatal: a supervisor (compose ``restart``,
+    systemd, Kubernetes) restarts the worker, and an outage after start-up is waited out
+    by the consumer as before. A URL is tested once per process (and its forks), so
+    later callers on the job path pay nothing and never turn an outage into this error.
+    """
+    var = variable_name("database_url")
+    url = settings.database_url
+    if not url:
         raise ConfigurationError(
-            f"{variable_name('database_url')} is not set: PlatformTask consumers keep their "
+            f"{var} is not set: PlatformTask consumers keep their "
             "idempotency rows and dead letters in PostgreSQL (e.g. "
             "PLATFORM_DATABASE_URL=postgresql://user:pass@host:5432/db)"
         )
-    return settings.database_url
+    if url in _verified_urls:
+        return url
+    try:
+        conn = psycopg2.connect(
+            url, connect_timeout=connect_timeout, application_name="platform-tasks start-up check"
+        )
+    except psycopg2.Error as exc:
+        reason = without_secrets(str(exc).strip(), url)
+        raise ConfigurationError(
+            f"{var} ({redact_url(url)}): cannot connect before consuming: {reason}"
+        ) from None
+    conn.close()
+    _verified_urls.add(url)
+    return url
 
 
 class Database:

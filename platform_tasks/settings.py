@@ -7,6 +7,7 @@ variable's name, instead of deep inside a worker.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +19,111 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from platform_tasks.errors import SettingsError
 
 ENV_PREFIX = "PLATFORM_"
+SECRET_MASK = "***"
+
+_QUERY_SECRET = re.compile(r"(?i)([?&](?:password|passfile|sslpassword)=)[^&#]*")
+_HOST = re.compile(r"^(?:[A-Za-z0-9_.\-]+|[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.\-]+)?)$")
+_LIBPQ_CHOICES: dict[str, tuple[str, ...]] = {
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "gssencmode": ("disable", "prefer", "require"),
+    "channel_binding": ("disable", "prefer", "require"),
+    "target_session_attrs": (
+        "any", "read-write", "read-only", "primary", "standby", "prefer-standby",
+    ),
+    "load_balance_hosts": ("disable", "random"),
+}  # fmt: skip
+_LIBPQ_INTEGERS = (
+    "connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval",
+    "keepalives_count", "tcp_user_timeout",
+)  # fmt: skip
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (and any ``password=`` query value) replaced by ``***``.
+
+    For every URL an operator may see: settings errors, logs, ``dev`` output, CLI errors.
+    Works on malformed URLs too (everything between the user name and the last ``@``
+    is masked), since a malformed URL is exactly the one an error message shows.
+    """
+    text = _QUERY_SECRET.sub(lambda m: m[1] + SECRET_MASK, url)
+    scheme, sep, rest = text.partition("://")
+    if not sep:  # no scheme: "user:password@host" still carries a password
+        scheme, rest = "", text
+    if "@" not in rest:
+        return text
+    credentials, _, host = rest.rpartition("@")
+    user, colon, _password = credentials.partition(":")
+    return f"{scheme}{sep}{user}{colon}{SECRET_MASK if colon else ''}@{host}"
+
+
+def url_password(url: str) -> str | None:
+    """The password a URL carries (in its user info or query), as written."""
+    match = _QUERY_SECRET.search(url)
+    if match:
+        return url[match.end(1) : match.end()] or None
+    _, sep, rest = url.partition("://")
+    credentials, at, _ = (rest if sep else url).rpartition("@")
+    if not at or ":" not in credentials:
+        return None
+    return credentials.partition(":")[2] or None
+
+
+def without_secrets(text: str, *urls: str | None) -> str:
+    """``text`` (e.g. a driver's error message) with each URL and its password masked."""
+    from urllib.parse import unquote
+
+    for url in urls:
+        if not url:
+            continue
+        text = text.replace(url, redact_url(url))
+        password = url_password(url)
+        if password:
+            for secret in {password, unquote(password)}:
+                if len(secret) >= 1:
+                    text = text.replace(secret, SECRET_MASK)
+    return text
+
+
+def postgres_url_problem(url: str) -> str | None:
+    """Why libpq would refuse ``url`` (unknown option, bad port, bad host), or ``None``.
+
+    ``parse_dsn`` applies libpq's own URI rules; ports, hosts and enumerated options are
+    checked here because libpq only checks them when connecting, where a worker would
+    find out per job. The reason never contains the password.
+    """
+    from psycopg2 import ProgrammingError
+    from psycopg2.extensions import parse_dsn
+
+    try:
+        options = parse_dsn(url)
+    except ProgrammingError as exc:
+        reason = str(exc).strip().removeprefix("invalid dsn: ")
+        return f"libpq cannot parse it: {without_secrets(reason, url)}"
+    problem = _option_problem(options)
+    if problem is None:
+        return None
+    secret = options.get("password")
+    if secret:
+        problem = problem.replace(secret, SECRET_MASK)
+    return without_secrets(problem, url)
+
+
+def _option_problem(options: Mapping[str, str]) -> str | None:
+    for host in (options.get("host") or "").split(","):
+        if "@" in host:
+            return "its host contains '@' (write an @ in the user or password as %40)"
+        if host and not host.startswith("/") and not _HOST.match(host):
+            return f"host {host!r} is not a host name, an IP address or a socket directory"
+    for port in (options.get("port") or "").split(","):
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            return f"port {port!r} is not a number from 1 to 65535"
+    for name, choices in _LIBPQ_CHOICES.items():
+        if name in options and options[name] not in choices:
+            return f"{name}={options[name]!r} is not one of {', '.join(choices)}"
+    for name in _LIBPQ_INTEGERS:
+        if name in options and not options[name].lstrip("-").isdigit():
+            return f"{name}={options[name]!r} is not an integer"
+    return None
 
 
 def _split_globs(value: Any) -> Any:
@@ -75,7 +181,9 @@ class PlatformSettings(BaseSettings):
         if value is None:
             return value
         if "://" not in value:
-            raise ValueError(f"{value!r} is not a URL (expected e.g. redis://host:6379/0)")
+            raise ValueError(
+                f"{redact_url(value)!r} is not a URL (expected e.g. redis://host:6379/0)"
+            )
         return value
 
     @field_validator("database_url")
@@ -85,6 +193,9 @@ class PlatformSettings(BaseSettings):
             return None
         if not value.startswith(("postgresql://", "postgres://")):
             raise ValueError("must be a postgresql:// URL")
+        problem = postgres_url_problem(value)
+        if problem:
+            raise ValueError(f"{redact_url(value)} is not a valid PostgreSQL URL: {problem}")
         return value
 
     @property

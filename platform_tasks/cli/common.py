@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from platform_tasks.errors import PlatformError
-from platform_tasks.settings import PlatformSettings
+from platform_tasks.settings import PlatformSettings, without_secrets
 
 
 def database_settings() -> PlatformSettings:
@@ -17,3 +17,17 @@ def database_settings() -> PlatformSettings:
     if not settings.database_url:
         raise click.UsageError("PLATFORM_DATABASE_URL is not set")
     return settings
+
+
+def cli_error(exc: BaseException, settings: PlatformSettings | None) -> click.ClickException:
+    """A command's failure as one line (exit 1), with every URL's password masked.
+
+    Driver messages may quote the URL they were given (libpq does for a malformed one),
+    so nothing reaches the terminal without passing through here.
+    """
+    text = str(exc).strip() or type(exc).__name__
+    if not isinstance(exc, PlatformError | click.ClickException):
+        text = f"{type(exc).__name__}: {text}"
+    if settings is not None:
+        text = without_secrets(text, settings.database_url, settings.redis_url, settings.broker_url)
+    return click.ClickException(text)

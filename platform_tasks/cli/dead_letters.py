@@ -22,7 +22,7 @@ from psycopg2.extensions import connection as Connection
 from rich.console import Console
 from rich.table import Table
 
-from platform_tasks.cli.common import database_settings
+from platform_tasks.cli.common import cli_error, database_settings
 from platform_tasks.dead_letters import (
     REPLAY_BATCH_SIZE,
     STATUSES,
@@ -36,6 +36,7 @@ from platform_tasks.dead_letters import (
 )
 from platform_tasks.errors import ReplayError
 from platform_tasks.queue_port import QueuePort
+from platform_tasks.settings import redact_url
 
 DEFAULT_APP = "celery_app:app"
 _RELATIVE = re.compile(r"^(\d+)\s*([smhdw])$")
@@ -77,11 +78,15 @@ SINCE = _Since()
 def _connection() -> Iterator[Connection]:
     settings = database_settings()
     try:
-        conn = psycopg2.connect(settings.database_url)
-    except psycopg2.OperationalError as exc:
+        conn = psycopg2.connect(
+            settings.database_url, connect_timeout=10, application_name="platform-tasks cli"
+        )
+    except psycopg2.Error as exc:
+        failure = cli_error(exc, settings)
         raise click.ClickException(
-            f"cannot connect to PLATFORM_DATABASE_URL: {exc}".strip()
-        ) from exc
+            f"cannot connect to PLATFORM_DATABASE_URL ({redact_url(settings.database_url or '')}):"
+            f" {failure.message}"
+        ) from None
     try:
         yield conn
     finally:

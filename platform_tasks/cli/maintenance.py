@@ -10,8 +10,7 @@ import sys
 
 import click
 
-from platform_tasks.cli.common import database_settings
-from platform_tasks.errors import PlatformError
+from platform_tasks.cli.common import cli_error, database_settings
 from platform_tasks.maintenance import (
     DEFAULT_PURGE_BATCH_SIZE,
     purge_processed_jobs,
@@ -37,10 +36,8 @@ def purge_processed_jobs_command(batch_size: int) -> None:
     settings = database_settings()
     try:
         result = purge_processed_jobs(settings, batch_size=batch_size)
-    except PlatformError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except Exception as exc:  # psycopg2 errors: report, do not dump a traceback
-        raise click.ClickException(f"{type(exc).__name__}: {exc}".strip()) from exc
+    except Exception as exc:  # psycopg2 errors too: report, do not dump a traceback
+        raise cli_error(exc, settings) from None
     click.echo(
         f"deleted {result.deleted} processed_jobs rows older than {result.cutoff.isoformat()} "
         f"in {result.batches} batches ({result.seconds:.2f}s)"
@@ -57,7 +54,7 @@ def report_stale_dead_letters_command() -> None:
     try:
         stale = report_stale_dead_letters(settings)
     except Exception as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}".strip()) from exc
+        raise cli_error(exc, settings) from None
     hours = settings.dead_letter_alert_age_hours
     click.echo(f"{stale} dead letter(s) pending review for more than {hours:g} hours")
     if stale:

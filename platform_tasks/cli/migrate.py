@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
+from platform_tasks.cli.common import cli_error, database_settings
 from platform_tasks.errors import PlatformError
 from platform_tasks.migrations import migrate as apply_migrations
 from platform_tasks.migrations import migration_sql
-from platform_tasks.settings import PlatformSettings
 
 
 @click.command()
@@ -17,13 +17,11 @@ def migrate(print_sql: bool) -> None:
     if print_sql:
         click.echo(migration_sql(), nl=False)
         return
+    settings = database_settings()
     try:
-        settings = PlatformSettings.from_env()
-        if not settings.database_url:
-            raise click.UsageError("PLATFORM_DATABASE_URL is not set")
-        applied = apply_migrations(settings.database_url)
+        applied = apply_migrations(settings.database_url or "")
     except PlatformError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise cli_error(exc, settings) from None
     if applied:
         click.echo(f"applied migrations: {', '.join(f'{v:04d}' for v in applied)}")
     else:

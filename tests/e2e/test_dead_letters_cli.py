@@ -349,3 +349,35 @@ def test_concurrent_replays_publish_each_row_once(
     assert by_process[0].isdisjoint(by_process[1])
     assert by_process[0] | by_process[1] == set(ids)
     print(f"rows replayed per process: {[len(s) for s in by_process]}")
+
+
+@pytest.mark.parametrize(
+    ("command", "url", "code", "says"),
+    [
+        (("dead-letters", "list"), "postgresql://ops:{pw}@127.0.0.1:{free}/platform", 1,
+         "cannot connect to PLATFORM_DATABASE_URL (postgresql://ops:***@127.0.0.1"),
+        (("dead-letters", "show", "1"), "postgresql://ops:{pw}@127.0.0.1:5x/platform", 2,
+         "PLATFORM_DATABASE_URL: Value error, postgresql://ops:***@127.0.0.1:5x"),
+        (("dead-letters", "list"), "postgresql://ops:{pw}@[::1/platform", 2,
+         "ops:***@[::1/platform"),
+        (("migrate",), "postgresql://ops:{pw}@127.0.0.1:{free}/platform", 1,
+         "PLATFORM_DATABASE_URL"),
+        (("maintenance", "purge-processed-jobs"), "postgresql://ops:{pw}@127.0.0.1:{free}/p", 1,
+         "Connection refused"),
+    ],
+)  # fmt: skip
+def test_database_errors_never_print_the_password(
+    redis_url: str, command: tuple[str, ...], url: str, code: int, says: str
+) -> None:
+    from platform_tasks.harness import free_port
+
+    password = "Op5-pa55word"
+    env = platform_env(
+        redis_url=redis_url, database_url=url.format(pw=password, free=free_port())
+    )
+    result = subprocess.run([CLI, *command], cwd=REPO_ROOT, env=env, capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == code, output
+    assert says in output
+    assert password not in output

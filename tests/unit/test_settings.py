@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from platform_tasks.errors import SettingsError
-from platform_tasks.settings import PlatformSettings
+from platform_tasks.settings import PlatformSettings, redact_url, without_secrets
 
 
 def test_defaults() -> None:
@@ -65,3 +65,77 @@ def test_process_environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = PlatformSettings.from_env()
     assert settings.profile == "production"
     assert settings.sentry_dsn == "https://key@sentry.example/1"
+
+
+SECRET = "pa55-w0rd"
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        (f"postgresql://app:{SECRET}@db:5432/platform?colour=blue", "invalid URI query parameter"),
+        (f"postgresql://app:{SECRET}@db:5432x/platform", "port '5432x'"),
+        (f"postgresql://app:{SECRET}@db:99999/platform", "port '99999'"),
+        (f"postgresql://app:{SECRET}@db1:5432,db2:x/platform", "port 'x'"),
+        (f"postgresql://app:{SECRET}@[::1/platform", "IPv6 host address"),
+        (f"postgresql://app:{SECRET}@data base/platform", "host 'data base'"),
+        (f"postgresql://app:{SECRET}@db/platform?sslmode=maybe", "sslmode='maybe'"),
+        (f"postgresql://app:{SECRET}@db/platform?connect_timeout=soon", "connect_timeout"),
+        ("postgresql://app:pa%ZZss@db/platform", "percent-encoded"),
+        (f"postgresql://app:{SECRET}@db@host/platform", "%40"),
+    ],
+)
+def test_malformed_database_url_is_refused_without_its_password(url: str, says: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        PlatformSettings.from_env({"PLATFORM_DATABASE_URL": url})
+    text = str(info.value)
+    assert [var for var, _ in info.value.problems] == ["PLATFORM_DATABASE_URL"]
+    assert says in text
+    assert SECRET not in text and "pa%ZZss" not in text
+    assert "app:***@" in text
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:pw@db:5432/platform",
+        "postgres://db/platform",
+        "postgresql://app@[::1]:5432/platform?sslmode=require&connect_timeout=3",
+        "postgresql:///platform?host=/var/run/postgresql",
+        "postgresql://app:pw@db1:5432,db2:5433/platform?target_session_attrs=read-write",
+    ],
+)
+def test_valid_database_urls_pass(url: str) -> None:
+    assert PlatformSettings.from_env({"PLATFORM_DATABASE_URL": url}).database_url == url
+
+
+def test_redis_url_error_shows_no_password() -> None:
+    with pytest.raises(SettingsError) as info:
+        PlatformSettings.from_env({"PLATFORM_REDIS_URL": f"user:{SECRET}@redis:6379/0"})
+    assert SECRET not in str(info.value)
+    assert "PLATFORM_REDIS_URL" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:pw@db:5432/x", "postgresql://app:***@db:5432/x"),
+        ("redis://:pw@redis:6379/0", "redis://:***@redis:6379/0"),
+        ("redis://redis:6379/0", "redis://redis:6379/0"),
+        ("postgresql://app@db/x", "postgresql://app@db/x"),
+        ("postgresql://app:p@ss/w@db/x", "postgresql://app:***@db/x"),
+        ("postgresql://db/x?user=a&password=pw&sslmode=require",
+         "postgresql://db/x?user=a&password=***&sslmode=require"),
+        ("not a url at all", "not a url at all"),
+    ],
+)  # fmt: skip
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def test_without_secrets_masks_the_url_and_its_password_in_any_text() -> None:
+    url = f"postgresql://app:{SECRET}@db/x"
+    text = f"failed for {url}; password {SECRET}; encoded pa55%2Dw0rd"
+    masked = without_secrets(text, url, "postgresql://app:pa55%2Dw0rd@db/x")
+    assert SECRET not in masked and "pa55%2Dw0rd" not in masked
+    assert "app:***@db/x" in masked
