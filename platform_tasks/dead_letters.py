@@ -13,7 +13,7 @@ import base64
 import logging
 import math
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 
 STATUSES = ("pending_review", "replayed", "discarded")
 REPLAY_BATCH_SIZE = 100
+STREAM_BATCH_SIZE = 100
+"""Rows fetched per round trip by the server-side cursors of ``list --json`` and dry runs,
+so memory holds one batch of payloads, never the whole selection."""
 
 Publish = Callable[[str, Mapping[str, Any]], object]
 """Publishes one envelope to a queue, e.g. ``QueuePort(app).publish``."""
@@ -298,25 +301,61 @@ def insert_dead_letter(
     return dead_letter_id
 
 
+def _dead_letter(names: Sequence[str], values: Sequence[Any]) -> DeadLetter:
+    row = dict(zip(names, values, strict=True))
+    if row["job_id"] is not None:
+        row["job_id"] = uuid.UUID(str(row["job_id"]))
+    return DeadLetter(**row)
+
+
 def _rows(cursor: Cursor) -> list[DeadLetter]:
     names = [column[0] for column in cursor.description or ()]
-    result = []
-    for values in cursor.fetchall():
-        row = dict(zip(names, values, strict=True))
-        if row["job_id"] is not None:
-            row["job_id"] = uuid.UUID(str(row["job_id"]))
-        result.append(DeadLetter(**row))
-    return result
+    return [_dead_letter(names, values) for values in cursor.fetchall()]
+
+
+def _list_params(where: DeadLetterFilter | None, limit: int) -> dict[str, Any]:
+    params = (where or DeadLetterFilter()).params()
+    params["limit"] = limit
+    return params
 
 
 def list_dead_letters(
-    cursor: Cursor, where: DeadLetterFilter | None = None, *, limit: int = 100
+    cursor: Cursor,
+    where: DeadLetterFilter | None = None,
+    *,
+    limit: int = 100,
+    with_payload: bool = True,
 ) -> list[DeadLetter]:
-    """Rows matching ``where``, newest first, at most ``limit``."""
-    params = (where or DeadLetterFilter()).params()
-    params["limit"] = limit
-    cursor.execute(_queries()["list_dead_letters"], params)
+    """Rows matching ``where``, newest first, at most ``limit``.
+
+    ``with_payload=False`` leaves ``payload`` out (``None``) and ``last_error`` cut to its
+    start: what a table shows, without reading every payload into memory.
+    """
+    query = "list_dead_letters" if with_payload else "list_dead_letter_summaries"
+    cursor.execute(_queries()[query], _list_params(where, limit))
     return _rows(cursor)
+
+
+def iter_dead_letters(
+    conn: Connection,
+    where: DeadLetterFilter | None = None,
+    *,
+    limit: int = 100,
+    batch_size: int = STREAM_BATCH_SIZE,
+) -> Iterator[DeadLetter]:
+    """Like :func:`list_dead_letters` with payloads, streamed through a server-side cursor.
+
+    Memory holds ``batch_size`` rows at a time whatever ``limit`` is. The rows are read
+    in one read-only transaction, ended when the iterator is exhausted or closed.
+    """
+    with conn, conn.cursor(name="platform_dead_letters_list") as cur:
+        cur.itersize = batch_size
+        cur.execute(_queries()["list_dead_letters"], _list_params(where, limit))
+        names: list[str] | None = None
+        for values in cur:
+            if names is None:
+                names = [column[0] for column in cur.description or ()]
+            yield _dead_letter(names, values)
 
 
 def get_dead_letter(cursor: Cursor, dead_letter_id: int) -> DeadLetter | None:
@@ -325,11 +364,13 @@ def get_dead_letter(cursor: Cursor, dead_letter_id: int) -> DeadLetter | None:
     return rows[0] if rows else None
 
 
-def replay_refusal(queue: str | None, payload: Any) -> str | None:
+def replay_refusal(queue: str | None, payload: Any, *, max_bytes: int | None = None) -> str | None:
     """Why a row cannot be replayed, or ``None`` when it can.
 
     Only a readable envelope with a known queue can be republished as the original job;
-    a raw poison message has no envelope to republish.
+    a raw poison message has no envelope to republish. The envelope is held to the same
+    rules as a publish (the size limit is ``max_bytes``, default the current setting),
+    so a row that publish would refuse is refused here with the reason.
     """
     if not queue:
         return "no original queue recorded"
@@ -341,7 +382,7 @@ def replay_refusal(queue: str | None, payload: Any) -> str | None:
             f"({'; '.join(map(str, payload[ESCAPED_KEY]))})"
         )
     try:
-        parse_envelope(payload, dict, max_bytes=1 << 62)
+        parse_envelope(payload, dict, max_bytes=max_bytes)
     except EnvelopeError as exc:
         return f"payload is not a readable envelope ({exc})"
     return None
@@ -365,12 +406,14 @@ def _replay_params(ids: Sequence[int] | None, where: DeadLetterFilter) -> dict[s
 
 def replay_dead_letters(
     conn: Connection,
-    publish: Publish,
+    publish: Publish | None = None,
     *,
+    open_publish: Callable[[], Publish] | None = None,
     ids: Sequence[int] | None = None,
     where: DeadLetterFilter | None = None,
     dry_run: bool = False,
     batch_size: int = REPLAY_BATCH_SIZE,
+    max_bytes: int | None = None,
     now: datetime | None = None,
 ) -> ReplayReport:
     """Republish pending rows (by ``ids`` and/or ``where``) and mark them ``replayed``.
@@ -382,26 +425,35 @@ def replay_dead_letters(
     If the commit itself fails after publishing, those rows stay pending and a later
     replay publishes them again: the consumer's idempotency row makes that harmless.
     ``where.status`` is ignored: only ``pending_review`` rows are ever replayed.
+
+    ``open_publish`` (instead of ``publish``) is called once, when the first replayable
+    row is locked, so a replay that matches nothing imports no application and opens no
+    broker connection; its errors propagate unchanged (the batch is rolled back). A dry
+    run publishes nothing and streams its candidates through a server-side cursor.
     """
     where = where or DeadLetterFilter()
     params = _replay_params(ids, where)
     report = ReplayReport(dry_run=dry_run)
     queries = _queries()
     if dry_run:
-        with conn, conn.cursor() as cur:
+        with conn, conn.cursor(name="platform_dead_letters_dry_run") as cur:
+            cur.itersize = STREAM_BATCH_SIZE
             cur.execute(queries["select_replay_candidates"], params)
-            for row_id, _job_id, queue, _kind, _tenant, payload in cur.fetchall():
-                refusal = replay_refusal(queue, payload)
+            for row_id, _job_id, queue, _kind, _tenant, payload in cur:
+                refusal = replay_refusal(queue, payload, max_bytes=max_bytes)
                 if refusal:
                     report.refused.append((row_id, refusal))
                 else:
                     report.replayed.append(
                         ReplayedRow(row_id, uuid.UUID(str(payload["job_id"])), queue)
                     )
-            if ids:
-                acted = {r.id for r in report.replayed} | {i for i, _ in report.refused}
+        if ids:
+            acted = {r.id for r in report.replayed} | {i for i, _ in report.refused}
+            with conn, conn.cursor() as cur:
                 report.not_pending = _not_pending(cur, ids, acted)
         return report
+    if publish is None and open_publish is None:
+        raise ValueError("replay needs publish or open_publish")
 
     after_id = 0
     while True:
@@ -414,11 +466,14 @@ def replay_dead_letters(
                 break
             published: list[ReplayedRow] = []
             for row_id, _job_id, queue, _kind, _tenant, payload in rows:
-                refusal = replay_refusal(queue, payload)
+                refusal = replay_refusal(queue, payload, max_bytes=max_bytes)
                 if refusal:
                     report.refused.append((row_id, refusal))
                     _log_refused(row_id, refusal)
                     continue
+                if publish is None:
+                    assert open_publish is not None
+                    publish = open_publish()
                 try:
                     job_id = uuid.UUID(str(publish(queue, payload)))
                 except Exception as exc:

@@ -168,6 +168,24 @@ class QueuePort:
             self._store = None
 
 
+PLATFORM_APP_NAME = "platform_tasks"
+
+
+def platform_queue_port(settings: Any) -> QueuePort:
+    """A queue port on an app built from platform settings alone, with no user task.
+
+    For tools that publish on the application's behalf without importing it (replay from
+    an ops box): the broker URL, the transport and the message format come from the
+    settings and the platform's defaults, so the message is the one the application's own
+    ``publish`` of the same envelope to the same queue would send (Celery protocol 2, task
+    id = job id, ``argsrepr`` without ``data``, JSON). Routing is by queue name; an
+    application with its own exchanges or broker transport options replays with its app.
+    """
+    from platform_tasks.app import create_app
+
+    return QueuePort(create_app(PLATFORM_APP_NAME, settings=settings))
+
+
 def _require_aware(run_at: datetime) -> None:
     if not isinstance(run_at, datetime):
         raise TypeError(f"run_at must be a datetime, got {type(run_at).__name__}")

@@ -21,6 +21,7 @@ import psycopg2
 from psycopg2.extensions import connection as Connection
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from platform_tasks.cli.common import cli_error, database_settings
 from platform_tasks.dead_letters import (
@@ -28,17 +29,17 @@ from platform_tasks.dead_letters import (
     STATUSES,
     DeadLetter,
     DeadLetterFilter,
+    Publish,
     ReplayReport,
     discard_dead_letters,
     get_dead_letter,
+    iter_dead_letters,
     list_dead_letters,
     replay_dead_letters,
 )
 from platform_tasks.errors import ReplayError
-from platform_tasks.queue_port import QueuePort
-from platform_tasks.settings import redact_url
+from platform_tasks.settings import PlatformSettings, redact_url
 
-DEFAULT_APP = "celery_app:app"
 _RELATIVE = re.compile(r"^(\d+)\s*([smhdw])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 NOTHING_MATCHED = 1
@@ -75,8 +76,8 @@ SINCE = _Since()
 
 
 @contextmanager
-def _connection() -> Iterator[Connection]:
-    settings = database_settings()
+def _connection(settings: PlatformSettings | None = None) -> Iterator[Connection]:
+    settings = settings or database_settings()
     try:
         conn = psycopg2.connect(
             settings.database_url, connect_timeout=10, application_name="platform-tasks cli"
@@ -107,6 +108,11 @@ def _first_line(text: str | None, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def _cell(value: object) -> Text:
+    """A table cell shown as it is: stored text is data, never console markup."""
+    return Text("" if value is None else str(value))
+
+
 def _table(rows: list[DeadLetter]) -> Table:
     table = Table(title=f"dead letters ({len(rows)})", title_justify="left")
     for name in (
@@ -129,19 +135,35 @@ def _table(rows: list[DeadLetter]) -> Table:
         )
     for row in rows:
         table.add_row(
-            str(row.id),
-            row.status,
-            row.queue or "",
-            row.kind or "",
-            row.tenant_id or "",
-            str(row.job_id) if row.job_id else "",
-            str(row.attempts),
-            row.reason,
-            row.error_type or _first_line(row.last_error),
-            _when(row.created_at),
-            str(row.replay_count),
+            *(
+                _cell(value)
+                for value in (
+                    row.id,
+                    row.status,
+                    row.queue,
+                    row.kind,
+                    row.tenant_id,
+                    row.job_id,
+                    row.attempts,
+                    row.reason,
+                    row.error_type or _first_line(row.last_error),
+                    _when(row.created_at),
+                    row.replay_count,
+                )
+            )
         )
     return table
+
+
+def _echo_json_stream(items: Iterator[dict[str, Any]]) -> None:
+    """A JSON array written item by item, so a long listing is never held in memory."""
+    click.echo("[", nl=False)
+    first = True
+    for item in items:
+        text = json.dumps(item, indent=2, sort_keys=True, default=str)
+        click.echo(("\n" if first else ",\n") + "  " + text.replace("\n", "\n  "), nl=False)
+        first = False
+    click.echo("\n]" if not first else "]")
 
 
 def _echo_json(value: Any) -> None:
@@ -189,11 +211,13 @@ def list_command(
     where = DeadLetterFilter(
         queue=queue, kind=kind, tenant_id=tenant_id, status=status, since=since
     )
-    with _connection() as conn, conn.cursor() as cur:
-        rows = list_dead_letters(cur, where, limit=limit)
-    if as_json:
-        _echo_json([row.to_json() for row in rows])
-    elif rows:
+    with _connection() as conn:
+        if as_json:
+            _echo_json_stream(row.to_json() for row in iter_dead_letters(conn, where, limit=limit))
+            return
+        with conn.cursor() as cur:
+            rows = list_dead_letters(cur, where, limit=limit, with_payload=False)
+    if rows:
         _console().print(_table(rows))
     else:
         click.echo("no dead letters match")
@@ -218,7 +242,7 @@ def show_command(dead_letter_id: int, as_json: bool) -> None:
     table.add_column("value")
     for key, value in data.items():
         if key not in ("payload", "last_error"):
-            table.add_row(key, "" if value is None else str(value))
+            table.add_row(key, _cell(value))
     console = _console()
     console.print(table)
     console.print("payload:", style="bold")
@@ -283,10 +307,10 @@ def _print_report(report: ReplayReport) -> None:
     "--app",
     "app_spec",
     envvar="PLATFORM_APP",
-    default=DEFAULT_APP,
-    show_default=True,
+    default=None,
     show_envvar=True,
-    help="The application to publish with, as module:attr.",
+    help="Publish with this application (module:attr, imported like celery -A) instead of "
+    "the platform settings alone; for custom routing.",
 )
 @click.option(
     "--batch-size",
@@ -304,7 +328,7 @@ def replay_command(
     since: datetime | None,
     replay_all: bool,
     dry_run: bool,
-    app_spec: str,
+    app_spec: str | None,
     batch_size: int,
     as_json: bool,
 ) -> None:
@@ -324,24 +348,34 @@ def replay_command(
         raise click.UsageError(
             "--all replays every pending row; do not combine it with IDs or filters"
         )
-    port: Any = None
-    if not dry_run:
-        port = QueuePort(load_app(app_spec))
+    settings = database_settings()
+    ports: list[Any] = []
+
+    def open_publish() -> Publish:
+        # Only once a row is to be published: a replay that matches nothing imports no
+        # application and opens no broker connection.
+        from platform_tasks.queue_port import QueuePort, platform_queue_port
+
+        port = QueuePort(load_app(app_spec)) if app_spec else platform_queue_port(settings)
+        ports.append(port)
+        publish: Publish = port.publish
+        return publish
+
     try:
-        with _connection() as conn:
-            publish = port.publish if port is not None else _never_publish
+        with _connection(settings) as conn:
             report = replay_dead_letters(
                 conn,
-                publish,
+                open_publish=open_publish,
                 ids=list(ids) or None,
                 where=where,
                 dry_run=dry_run,
                 batch_size=batch_size,
+                max_bytes=settings.max_payload_bytes,
             )
     except ReplayError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise cli_error(exc, settings) from None
     finally:
-        if port is not None:
+        for port in ports:
             port.close()
     if as_json:
         _echo_json(_report_json(report))
@@ -354,10 +388,6 @@ def replay_command(
                 err=True,
             )
         sys.exit(NOTHING_MATCHED)
-
-
-def _never_publish(queue: str, payload: Any) -> object:
-    raise AssertionError("a dry run never publishes")
 
 
 @dead_letters.command("discard")

@@ -24,6 +24,22 @@ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
 ORDER BY id DESC
 LIMIT %(limit)s;
 
+-- name: list_dead_letter_summaries
+-- What the list table shows: every column but the payload (never loaded here), and only
+-- the start of last_error; newest first, every filter optional.
+SELECT id, job_id, queue, kind, tenant_id, NULL::jsonb AS payload, attempts,
+       left(last_error, 500) AS last_error, error_type, reason,
+       status, correlation_id, created_at, updated_at, replay_count, replayed_at,
+       discard_reason, discarded_at
+FROM core.dead_letters
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
 -- name: get_dead_letter
 SELECT id, job_id, queue, kind, tenant_id, payload, attempts, last_error, error_type, reason,
        status, correlation_id, created_at, updated_at, replay_count, replayed_at,

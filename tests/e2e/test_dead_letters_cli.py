@@ -372,12 +372,121 @@ def test_database_errors_never_print_the_password(
     from platform_tasks.harness import free_port
 
     password = "Op5-pa55word"
-    env = platform_env(
-        redis_url=redis_url, database_url=url.format(pw=password, free=free_port())
-    )
+    env = platform_env(redis_url=redis_url, database_url=url.format(pw=password, free=free_port()))
     result = subprocess.run([CLI, *command], cwd=REPO_ROOT, env=env, capture_output=True,
                             text=True, timeout=60)  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == code, output
     assert says in output
     assert password not in output
+
+
+def _run_in(cli: Env, cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CLI, "dead-letters", *args], cwd=cwd, env={**cli.env, **env},
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def _reference_publish(cli: Env, queue: str, payload: dict[str, Any]) -> None:
+    """What the application itself sends for this envelope: ``QueuePort(app).publish``."""
+    code = (
+        "import json, sys\n"
+        "from platform_tasks import QueuePort\n"
+        "from tests.apps.basic_app import app\n"
+        "port = QueuePort(app)\n"
+        "port.publish(sys.argv[1], json.loads(sys.argv[2]))\n"
+        "port.close()\n"
+    )
+    subprocess.run([sys.executable, "-c", code, queue, json.dumps(payload)], cwd=REPO_ROOT,
+                   env=cli.env, check=True, timeout=60)  # fmt: skip
+
+
+def _comparable(raw: bytes) -> dict[str, Any]:
+    """A broker message without what differs between any two publishes of one envelope."""
+    message = json.loads(raw)
+    message["properties"].pop("delivery_tag")
+    message["properties"].pop("reply_to")  # the publishing app instance's reply queue
+    message["headers"].pop("origin")  # the publishing process: gen<pid>@host
+    return dict(message)
+
+
+def test_replay_needs_no_application_and_sends_what_the_app_would(
+    cli: Env, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Run from an empty folder (an ops box): no --app, no PLATFORM_APP, no celery_app.py."""
+    ops_box = tmp_path / "ops-box"
+    ops_box.mkdir()
+    payload = envelope()
+    row_id = cli.add(payload, queue="default")
+    result = _run_in(cli, ops_box, "replay", str(row_id))
+    assert result.returncode == 0, result.stderr
+    assert f"replayed {row_id}: job {payload['job_id']} to queue default" in result.stdout
+    assert cli.row(row_id).status == "replayed"
+    [replayed] = redis_client.lrange("default", 0, -1)
+    message = json.loads(replayed)
+    assert message["content-type"] == "application/json"
+    headers = message["headers"]
+    assert (headers["task"], headers["id"]) == (payload["kind"], payload["job_id"])
+    assert headers["platform_attempt"] == 1
+    assert "'n'" not in headers["argsrepr"] and payload["job_id"] in headers["argsrepr"]
+    args, kwargs, _embed = broker_bodies(redis_client, "default")[0]
+    assert (args, kwargs) == ([payload], {})
+
+    _reference_publish(cli, "default", payload)
+    reference = redis_client.lpop("default")  # LPUSHed: the head of the list
+    assert reference is not None
+    assert _comparable(replayed) == _comparable(reference)
+
+    with celery_processes() as started:
+        worker = CeleryProcess(
+            worker_argv(APP, queues="default", concurrency=1, pool="solo"),
+            env=cli.env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+        ).start()
+        started.append(worker)
+        wait_until(lambda: redis_client.llen("test:recorded") >= 1, timeout=60,
+                   message="the replayed job to run")  # fmt: skip
+    recorded = [json.loads(item) for item in redis_client.lrange("test:recorded", 0, -1)]
+    assert recorded == [payload]
+
+
+def test_replay_exit_codes_outside_the_application_folder(
+    cli: Env, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Unknown ids exit 1 before any application is imported or the broker is reached."""
+    from platform_tasks.harness import free_port
+
+    marker = tmp_path / "imported"
+    (tmp_path / "marker_app.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nfrom tests.apps.basic_app import app\n"
+    )
+    no_broker = {"PLATFORM_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    unknown = _run_in(cli, tmp_path, "replay", "987654321", **no_broker)
+    assert unknown.returncode == 1, unknown.stderr
+    assert "skipped 987654321: not found" in unknown.stderr
+    with_app = _run_in(cli, tmp_path, "replay", "987654321", "--app", "marker_app:app",
+                       **no_broker)  # fmt: skip
+    assert with_app.returncode == 1, with_app.stderr
+    assert not marker.exists(), "the application was imported for a replay of nothing"
+
+    assert _run_in(cli, tmp_path, "replay").returncode == 2
+    assert _run_in(cli, tmp_path, "replay", "--all", "--kind", "a.b").returncode == 2
+
+    row_id = cli.add(queue="default")
+    unreachable = _run_in(cli, tmp_path, "replay", str(row_id), **no_broker)
+    assert unreachable.returncode == 1
+    assert f"publishing dead letter {row_id} failed" in unreachable.stderr
+    assert cli.row(row_id).status == "pending_review"
+    done = _run_in(cli, tmp_path, "replay", str(row_id))
+    assert done.returncode == 0, done.stderr
+    assert broker_job_ids(redis_client, "default") == [str(cli.row(row_id).job_id)]
+
+
+def test_replay_holds_the_envelope_to_the_current_size_limit(cli: Env, tmp_path: Path) -> None:
+    payload = envelope()
+    payload["data"] = {"blob": "x" * 4000}
+    row_id = cli.add(payload, queue="default")
+    refused = _run_in(cli, tmp_path, "replay", str(row_id), PLATFORM_MAX_PAYLOAD_BYTES="2048")
+    assert refused.returncode == 1
+    assert f"refused {row_id}" in refused.stderr and "exceeds 2048" in refused.stderr
+    assert cli.row(row_id).status == "pending_review"
