@@ -490,3 +490,77 @@ def test_replay_holds_the_envelope_to_the_current_size_limit(cli: Env, tmp_path:
     assert refused.returncode == 1
     assert f"refused {row_id}" in refused.stderr and "exceeds 2048" in refused.stderr
     assert cli.row(row_id).status == "pending_review"
+
+
+def test_list_and_show_print_stored_markup_literally(cli: Env) -> None:
+    """Kinds and tenants are producer data: console markup in them is text, not a command."""
+    kind, tenant = "a.b[/]", "[link=http://x]t[/link]"
+    payload = envelope()
+    payload["kind"], payload["tenant_id"] = kind, tenant
+    row_id = cli.add(payload, kind=kind, tenant_id=tenant, error_type="[bold]Err[/bold]")
+    listed = cli.run("list")
+    assert listed.returncode == 0, listed.stderr
+    assert kind in listed.stdout and tenant in listed.stdout
+    assert "[bold]Err[/bold]" in listed.stdout
+    assert "\x1b]8;" not in listed.stdout  # no terminal hyperlink was rendered
+    shown = cli.run("show", str(row_id))
+    assert shown.returncode == 0, shown.stderr
+    assert kind in shown.stdout and tenant in shown.stdout
+
+
+_MAX_RSS_OF_CHILD = (
+    "import resource, subprocess, sys\n"
+    "done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)\n"
+    "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    "sys.stderr.write(done.stderr.decode())\n"
+)
+
+
+def _peak_rss_kib(cli: Env, *args: str, code: int = 0) -> int:
+    """Peak resident memory (KiB) of one CLI run, measured by a parent that runs only it."""
+    out = subprocess.run([sys.executable, "-c", _MAX_RSS_OF_CHILD, CLI, "dead-letters", *args],
+                         cwd=REPO_ROOT, env=cli.env, capture_output=True, text=True,
+                         timeout=300, check=True)  # fmt: skip
+    returncode, peak = out.stdout.split()
+    assert int(returncode) == code, out.stderr
+    return int(peak)
+
+
+def test_list_and_dry_run_do_not_hold_every_payload_in_memory(cli: Env) -> None:
+    """5,000 rows of 100 KiB payloads (about 500 MB once loaded): ``list`` must not load them
+    and ``replay --dry-run`` must stream them. The baseline is the same command over one row
+    in the same run, so the bound is about what was loaded, not the interpreter's size."""
+    rows, blob = 5000, 100 * 1024
+    conn = psycopg2.connect(cli.database_url)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO core.dead_letters (job_id, queue, kind, tenant_id, payload, attempts,"
+                " last_error, error_type, reason, correlation_id) "
+                "SELECT %(job)s::uuid, 'default', 'tests.record', 't1', jsonb_build_object("
+                "'job_id', %(job)s, 'tenant_id', 't1', 'correlation_id', 'c' || n, "
+                "'kind', 'tests.record', 'data', jsonb_build_object('blob', repeat('x', %(blob)s))"
+                "), 5, 'boom', 'RuntimeError', 'retries_exhausted', 'c' || n "
+                "FROM generate_series(1, %(rows)s) AS n",
+                {"job": str(uuid7()), "blob": blob, "rows": rows},
+            )
+    finally:
+        conn.close()
+    loaded_mib = rows * blob // (1 << 20)
+    bound_kib = 100 * 1024  # 100 MiB above the one-row run, a fifth of what loading costs
+
+    one_row = _peak_rss_kib(cli, "list", "--limit", "1")
+    every_row = _peak_rss_kib(cli, "list", "--limit", str(rows))
+    print(f"list peak RSS: 1 row {one_row} KiB, {rows} rows {every_row} KiB "
+          f"(payloads {loaded_mib} MiB)")  # fmt: skip
+    assert every_row - one_row < bound_kib
+
+    dry_one = _peak_rss_kib(cli, "replay", "--queue", "default", "--since", "2999-01-01",
+                            "--dry-run", "--json", code=1)  # fmt: skip
+    dry_all = _peak_rss_kib(cli, "replay", "--all", "--dry-run", "--json")
+    print(f"dry-run peak RSS: no row {dry_one} KiB, {rows} rows {dry_all} KiB")
+    assert dry_all - dry_one < bound_kib
+
+    streamed = cli.run("list", "--json", "--limit", "3")
+    assert streamed.returncode == 0, streamed.stderr
+    assert [len(r["payload"]["data"]["blob"]) for r in json.loads(streamed.stdout)] == [blob] * 3
