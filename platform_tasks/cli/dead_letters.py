@@ -337,7 +337,8 @@ def replay_command(
     Select rows by ID, by filters (both together narrow the selection), or every pending
     row with --all. Rows are marked replayed; a row another replay is handling at the same
     moment is left to it, so each row is published once. Rows that hold no readable
-    envelope are refused. Exits 1 when nothing was replayed.
+    envelope are refused. Needs only the platform settings (database, broker), not the
+    application's code. Exits 1 when nothing was replayed.
     """
     where = DeadLetterFilter(queue=queue, kind=kind, tenant_id=tenant_id, since=since)
     if not ids and where.is_empty and not replay_all:
