@@ -13,6 +13,7 @@ from typing import Any
 
 from celery import Celery
 
+from platform_tasks.brokers import refuse_cluster_broker
 from platform_tasks.retry import RetryPolicy, resolve_policies
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.transport.selection import transport_conf
@@ -39,6 +40,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     Explicit installation (no import-time ``connect``) keeps importing the package free of
     side effects; each line belongs to the module that owns the concern.
     """
+    from platform_tasks.brokers import install as install_broker_checks
     from platform_tasks.consumer import install as install_consumer
     from platform_tasks.delay_promoter import install as install_delay_promoter
     from platform_tasks.jobs.worker import install as install_scheduled_jobs
@@ -53,6 +55,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
         install_platform_task,
         install_metrics,
         install_worker_queues,
+        install_broker_checks,
     ]
 
 
@@ -97,6 +100,7 @@ def create_app(
     raise before the app exists, naming the variable or queue.
     """
     settings = settings if settings is not None else PlatformSettings.from_env()
+    refuse_cluster_broker(settings)
     policies = resolve_policies(retry_policies)
     app = PlatformCelery(name, set_as_current=True)
     app.platform_settings = settings

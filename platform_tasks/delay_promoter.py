@@ -70,8 +70,12 @@ class DelayPromoter:
             client.close()
 
     def start(self) -> None:
+        from platform_tasks.brokers import broker_kind
+
         if self._thread is not None:
             return
+        if broker_kind(self.settings.effective_broker_url) != "redis":
+            return  # RabbitMQ holds its own delays; there is no delay store to promote
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
         self._thread.start()

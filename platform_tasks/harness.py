@@ -1,4 +1,4 @@
-"""Ephemeral real Redis and PostgreSQL servers, started from binaries.
+"""Ephemeral real Redis, PostgreSQL and RabbitMQ servers, started from binaries.
 
 The test suite and ``platform-tasks dev`` both need real servers on machines without a
 container engine. Binaries on PATH are preferred; otherwise the ones bundled by the
@@ -364,6 +364,256 @@ class RedisClusterServers:
     def stop(self) -> None:
         for server in self.servers:
             server.stop(kill=True)
+
+
+RABBITMQ_SBIN_GLOB = "/usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin"
+RABBITMQ_INSTALL_HINT = (
+    "no rabbitmq-server found: run ./scripts/install-rabbitmq as root "
+    "(apt-get install -y rabbitmq-server) so the RabbitMQ tests can start their own server"
+)
+
+
+def find_rabbitmq_sbin() -> Path:
+    """The directory of RabbitMQ's own ``rabbitmq-server`` and ``rabbitmqctl`` scripts.
+
+    Debian's ``/usr/sbin`` wrappers switch to the ``rabbitmq`` user and Debian's data
+    folder; the scripts they wrap take every location from the environment instead.
+    """
+    candidates = sorted(Path("/").glob(RABBITMQ_SBIN_GLOB.lstrip("/")), reverse=True)
+    on_path = shutil.which("rabbitmq-server")
+    if on_path:
+        candidates.append(Path(on_path).resolve().parent)
+    for directory in candidates:
+        if (directory / "rabbitmq-server").exists() and (directory / "rabbitmqctl").exists():
+            return directory
+    raise ServerStartError(RABBITMQ_INSTALL_HINT)
+
+
+def find_epmd() -> Path:
+    """Erlang's port mapper daemon, which a RabbitMQ node registers its name with."""
+    on_path = shutil.which("epmd")
+    if on_path:
+        return Path(on_path)
+    for candidate in sorted(Path("/usr/lib/erlang").glob("erts-*/bin/epmd"), reverse=True):
+        return candidate
+    raise ServerStartError(RABBITMQ_INSTALL_HINT)
+
+
+class RabbitMQServer:
+    """A real RabbitMQ node on loopback ports with every file in ``data_dir``.
+
+    The node gets its own AMQP port, Erlang distribution port, port mapper (``epmd``,
+    run as a child of the harness on a port of its own) and node name, so it never meets
+    Debian's service or another test run. ``consumer_timeout_ms`` is written to the
+    node's configuration file; :meth:`set_consumer_timeout` changes it on the running
+    node for channels opened afterwards. Stop, kill and restart keep the data folder, so
+    durable (quorum) queues survive them like they survive a real broker restart.
+    """
+
+    user = "platform"
+    password = "platform-test"
+
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        *,
+        consumer_timeout_ms: int = 1_800_000,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.dist_port = free_port()
+        self.epmd_port = free_port()
+        self.consumer_timeout_ms = consumer_timeout_ms
+        self.nodename = f"platform{os.getpid()}x{self.port}@localhost"
+        self.sbin = find_rabbitmq_sbin()
+        self._epmd: _Process | None = None
+        self._process: _Process | None = None
+
+    @property
+    def url(self) -> str:
+        return self.url_for_vhost("/")
+
+    def url_for_vhost(self, vhost: str) -> str:
+        from urllib.parse import quote
+
+        return f"amqp://{self.user}:{self.password}@127.0.0.1:{self.port}/{quote(vhost, safe='')}"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.running
+
+    @property
+    def config_file(self) -> Path:
+        return self.data_dir / "rabbitmq.conf"
+
+    def environment(self) -> dict[str, str]:
+        """The variables that put every port, name and file of the node in its own place."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RABBITMQ_", "ERL_"))}
+        env.update(
+            HOME=str(self.data_dir),  # the Erlang cookie lives here, shared with rabbitmqctl
+            RABBITMQ_NODENAME=self.nodename,
+            RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
+            RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(self.dist_port),
+            ERL_EPMD_PORT=str(self.epmd_port),
+            ERL_EPMD_ADDRESS="127.0.0.1",
+            RABBITMQ_CONF_ENV_FILE=str(self.data_dir / "rabbitmq-env.conf"),
+            RABBITMQ_CONFIG_FILE=str(self.config_file),
+            RABBITMQ_ADVANCED_CONFIG_FILE=str(self.data_dir / "advanced.config"),
+            RABBITMQ_MNESIA_BASE=str(self.data_dir / "mnesia"),
+            RABBITMQ_LOG_BASE=str(self.data_dir / "log"),
+            RABBITMQ_PID_FILE=str(self.data_dir / "rabbitmq.pid"),
+            RABBITMQ_ENABLED_PLUGINS_FILE=str(self.data_dir / "enabled_plugins"),
+            RABBITMQ_PLUGINS_EXPAND_DIR=str(self.data_dir / "plugins-expand"),
+            RABBITMQ_LOGS="-",
+            # Exec the VM directly (no signal-forwarding shell): SIGTERM is a clean
+            # shutdown, SIGKILL kills the node itself, and the node dies with the harness.
+            RUNNING_UNDER_SYSTEMD="true",
+        )
+        return env
+
+    def _write_config(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "log").mkdir(exist_ok=True)
+        self.config_file.write_text(
+            "\n".join(
+                [
+                    "loopback_users = none",
+                    f"default_user = {self.user}",
+                    f"default_pass = {self.password}",
+                    f"consumer_timeout = {self.consumer_timeout_ms}",
+                    "log.console = true",
+                    "log.console.level = warning",
+                    "log.file = false",
+                    "",
+                ]
+            )
+        )
+        (self.data_dir / "advanced.config").write_text("[].\n")
+        (self.data_dir / "rabbitmq-env.conf").write_text("")
+        (self.data_dir / "enabled_plugins").write_text("[].\n")
+
+    def start(self, timeout: float = 120.0) -> RabbitMQServer:
+        self._write_config()
+        env = self.environment()
+        if self._epmd is None or not self._epmd.running:
+            self._epmd = _Process(
+                [str(find_epmd()), "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+                self.data_dir / "epmd.log",
+                env=env,
+            )
+            self._epmd.start()
+        self._process = _Process(
+            [str(self.sbin / "rabbitmq-server")], self.data_dir / "rabbitmq.log", env=env
+        )
+        self._process.start()
+        self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        import amqp
+
+        def ready() -> bool:
+            if self._process is not None and not self._process.running:
+                raise ServerStartError(
+                    f"rabbitmq-server exited at start-up:\n{self._process.log_tail(40)}"
+                )
+            # The AMQP listener opens last in the boot sequence; a login proves it serves.
+            connection = amqp.Connection(f"127.0.0.1:{self.port}", userid=self.user,
+                                         password=self.password, connect_timeout=2)  # fmt: skip
+            try:
+                connection.connect()
+            finally:
+                connection.collect()
+            return True
+
+        try:
+            wait_until(ready, timeout=timeout, interval=0.25,
+                       message=f"rabbitmq-server on port {self.port}")  # fmt: skip
+        except ServerStartError:
+            raise
+        except TimeoutError as exc:
+            log = self._process.log_tail(40) if self._process else ""
+            raise ServerStartError(f"{exc}\n{log}") from exc
+
+    def ctl(self, *args: str, timeout: float = 60.0) -> str:
+        """Run ``rabbitmqctl`` against this node; raise with its output when it fails."""
+        result = subprocess.run(
+            [str(self.sbin / "rabbitmqctl"), "-n", self.nodename, *args],
+            env=self.environment(),
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+        if result.returncode != 0:
+            output = (result.stdout + result.stderr).decode(errors="replace")
+            raise ServerStartError(f"rabbitmqctl {' '.join(args)} failed: {output.strip()}")
+        return result.stdout.decode(errors="replace")
+
+    def eval(self, expression: str, timeout: float = 60.0) -> str:
+        """Evaluate an Erlang expression on the node (one CLI start for many operations)."""
+        return self.ctl("eval", expression, timeout=timeout).strip()
+
+    def fresh_vhost(self, name: str, *, drop: Sequence[str] = ()) -> str:
+        """Create vhost ``name`` (deleting ``drop`` and any old ``name``) for ``user``.
+
+        Tests get an empty broker this way in one ``rabbitmqctl`` call instead of a
+        restart, which costs seconds of CPU on a shared machine.
+        """
+        who = '<<"platform-tests">>'
+        steps = [
+            f'rabbit_vhost:delete(<<"{old}">>, {who})' for old in [*drop, name]
+        ]
+        steps.append(f'rabbit_vhost:add(<<"{name}">>, {who})')
+        steps.append(
+            f'rabbit_auth_backend_internal:set_permissions(<<"{self.user}">>, <<"{name}">>, '
+            f'<<".*">>, <<".*">>, <<".*">>, {who})'
+        )
+        self.eval(", ".join(f"catch {step}" for step in steps) + ", ok.")
+        return self.url_for_vhost(name)
+
+    def set_consumer_timeout(self, milliseconds: int) -> None:
+        """Change ``consumer_timeout`` on the running node (channels opened from now on)."""
+        self.eval(f"application:set_env(rabbit, consumer_timeout, {int(milliseconds)}).")
+        self.consumer_timeout_ms = milliseconds
+
+    def queue_depths(self, vhost: str = "/") -> dict[str, int]:
+        """Ready plus unacknowledged messages of every queue in ``vhost``."""
+        out = self.ctl("list_queues", "-p", vhost, "--quiet", "--no-table-headers",
+                       "name", "messages")  # fmt: skip
+        depths: dict[str, int] = {}
+        for line in out.splitlines():
+            parts = line.split("\t")
+            if len(parts) == 2 and parts[1].strip().isdigit():
+                depths[parts[0]] = int(parts[1])
+        return depths
+
+    def stop(self, *, kill: bool = False, timeout: float = 60.0) -> None:
+        """Stop the node: SIGTERM (a clean shutdown) or SIGKILL (a crash)."""
+        if self._process is None:
+            return
+        self._process.signal(signal.SIGKILL if kill else signal.SIGTERM)
+        self._process.wait(timeout)
+        self._process = None
+
+    def restart(self, *, kill: bool = False) -> None:
+        self.stop(kill=kill)
+        self.start()
+
+    def close(self) -> None:
+        """Stop the node and its port mapper."""
+        self.stop()
+        if self._epmd is not None:
+            self._epmd.signal(signal.SIGTERM)
+            self._epmd.wait(10)
+            self._epmd = None
+
+    def __enter__(self) -> RabbitMQServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _unprivileged_ids() -> tuple[int, int]:

@@ -15,11 +15,13 @@ from typing import Any
 import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from platform_tasks.brokers import broker_kind
 from platform_tasks.context import current_correlation_id
 from platform_tasks.delay_store import DelayStore
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7, validation_errors
 from platform_tasks.errors import ConfigurationError, NaiveDatetimeError
 from platform_tasks.keys import delay_keys
+from platform_tasks.native_delays import NativeDelays
 from platform_tasks.wire import WireBuilder
 
 ATTEMPT_HEADER = "platform_attempt"
@@ -67,6 +69,9 @@ class QueuePort:
         self._owns_client = redis_client is None
         self._redis = redis_client
         self._store: DelayStore | None = None
+        self._native: NativeDelays | None = None
+        if broker_kind(self.settings.effective_broker_url) == "amqp":
+            self._native = NativeDelays(app)
 
     def _delay_store(self) -> DelayStore:
         if self._store is None:
@@ -123,12 +128,21 @@ class QueuePort:
         run_at: datetime,
         opts: Mapping[str, Any] | PublishOptions | None = None,
     ) -> uuid.UUID:
-        """Validate and store for delivery at ``run_at`` (aware); a past time publishes now."""
+        """Validate and store for delivery at ``run_at`` (aware); a past time publishes now.
+
+        On Redis the job waits in the delay store; on RabbitMQ in the broker's delayed
+        delivery queues, arriving at ``run_at`` rounded up to the next whole second.
+        """
         _require_aware(run_at)
         options = _options(opts)
         envelope = self.envelope(payload)
-        if run_at <= self._clock():
+        now = self._clock()
+        if run_at <= now:
             self.app.send_task(envelope.kind, **self._send_options(queue, envelope, options))
+            return envelope.job_id
+        if self._native is not None:
+            send = self._send_options(queue, envelope, options)
+            self._native.send(envelope.kind, run_at - now, **send)
             return envelope.job_id
         message = self._wire.build(envelope.kind, **self._send_options(queue, envelope, options))
         due_ms = int(run_at.timestamp() * 1000)
@@ -150,6 +164,15 @@ class QueuePort:
         for payload, run_at in items:
             _require_aware(run_at)
             prepared.append((self.envelope(payload), run_at))
+        if self._native is not None:
+            for envelope, run_at in prepared:
+                send = self._send_options(queue, envelope, options)
+                delay = run_at - self._clock()
+                if delay.total_seconds() <= 0:
+                    self.app.send_task(envelope.kind, **send)
+                else:
+                    self._native.send(envelope.kind, delay, **send)
+            return [envelope.job_id for envelope, _ in prepared]
         entries = []
         for envelope, run_at in prepared:
             message = self._wire.build(
@@ -197,9 +220,15 @@ def _require_aware(run_at: datetime) -> None:
 
 
 def require_redis_broker(app: Any) -> None:
-    """Durable delays need the broker's Redis; refuse another broker with a clear error."""
-    url = app.platform_settings.effective_broker_url
-    if not url.startswith(("redis://", "rediss://", "unix://")):
+    """Durable delays need a broker that holds them; refuse another with a clear error.
+
+    Redis (the delay store) and RabbitMQ (native delayed delivery) both hold delays.
+    """
+    from platform_tasks.brokers import broker_holds_delays
+
+    if not broker_holds_delays(app.platform_settings):
+        url = app.platform_settings.effective_broker_url
         raise ConfigurationError(
-            f"PLATFORM_BROKER_URL: durable delays need a Redis broker, got {url.split('://')[0]}"
+            "PLATFORM_BROKER_URL: durable delays need a Redis or RabbitMQ broker, "
+            f"got {url.split('://')[0]}"
         )

@@ -160,6 +160,7 @@ class PlatformSettings(BaseSettings):
     jobs_shutdown_budget_seconds: float = Field(default=30.0, gt=0)
 
     redis_cluster: bool = False
+    rabbitmq_consumer_timeout_seconds: int = Field(default=1800, ge=2)
     max_payload_bytes: int = Field(default=262_144, ge=1024)
     processed_jobs_ttl_days: int = Field(default=30, ge=1)
     dead_letter_alert_age_hours: float = Field(default=24.0, gt=0)

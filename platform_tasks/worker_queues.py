@@ -60,7 +60,9 @@ class WorkerQueuesStep(bootsteps.Step):  # type: ignore[misc]
         if not selected:
             for name in wanted:
                 if name not in queues:
-                    queues.add(name)
+                    # The same declaration a publisher's route creates (quorum queue and
+                    # topic exchange on RabbitMQ), so worker and publisher never disagree.
+                    queues.add(queues.new_missing(name))
             return
         consumed = set(queues.consume_from)
         missing = [name for name in wanted if name not in consumed]

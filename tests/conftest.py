@@ -1,7 +1,9 @@
 """Session-wide real servers for the whole suite.
 
 One Redis and one PostgreSQL serve every test; each test starts from an empty Redis
-database and empty platform tables. Fault tests that stop or kill a server get their
+database and empty platform tables. RabbitMQ starts only when a test asks for it (its
+start-up costs many seconds of CPU), once per session; each RabbitMQ test gets a fresh
+empty virtual host instead of a restarted server. Fault tests that stop or kill a server get their
 own servers from ``server_factory`` so they never disturb the shared ones.
 """
 
@@ -16,7 +18,7 @@ import psycopg2
 import pytest
 import redis
 
-from platform_tasks.harness import PostgresServer, RedisServer
+from platform_tasks.harness import PostgresServer, RabbitMQServer, RedisServer
 from platform_tasks.settings import PlatformSettings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +36,32 @@ def redis_server(servers_dir: Path) -> Iterator[RedisServer]:
     server = RedisServer(servers_dir / "redis", appendfsync="always").start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_server(servers_dir: Path) -> Iterator[RabbitMQServer]:
+    """One RabbitMQ node for the session; a missing package fails the test, never skips."""
+    server = RabbitMQServer(servers_dir / "rabbitmq").start()
+    yield server
+    server.close()
+
+
+_vhosts: list[str] = []
+
+
+@pytest.fixture
+def rabbitmq_url(rabbitmq_server: RabbitMQServer, request: pytest.FixtureRequest) -> str:
+    """URL of a new empty virtual host on the shared RabbitMQ (the previous one is deleted).
+
+    A test that stopped the shared node gets it started again here, so one fault test
+    never breaks the next.
+    """
+    if not rabbitmq_server.running:
+        rabbitmq_server.start()
+    name = f"t{len(_vhosts)}-{request.node.name[:40]}"
+    url = rabbitmq_server.fresh_vhost(name, drop=_vhosts[-1:])
+    _vhosts.append(name)
+    return url
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,8 @@
 
 ``create_app`` asks this module for the Celery settings of the broker transport: the
 platform transport for ``redis://`` and ``rediss://`` brokers, kombu's own when the
-operator sets ``PLATFORM_TRANSPORT=stock``, and a start-up error for Redis setups the
+operator sets ``PLATFORM_TRANSPORT=stock``, kombu's py-amqp transport with quorum-queue
+defaults for RabbitMQ (``platform_tasks.brokers``), and a start-up error for Redis setups the
 platform transport does not support (Sentinel) instead of a worker that misbehaves.
 """
 
@@ -52,8 +53,14 @@ def transport_conf(settings: PlatformSettings, conf: Mapping[str, Any]) -> dict[
     An explicit ``broker_transport`` in ``conf`` wins. Transport options the caller set
     are kept; only missing sweep options are filled in.
     """
+    from platform_tasks.brokers import amqp_conf, amqp_transport_options, broker_kind
+
     url = str(conf.get("broker_url") or settings.effective_broker_url)
     options = dict(conf.get("broker_transport_options") or {})
+    if broker_kind(url) == "amqp":
+        updates = {key: value for key, value in amqp_conf(settings).items() if key not in conf}
+        updates["broker_transport_options"] = amqp_transport_options(options)
+        return updates
     visibility = float(options.get("visibility_timeout", settings.visibility_timeout_seconds))
     options.setdefault("unacked_restore_interval", sweep_interval(visibility))
     # Stock kombu only scans on every Nth timer call; 1 makes the interval the period.

@@ -1,0 +1,176 @@
+"""Which broker a platform app talks to, and what each kind of broker needs from it.
+
+Two kinds of broker keep every guarantee of the contract:
+
+- **Redis** (``redis://``, ``rediss://``, ``unix://``): the platform transport, and delays
+  held in the delay store on the broker's own Redis, promoted atomically onto the queue.
+- **RabbitMQ** (``amqp://``, ``amqps://``, ``pyamqp://``): quorum queues behind topic
+  exchanges, publisher confirms, and delays held by RabbitMQ itself through Celery's
+  native delayed delivery (a chain of quorum queues with at-least-once dead lettering),
+  so a delayed job is a message in a replicated queue from the moment ``schedule``
+  returns. ``docs/brokers.md`` says why this path was chosen over promoting the Redis
+  delay store into RabbitMQ.
+
+Anything else (SQS, the in-memory transport, …) cannot hold delays durably;
+:func:`broker_holds_delays` says so, and a worker on such a broker refuses to start.
+A Redis Cluster is never a broker: kombu has no cluster transport.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from celery import bootsteps
+
+from platform_tasks.errors import ConfigurationError
+from platform_tasks.settings import PlatformSettings, redact_url
+
+BrokerKind = Literal["redis", "amqp", "other"]
+
+REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+AMQP_SCHEMES = frozenset({"amqp", "amqps", "pyamqp"})
+
+CONSUMER_TIMEOUT_MARGIN_SECONDS = 60
+"""How far below RabbitMQ's ``consumer_timeout`` the platform's default hard time limit sits.
+
+The margin covers the time a delivery waits in the worker before its task starts
+(prefetched behind a running job) plus the acknowledgement's trip back.
+"""
+
+
+def broker_scheme(url: str) -> str:
+    """The scheme of the first broker URL, without a ``transport+`` prefix."""
+    from platform_tasks.transport.selection import broker_scheme as scheme
+
+    return scheme(url)
+
+
+def broker_kind(url: str) -> BrokerKind:
+    """``redis``, ``amqp`` or ``other`` for a broker URL."""
+    scheme = broker_scheme(url)
+    if scheme in REDIS_SCHEMES:
+        return "redis"
+    if scheme in AMQP_SCHEMES:
+        return "amqp"
+    return "other"
+
+
+def broker_holds_delays(settings: PlatformSettings) -> bool:
+    """True when the broker keeps a delayed job durably until it is due.
+
+    Redis brokers hold delays in the platform's delay store on the broker's Redis;
+    RabbitMQ holds them in its native delayed-delivery quorum queues. A worker whose
+    broker cannot hold delays must refuse to start, naming ``PLATFORM_BROKER_URL``:
+    retries and ``schedule`` would otherwise lose jobs.
+    """
+    return broker_kind(settings.effective_broker_url) in ("redis", "amqp")
+
+
+def refuse_cluster_broker(settings: PlatformSettings) -> None:
+    """Refuse a Redis Cluster as the broker, which no kombu transport can drive."""
+    if settings.redis_cluster and settings.broker_url is None:
+        raise ConfigurationError(
+            "PLATFORM_REDIS_CLUSTER=true: the broker cannot be a Redis Cluster (kombu has no "
+            "Redis Cluster transport); set PLATFORM_BROKER_URL to a RabbitMQ (amqp://) or a "
+            f"single Redis URL; PLATFORM_REDIS_URL is {redact_url(settings.redis_url)}"
+        )
+
+
+def default_time_limit_seconds(settings: PlatformSettings) -> int:
+    """The hard time limit the platform gives tasks on RabbitMQ when none is configured."""
+    timeout = settings.rabbitmq_consumer_timeout_seconds
+    return max(1, timeout - min(CONSUMER_TIMEOUT_MARGIN_SECONDS, timeout // 2))
+
+
+def amqp_conf(settings: PlatformSettings) -> dict[str, Any]:
+    """Celery settings for a RabbitMQ broker.
+
+    Every queue Celery declares for the platform is a quorum queue behind a topic
+    exchange (native delayed delivery cannot route through direct exchanges), publishes
+    wait for RabbitMQ's confirm, and each task has a hard time limit below
+    ``consumer_timeout`` so a long job is stopped by Celery rather than by RabbitMQ
+    closing the channel and redelivering it forever.
+    """
+    return {
+        "task_default_queue_type": "quorum",
+        "task_default_exchange_type": "topic",
+        "task_create_missing_queue_type": "quorum",
+        "task_create_missing_queue_exchange_type": "topic",
+        "worker_detect_quorum_queues": True,
+        "broker_native_delayed_delivery_queue_type": "quorum",
+        "task_time_limit": default_time_limit_seconds(settings),
+    }
+
+
+def amqp_transport_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Transport options for RabbitMQ: publisher confirms on, Redis-only sweeps left out."""
+    kept = {
+        key: value
+        for key, value in options.items()
+        if key not in ("visibility_timeout", "unacked_restore_interval", "unacked_restore_throttle")
+    }
+    kept.setdefault("confirm_publish", True)
+    return kept
+
+
+def delay_countdown_seconds(seconds: float) -> int:
+    """Whole seconds for RabbitMQ's delayed delivery, rounded up so a job is never early."""
+    return max(1, math.ceil(seconds))
+
+
+def time_limit_problems(app: Any) -> list[str]:
+    """Tasks whose hard time limit is missing or not below RabbitMQ's ``consumer_timeout``.
+
+    RabbitMQ closes the channel of a delivery left unacknowledged longer than
+    ``consumer_timeout`` and requeues the message, so a task running longer would loop
+    forever (late acks). The platform cannot read the broker's setting through AMQP;
+    the operator states it in ``PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS``.
+    """
+    settings: PlatformSettings = app.platform_settings
+    if broker_kind(settings.effective_broker_url) != "amqp":
+        return []
+    timeout = settings.rabbitmq_consumer_timeout_seconds
+    default = app.conf.task_time_limit
+    problems = []
+    names = sorted(name for name in app.tasks if not name.startswith("celery."))
+    for name in names:
+        task = app.tasks[name]
+        limit = getattr(task, "time_limit", None) or default
+        if not limit:
+            problems.append(f"{name} has no time limit")
+        elif float(limit) >= timeout:
+            problems.append(f"{name} has time_limit={limit:g}s")
+    return [
+        f"{problem}, which must be below the broker's consumer_timeout of {timeout}s "
+        "(PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS)"
+        for problem in problems
+    ]
+
+
+def check_time_limits(app: Any) -> None:
+    """Raise :class:`ConfigurationError` listing every task whose limit RabbitMQ would cut."""
+    problems = time_limit_problems(app)
+    if problems:
+        raise ConfigurationError(
+            "a task could outlive RabbitMQ's consumer_timeout and be redelivered forever: "
+            + "; ".join(problems)
+            + ". Lower the task's time_limit, or raise consumer_timeout on the broker and "
+            "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS with it"
+        )
+
+
+class TimeLimitCheckStep(bootsteps.Step):  # type: ignore[misc]
+    """Worker bootstep: a worker whose tasks RabbitMQ would cut off never starts."""
+
+    label = "platform broker time limits"
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        check_time_limits(worker.app)
+
+
+def install(app: Any) -> None:
+    """Check task time limits against RabbitMQ's ``consumer_timeout`` when a worker starts."""
+    app.steps["worker"].add(TimeLimitCheckStep)

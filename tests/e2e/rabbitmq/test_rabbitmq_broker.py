@@ -1,0 +1,158 @@
+"""The platform on a real RabbitMQ broker, driven through real ``celery -A app worker``.
+
+Workers start the way the README says (no ``-Q``), with ``PLATFORM_BROKER_URL`` pointing at
+a fresh virtual host of the session's RabbitMQ node; Redis stays the platform's own Redis
+(the test app counts handler runs there) and PostgreSQL holds the work rows, one row per
+application, so a job applied twice shows as two rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import kombu
+import psycopg2
+import pytest
+import redis
+
+from platform_tasks import QueuePort, create_app
+from platform_tasks.harness import RabbitMQServer, wait_until
+from platform_tasks.settings import PlatformSettings
+from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL, runs_key
+from tests.conftest import REPO_ROOT
+from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
+
+
+def query(database_url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    conn = psycopg2.connect(database_url)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(sql, params)
+            return list(cur.fetchall()) if cur.description else []
+    finally:
+        conn.close()
+
+
+def applied(database_url: str, job_id: object) -> int:
+    rows = query(database_url, "SELECT count(*) FROM public.consumer_work WHERE job_id = %s",
+                 str(job_id))  # fmt: skip
+    return int(rows[0][0])
+
+
+@pytest.fixture
+def broker_settings(rabbitmq_url: str, redis_url: str, database_url: str) -> PlatformSettings:
+    query(database_url, WORK_TABLE_SQL)
+    query(database_url, "TRUNCATE public.consumer_work")
+    return PlatformSettings.build(broker_url=rabbitmq_url, redis_url=redis_url,
+                                  database_url=database_url, profile="test")  # fmt: skip
+
+
+@pytest.fixture
+def port(broker_settings: PlatformSettings) -> Iterator[QueuePort]:
+    app = create_app("rabbitmq_e2e_producer", settings=broker_settings, task_default_queue=QUEUE)
+    qp = QueuePort(app)
+    yield qp
+    qp.close()
+    app.close()
+
+
+class Workers:
+    """Starts ``celery -A tests.apps.consumer_app worker`` (no ``-Q``) on the RabbitMQ vhost."""
+
+    def __init__(self, settings: PlatformSettings, tmp_path: Path, started: list[CeleryProcess]
+                 ) -> None:  # fmt: skip
+        self.env = platform_env(
+            redis_url=settings.redis_url,
+            database_url=settings.database_url,
+            extra={"PLATFORM_BROKER_URL": str(settings.broker_url)},
+        )
+        self.tmp_path = tmp_path
+        self.started = started
+
+    def start(self, name: str = "w1") -> CeleryProcess:
+        argv = worker_argv("tests.apps.consumer_app", concurrency=1, hostname=f"{name}@%h")
+        proc = CeleryProcess(argv, env=self.env, cwd=REPO_ROOT,
+                             log_path=self.tmp_path / f"{name}.log")  # fmt: skip
+        self.started.append(proc.start())
+        proc.wait_for_log("ready.", timeout=120)
+        return proc
+
+
+@pytest.fixture
+def workers(broker_settings: PlatformSettings, tmp_path: Path) -> Iterator[Workers]:
+    with celery_processes() as started:
+        yield Workers(broker_settings, tmp_path, started)
+
+
+def job(key: str, **data: Any) -> dict[str, Any]:
+    return {"tenant_id": "t1", "kind": "tests.consumer.apply", "data": {"key": key, **data}}
+
+
+def test_publish_schedule_and_retry_on_quorum_queues(
+    port: QueuePort, workers: Workers, broker_settings: PlatformSettings,
+    rabbitmq_server: RabbitMQServer, redis_client: redis.Redis,
+) -> None:  # fmt: skip
+    database_url = str(broker_settings.database_url)
+    workers.start()
+    now_id = port.publish(QUEUE, job("now"))
+    run_at = datetime.now(UTC) + timedelta(seconds=2)
+    later_id = port.schedule(QUEUE, job("later"), run_at)
+    retried_id = port.publish(QUEUE, job("retried", fail_times=1))
+    for job_id in (now_id, later_id, retried_id):
+        wait_until(lambda j=job_id: applied(database_url, j) == 1, timeout=90,  # type: ignore[misc]
+                   message=f"job {job_id} applied")  # fmt: skip
+    # Judged by the row the handler wrote (database clock, this machine), not by when we looked.
+    (applied_at,) = query(database_url, "SELECT applied_at FROM public.consumer_work "
+                          "WHERE job_id = %s", str(later_id))[0]  # fmt: skip
+    assert applied_at >= run_at, "the delayed job ran before run_at"
+    assert int(redis_client.get(runs_key(retried_id)) or 0) == 2, "one failure, one retry"
+    assert int(redis_client.get(runs_key(now_id)) or 0) == 1
+    vhost = str(broker_settings.broker_url).rsplit("/", 1)[1]
+    types = dict(
+        line.split("\t") for line in rabbitmq_server.ctl(
+            "list_queues", "-p", vhost, "--quiet", "--no-table-headers", "name", "type"
+        ).splitlines() if "\t" in line
+    )  # fmt: skip
+    assert types[QUEUE] == "quorum", types
+    assert types["celery_delayed_0"] == "quorum", "delays wait in quorum queues"
+    assert {applied(database_url, j) for j in (now_id, later_id, retried_id)} == {1}
+
+
+def test_a_delayed_job_survives_a_rabbitmq_crash(
+    port: QueuePort, workers: Workers, broker_settings: PlatformSettings,
+    rabbitmq_server: RabbitMQServer, redis_client: redis.Redis,
+) -> None:  # fmt: skip
+    """No worker runs while the job waits; the node is SIGKILLed and started again."""
+    database_url = str(broker_settings.database_url)
+    run_at = datetime.now(UTC) + timedelta(seconds=3)
+    job_id = port.schedule(QUEUE, job("survivor"), run_at)
+    port.close()  # the publisher's connection dies with the node
+    rabbitmq_server.restart(kill=True)
+    workers.start()
+    wait_until(lambda: applied(database_url, job_id) == 1, timeout=120,
+               message="delayed job applied after the broker crash")  # fmt: skip
+    assert int(redis_client.get(runs_key(job_id)) or 0) == 1
+
+
+def test_a_sigkilled_worker_s_job_is_redelivered_and_applied_once(
+    port: QueuePort, workers: Workers, broker_settings: PlatformSettings,
+    redis_client: redis.Redis,
+) -> None:  # fmt: skip
+    database_url = str(broker_settings.database_url)
+    first = workers.start("w1")
+    job_id = port.publish(QUEUE, job("blocked", block=True))
+    wait_until(lambda: redis_client.llen("test:started") >= 1, timeout=90,
+               message="handler started")  # fmt: skip
+    first.kill_group()  # worker and pool child die mid-handler; its connection closes
+    redis_client.set(f"test:release:{job_id}", 1)
+    workers.start("w2")
+    wait_until(lambda: applied(database_url, job_id) == 1, timeout=120,
+               message="redelivered job applied")  # fmt: skip
+    assert int(redis_client.get(runs_key(job_id)) or 0) == 2, "ran in w1 (killed), then in w2"
+    assert applied(database_url, job_id) == 1
+    with kombu.Connection(str(broker_settings.broker_url)) as conn:
+        _, ready, _ = conn.default_channel.queue_declare(QUEUE, passive=True)
+    assert ready == 0
