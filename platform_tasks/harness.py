@@ -512,7 +512,7 @@ class RabbitMQServer:
         return self
 
     def _wait_ready(self, timeout: float) -> None:
-        import amqp
+        import amqp  # type: ignore[import-untyped]
 
         def ready() -> bool:
             if self._process is not None and not self._process.running:
@@ -562,9 +562,7 @@ class RabbitMQServer:
         restart, which costs seconds of CPU on a shared machine.
         """
         who = '<<"platform-tests">>'
-        steps = [
-            f'rabbit_vhost:delete(<<"{old}">>, {who})' for old in [*drop, name]
-        ]
+        steps = [f'rabbit_vhost:delete(<<"{old}">>, {who})' for old in [*drop, name]]
         steps.append(f'rabbit_vhost:add(<<"{name}">>, {who})')
         steps.append(
             f'rabbit_auth_backend_internal:set_permissions(<<"{self.user}">>, <<"{name}">>, '

@@ -58,9 +58,9 @@ def transport_conf(settings: PlatformSettings, conf: Mapping[str, Any]) -> dict[
     url = str(conf.get("broker_url") or settings.effective_broker_url)
     options = dict(conf.get("broker_transport_options") or {})
     if broker_kind(url) == "amqp":
-        updates = {key: value for key, value in amqp_conf(settings).items() if key not in conf}
-        updates["broker_transport_options"] = amqp_transport_options(options)
-        return updates
+        amqp = {key: value for key, value in amqp_conf(settings).items() if key not in conf}
+        amqp["broker_transport_options"] = amqp_transport_options(options)
+        return amqp
     visibility = float(options.get("visibility_timeout", settings.visibility_timeout_seconds))
     options.setdefault("unacked_restore_interval", sweep_interval(visibility))
     # Stock kombu only scans on every Nth timer call; 1 makes the interval the period.

@@ -121,19 +121,19 @@ def test_publish_schedule_and_retry_on_quorum_queues(
     assert {applied(database_url, j) for j in (now_id, later_id, retried_id)} == {1}
 
 
-def test_a_delayed_job_survives_a_rabbitmq_crash(
+def test_a_delayed_job_survives_a_rabbitmq_restart(
     port: QueuePort, workers: Workers, broker_settings: PlatformSettings,
     rabbitmq_server: RabbitMQServer, redis_client: redis.Redis,
 ) -> None:  # fmt: skip
-    """No worker runs while the job waits; the node is SIGKILLed and started again."""
+    """No worker runs while the job waits; the node stops (SIGTERM) and starts again."""
     database_url = str(broker_settings.database_url)
     run_at = datetime.now(UTC) + timedelta(seconds=3)
     job_id = port.schedule(QUEUE, job("survivor"), run_at)
     port.close()  # the publisher's connection dies with the node
-    rabbitmq_server.restart(kill=True)
+    rabbitmq_server.restart()
     workers.start()
     wait_until(lambda: applied(database_url, job_id) == 1, timeout=120,
-               message="delayed job applied after the broker crash")  # fmt: skip
+               message="delayed job applied after the broker restart")  # fmt: skip
     assert int(redis_client.get(runs_key(job_id)) or 0) == 1
 
 

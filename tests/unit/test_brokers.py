@@ -1,0 +1,120 @@
+"""Broker kinds, RabbitMQ defaults and the start-up refusals, without any server."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from platform_tasks import create_app
+from platform_tasks.brokers import (
+    broker_holds_delays,
+    check_time_limits,
+    delay_countdown_seconds,
+)
+from platform_tasks.errors import ConfigurationError
+from platform_tasks.settings import PlatformSettings
+from tests.conftest import REPO_ROOT
+from tests.support.processes import CELERY, platform_env
+
+AMQP = "amqp://platform:s3cret@127.0.0.1:5672/%2F"
+
+
+@pytest.mark.parametrize(
+    ("broker", "holds"),
+    [
+        (None, True),
+        ("redis://127.0.0.1:6379/1", True),
+        ("rediss://127.0.0.1:6380/0", True),
+        (AMQP, True),
+        ("pyamqp://127.0.0.1//", True),
+        ("sqs://", False),
+        ("memory://", False),
+    ],
+)
+def test_broker_holds_delays(broker: str | None, holds: bool) -> None:
+    settings = PlatformSettings.build(broker_url=broker)
+    assert broker_holds_delays(settings) is holds
+
+
+def test_a_redis_cluster_broker_is_refused_naming_the_settings() -> None:
+    settings = PlatformSettings.build(redis_url="redis://:pw123@10.0.0.1:7000/0",
+                                      redis_cluster=True)  # fmt: skip
+    with pytest.raises(ConfigurationError) as caught:
+        create_app("cluster_broker", settings=settings)
+    message = str(caught.value)
+    assert "PLATFORM_REDIS_CLUSTER" in message and "PLATFORM_BROKER_URL" in message
+    assert "kombu has no Redis Cluster transport" in message
+    assert "pw123" not in message
+
+
+def test_a_cluster_for_coordination_with_rabbitmq_as_broker_is_accepted() -> None:
+    settings = PlatformSettings.build(redis_url="redis://10.0.0.1:7000/0", redis_cluster=True,
+                                      broker_url=AMQP)  # fmt: skip
+    app = create_app("cluster_coordination", settings=settings)
+    assert app.conf.broker_url == AMQP
+
+
+def test_rabbitmq_gets_quorum_queues_topic_exchanges_and_confirms() -> None:
+    app = create_app("amqp_defaults", settings=PlatformSettings.build(broker_url=AMQP))
+    assert app.conf.task_default_queue_type == "quorum"
+    assert app.conf.task_default_exchange_type == "topic"
+    assert app.conf.task_create_missing_queue_type == "quorum"
+    assert app.conf.task_create_missing_queue_exchange_type == "topic"
+    assert app.conf.worker_detect_quorum_queues is True
+    assert app.conf.broker_transport_options["confirm_publish"] is True
+    assert "visibility_timeout" not in app.conf.broker_transport_options
+    queue = app.amqp.queues["reports"]  # a queue created on first use, as a route does
+    assert queue.queue_arguments == {"x-queue-type": "quorum"}
+    assert queue.exchange.type == "topic"
+    assert app.conf.task_time_limit == 1800 - 60
+
+
+def test_redis_settings_are_left_as_they_were() -> None:
+    app = create_app("redis_defaults", settings=PlatformSettings.build())
+    assert "confirm_publish" not in app.conf.broker_transport_options
+    assert app.conf.task_default_queue_type == "classic"
+    assert app.conf.task_time_limit is None
+
+
+def test_a_time_limit_above_the_consumer_timeout_is_refused() -> None:
+    settings = PlatformSettings.build(broker_url=AMQP, rabbitmq_consumer_timeout_seconds=600)
+    app = create_app("amqp_limits", settings=settings)
+
+    @app.task(name="tests.long", time_limit=900)
+    def long() -> None: ...
+
+    @app.task(name="tests.short", time_limit=30)
+    def short() -> None: ...
+
+    with pytest.raises(ConfigurationError) as caught:
+        check_time_limits(app)
+    message = str(caught.value)
+    assert "tests.long has time_limit=900s" in message
+    assert "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS" in message
+    assert "tests.short" not in message
+
+
+def test_delays_round_up_to_whole_seconds_never_early() -> None:
+    assert delay_countdown_seconds(0.2) == 1
+    assert delay_countdown_seconds(2.0) == 2
+    assert delay_countdown_seconds(2.01) == 3
+
+
+def test_a_worker_refuses_to_start_when_rabbitmq_would_cut_its_task(tmp_path: Path) -> None:
+    """No broker needed: the check runs while the worker is built, before it connects."""
+    env = platform_env(redis_url="redis://127.0.0.1:1/0", database_url=None, extra={
+        "PLATFORM_BROKER_URL": "amqp://platform:s3cret@127.0.0.1:1/%2F",
+        "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS": "600",
+        "PLATFORM_JOBS_ENABLED": "false",  # no scheduled jobs: their Redis check would come first
+    })  # fmt: skip
+    result = subprocess.run(
+        [CELERY, "-A", "tests.apps.long_task_app", "worker", "--loglevel", "INFO"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "tests.long.report has time_limit=3600s" in output
+    assert "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS" in output
+    assert "s3cret" not in output
