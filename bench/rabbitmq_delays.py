@@ -1,8 +1,9 @@
 """Due-to-queue latency of delayed jobs on RabbitMQ (native delayed delivery).
 
 Schedules ``--jobs`` envelopes through ``QueuePort.schedule`` on a RabbitMQ node started by
-the harness, each due ``--delay`` seconds after it was scheduled, and consumes the job
-queue directly: latency is the time a message reached a consumer minus its ``run_at``.
+the harness, each due ``--delay`` seconds after it was scheduled, while a consumer on the
+job queue records arrivals: latency is the time a message reached the consumer minus its
+``run_at``.
 Whole-second rounding (up) is part of what is measured.
 
     .venv/bin/python bench/rabbitmq_delays.py --jobs 10000 --delay 5
@@ -11,9 +12,12 @@ Whole-second rounding (up) is part of what is measured.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import socket
 import statistics
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -39,6 +43,32 @@ def main() -> None:
         app = create_app("bench_rabbitmq_delays", settings=settings)
         port = QueuePort(app)
         due: dict[str, float] = {}
+        latencies: list[float] = []
+        ready = threading.Event()
+        done = threading.Event()
+
+        def consume() -> None:
+            with kombu.Connection(server.url) as conn:
+                queue = kombu.Queue(QUEUE, kombu.Exchange(QUEUE, "topic"), QUEUE,
+                                    queue_arguments={"x-queue-type": "quorum"})  # fmt: skip
+
+                def on_message(body: object, message: kombu.Message) -> None:
+                    arrived = time.time()
+                    job_id = message.headers["id"]
+                    while job_id not in due:  # scheduled, confirmed, not yet recorded
+                        time.sleep(0.001)
+                    latencies.append(arrived - due[job_id])
+                    message.ack()
+
+                with conn.Consumer(queue, callbacks=[on_message], prefetch_count=500):
+                    ready.set()
+                    while not done.is_set():
+                        with contextlib.suppress(TimeoutError, socket.timeout):
+                            conn.drain_events(timeout=1)
+
+        consumer = threading.Thread(target=consume, daemon=True)
+        consumer.start()
+        ready.wait(60)
         started = time.monotonic()
         for i in range(args.jobs):
             run_at = datetime.now(UTC) + timedelta(seconds=args.delay)
@@ -46,22 +76,11 @@ def main() -> None:
                                            "data": {"i": i}}, run_at)  # fmt: skip
             due[str(job_id)] = run_at.timestamp()
         scheduled_s = time.monotonic() - started
-        latencies: list[float] = []
-        with kombu.Connection(server.url) as conn:
-            queue = kombu.Queue(QUEUE, kombu.Exchange(QUEUE, "topic"), QUEUE,
-                                queue_arguments={"x-queue-type": "quorum"})  # fmt: skip
-
-            def on_message(body: object, message: kombu.Message) -> None:
-                latencies.append(time.time() - due[message.headers["id"]])
-                message.ack()
-
-            with conn.Consumer(queue, callbacks=[on_message], prefetch_count=500):
-                deadline = time.monotonic() + args.delay + 120 + scheduled_s
-                while len(latencies) < args.jobs and time.monotonic() < deadline:
-                    try:
-                        conn.drain_events(timeout=1)
-                    except TimeoutError:
-                        pass
+        deadline = time.monotonic() + args.delay + 300
+        while len(latencies) < args.jobs and time.monotonic() < deadline:
+            time.sleep(0.2)
+        done.set()
+        consumer.join(10)
         port.close()
     latencies.sort()
     p50 = statistics.median(latencies)

@@ -72,9 +72,9 @@ class Workers:
         self.tmp_path = tmp_path
         self.started = started
 
-    def start(self, name: str = "w1") -> CeleryProcess:
+    def start(self, name: str = "w1", **extra: str) -> CeleryProcess:
         argv = worker_argv("tests.apps.consumer_app", concurrency=1, hostname=f"{name}@%h")
-        proc = CeleryProcess(argv, env=self.env, cwd=REPO_ROOT,
+        proc = CeleryProcess(argv, env={**self.env, **extra}, cwd=REPO_ROOT,
                              log_path=self.tmp_path / f"{name}.log")  # fmt: skip
         self.started.append(proc.start())
         proc.wait_for_log("ready.", timeout=120)
@@ -156,3 +156,35 @@ def test_a_sigkilled_worker_s_job_is_redelivered_and_applied_once(
     with kombu.Connection(str(broker_settings.broker_url)) as conn:
         _, ready, _ = conn.default_channel.queue_declare(QUEUE, passive=True)
     assert ready == 0
+
+
+def test_a_job_longer_than_consumer_timeout_neither_loops_nor_is_lost(
+    port: QueuePort, workers: Workers, broker_settings: PlatformSettings,
+    rabbitmq_server: RabbitMQServer, redis_client: redis.Redis,
+) -> None:  # fmt: skip
+    """The node's consumer_timeout is lowered to 8 s for this test (channels opened after).
+
+    The worker is told the same value, so its tasks get a hard time limit of 4 s: the
+    blocked job is stopped by Celery before RabbitMQ would close the channel, requeued,
+    counted as a redelivery and dead-lettered at the crash-loop cap of 2 deliveries.
+    """
+    database_url = str(broker_settings.database_url)
+    rabbitmq_server.set_consumer_timeout(8000)
+    try:
+        worker = workers.start("w1", PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS="8",
+                               CONSUMER_TEST_MAX_ATTEMPTS="2")  # fmt: skip
+        job_id = port.publish(QUEUE, job("endless", block=True))
+        wait_until(
+            lambda: bool(query(database_url, "SELECT 1 FROM core.dead_letters WHERE job_id = %s",
+                               str(job_id))),
+            timeout=120, message="timed-out job dead-lettered",
+        )  # fmt: skip
+        (reason,) = query(database_url, "SELECT reason FROM core.dead_letters "
+                          "WHERE job_id = %s", str(job_id))[0]  # fmt: skip
+        assert reason == "crash_loop"
+        assert int(redis_client.get(runs_key(job_id)) or 0) == 2
+        assert applied(database_url, job_id) == 0
+        assert "TimeLimitExceeded" in worker.log()
+        assert "PRECONDITION_FAILED" not in worker.log(), "RabbitMQ cut the delivery first"
+    finally:
+        rabbitmq_server.set_consumer_timeout(1_800_000)
