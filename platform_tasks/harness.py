@@ -571,6 +571,10 @@ class RabbitMQServer:
         self.eval(", ".join(f"catch {step}" for step in steps) + ", ok.")
         return self.url_for_vhost(name)
 
+    def delete_vhost(self, name: str) -> None:
+        """Delete vhost ``name`` and everything in it."""
+        self.eval(f'rabbit_vhost:delete(<<"{name}">>, <<"platform-tests">>).')
+
     def set_consumer_timeout(self, milliseconds: int) -> None:
         """Change ``consumer_timeout`` on the running node (channels opened from now on)."""
         self.eval(f"application:set_env(rabbit, consumer_timeout, {int(milliseconds)}).")

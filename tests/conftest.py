@@ -58,7 +58,8 @@ def rabbitmq_url(rabbitmq_server: RabbitMQServer, request: pytest.FixtureRequest
     """
     if not rabbitmq_server.running:
         rabbitmq_server.start()
-    name = f"t{len(_vhosts)}-{request.node.name[:40]}"
+    label = "".join(c if c.isalnum() or c in "-_" else "_" for c in request.node.name[:40])
+    name = f"t{len(_vhosts)}-{label}"
     url = rabbitmq_server.fresh_vhost(name, drop=_vhosts[-1:])
     _vhosts.append(name)
     return url

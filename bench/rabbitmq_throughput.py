@@ -1,0 +1,153 @@
+"""PlatformTask on RabbitMQ against a plain Celery task doing the same INSERT on RabbitMQ,
+and against the PlatformTask on Redis, in the same run.
+
+Usage: .venv/bin/python bench/rabbitmq_throughput.py [--jobs 2000] [--runs 3]
+
+One RabbitMQ node, one Redis and one PostgreSQL from the harness; one ``-P prefork -c 2``
+worker per variant (``bench/consumer_app.py``). The queue is filled first, then the worker
+starts; the clock runs from the moment a tenth of the jobs were taken to the last row
+written. Each ratio is taken within one run; the median over runs is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import kombu
+import psycopg2
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from platform_tasks.harness import (  # noqa: E402
+    PostgresServer,
+    RabbitMQServer,
+    RedisServer,
+    wait_until,
+)
+from platform_tasks.migrations import migrate  # noqa: E402
+
+
+def rows(db_url: str) -> int:
+    conn = psycopg2.connect(db_url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM public.bench_work")
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def ready_count(broker_url: str, queue: str) -> int:
+    if broker_url.startswith("redis"):
+        with redis.Redis.from_url(broker_url) as client:
+            return int(client.llen(queue))
+    with kombu.Connection(broker_url) as conn:
+        _, count, _ = conn.default_channel.queue_declare(queue, passive=True)
+        return int(count)
+
+
+def run_variant(task: str, broker_url: str, jobs: int, redis_url: str, db_url: str,
+                log: Path, run: int) -> float:  # fmt: skip
+    queue = f"bench_{task.split('.')[1]}_{broker_url[:4]}_{run}"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PLATFORM_REDIS_URL=redis_url,
+               PLATFORM_DATABASE_URL=db_url, PLATFORM_BROKER_URL=broker_url)  # fmt: skip
+    fill = (
+        "import sys\n"
+        "from bench.consumer_app import app\n"
+        "from platform_tasks.envelope import uuid7\n"
+        "task, queue, jobs = sys.argv[1], sys.argv[2], int(sys.argv[3])\n"
+        "with app.producer_or_acquire() as producer:\n"
+        "    for _ in range(jobs):\n"
+        "        env = {'job_id': str(uuid7()), 'tenant_id': 'bench', 'correlation_id': 'bench',\n"
+        "               'kind': task, 'data': {}}\n"
+        "        app.send_task(task, args=[env], queue=queue, producer=producer)\n"
+    )
+    subprocess.run([sys.executable, "-c", fill, task, queue, str(jobs)], cwd=ROOT, env=env,
+                   check=True)  # fmt: skip
+    assert ready_count(broker_url, queue) == jobs
+    argv = [str(Path(sys.executable).parent / "celery"), "-A", "bench.consumer_app", "worker",
+            "-P", "prefork", "-c", "2", "-Q", queue, "--without-mingle", "--without-gossip",
+            "--loglevel", "WARNING"]  # fmt: skip
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    try:
+        warm = jobs // 10
+        wait_until(lambda: ready_count(broker_url, queue) <= jobs - warm, timeout=120,
+                   interval=0.01)  # fmt: skip
+        start = time.perf_counter()
+        wait_until(lambda: rows(db_url) >= jobs, timeout=600, interval=0.05)
+        elapsed = time.perf_counter() - start
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+    conn = psycopg2.connect(db_url)
+    with conn, conn.cursor() as cur:
+        cur.execute("TRUNCATE public.bench_work, core.processed_jobs")
+    conn.close()
+    return (jobs - warm) / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="bench-rabbitmq-"))
+    os.chmod(base, 0o755)
+    rs = RedisServer(base / "redis").start()
+    pg = PostgresServer(base / "pg" / "data").start()
+    mq = RabbitMQServer(base / "rabbitmq").start()
+    try:
+        migrate(pg.url)
+        conn = psycopg2.connect(pg.url)
+        with conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE IF NOT EXISTS public.bench_work (job_id uuid PRIMARY KEY)")
+        conn.close()
+        vs_plain: list[float] = []
+        vs_redis: list[float] = []
+        variants = [("bench.plain", mq.url), ("bench.platform", mq.url),
+                    ("bench.platform", rs.url)]  # fmt: skip
+        for run in range(1, args.runs + 1):
+            order = variants if run % 2 else variants[::-1]
+            rate = {}
+            for task, broker in order:
+                rate[(task, broker)] = run_variant(task, broker, args.jobs, rs.url, pg.url,
+                                                   base / "worker.log", run)  # fmt: skip
+                print(f"run {run} {task} on {broker.split(':')[0]}: "
+                      f"{rate[(task, broker)]:.0f} jobs/s", flush=True)  # fmt: skip
+            platform_mq = rate[("bench.platform", mq.url)]
+            vs_plain.append(platform_mq / rate[("bench.plain", mq.url)])
+            vs_redis.append(platform_mq / rate[("bench.platform", rs.url)])
+            print(f"run {run} platform/plain on RabbitMQ = {vs_plain[-1]:.2f} (target >= 0.85); "
+                  f"platform RabbitMQ/Redis = {vs_redis[-1]:.2f}", flush=True)  # fmt: skip
+        print(
+            f"platform/plain on RabbitMQ: median {statistics.median(vs_plain):.2f} "
+            f"(min {min(vs_plain):.2f}, max {max(vs_plain):.2f}) over {args.runs} runs"
+        )
+        print(
+            f"platform RabbitMQ/Redis: median {statistics.median(vs_redis):.2f} "
+            f"(min {min(vs_redis):.2f}, max {max(vs_redis):.2f})"
+        )
+    finally:
+        mq.close()
+        pg.stop()
+        rs.stop()
+
+
+if __name__ == "__main__":
+    main()
