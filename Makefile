@@ -8,7 +8,7 @@ install:
 run: install
 	.venv/bin/platform-tasks dev
 
-# The whole test suite against real Redis and PostgreSQL servers it starts itself.
+# The whole test suite against real Redis, PostgreSQL and RabbitMQ servers it starts itself.
 test: install
 	.venv/bin/python -m pytest
 
@@ -29,3 +29,5 @@ bench: install
 	.venv/bin/python bench/beat_admission.py --jobs 500 --seconds 40
 	.venv/bin/python bench/jobdocs_static_vs_runtime.py --files 2000 --repeat 5
 	.venv/bin/python bench/dead_letters_purge.py --rows 500000 --batch-sizes 1000,5000,20000
+	.venv/bin/python bench/rabbitmq_throughput.py --jobs 1000 --runs 2
+	.venv/bin/python bench/rabbitmq_delays.py --jobs 10000 --delay 5
