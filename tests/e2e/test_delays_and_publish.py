@@ -36,7 +36,7 @@ def test_publish_and_schedule_reach_a_real_worker(redis_url: str, tmp_path: Path
                        extra={"PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1"})  # fmt: skip
     with celery_processes() as started:
         worker = CeleryProcess(
-            worker_argv("tests.apps.basic_app", queues="default", concurrency=1),
+            worker_argv("tests.apps.basic_app", concurrency=1),
             env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log",
         ).start()  # fmt: skip
         started.append(worker)
