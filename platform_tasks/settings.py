@@ -169,6 +169,20 @@ class PlatformSettings(BaseSettings):
     delay_poll_interval_seconds: float = Field(default=0.5, gt=0, le=60)
     delay_batch_size: int = Field(default=500, ge=1, le=10_000)
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    processed_jobs_purge_cron: str = "17 3 * * *"
+    """When the shipped ``platform.processed_jobs_cleanup`` job runs (5-field cron, UTC)."""
+    dead_letter_report_cron: str = "5 * * * *"
+    """When the shipped ``platform.dead_letter_age_report`` job runs (5-field cron, UTC)."""
+
+    @field_validator("processed_jobs_purge_cron", "dead_letter_report_cron")
+    @classmethod
+    def _five_field_cron(cls, value: str) -> str:
+        from croniter import croniter
+
+        fields = value.split()
+        if len(fields) != 5 or not croniter.is_valid(value):
+            raise ValueError(f"{value!r} is not a 5-field cron expression (e.g. '17 3 * * *')")
+        return " ".join(fields)
 
     @field_validator("jobs_include", "jobs_exclude", mode="before")
     @classmethod

@@ -23,6 +23,7 @@ import sentry_sdk
 from platform_tasks.jobs.discovery import JobSet
 from platform_tasks.jobs.points import from_ms
 from platform_tasks.leases import JobLeases, LeaseOutcome
+from platform_tasks.scheduler_metrics import lease_renewal_failed
 
 __all__ = ["JobContext", "RunOutcome", "RunRegistry", "run_point"]
 
@@ -105,8 +106,11 @@ class _Renewer(threading.Thread):
                 )
             except redis.RedisError as exc:
                 outcome, reason = LeaseOutcome.LOST, f"redis error: {exc}"
+                lease_renewal_failed(self.run_.job, "redis_error")
             else:
                 reason = outcome.value
+                if outcome is not LeaseOutcome.RENEWED:
+                    lease_renewal_failed(self.run_.job, "lost")
             if outcome is not LeaseOutcome.RENEWED:
                 logger.warning(
                     "lease of %s could not be renewed (%s); cancellation requested",
