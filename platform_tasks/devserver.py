@@ -22,6 +22,7 @@ from pathlib import Path
 
 from platform_tasks.harness import PostgresServer, RedisServer, free_port, wait_until
 from platform_tasks.migrations import migrate
+from platform_tasks.settings import PlatformSettings, redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +99,9 @@ class DevPlatform:
         return self.options.data_dir / "logs"
 
     def start_servers(self) -> None:
+        # Validate what the operator set before starting anything: a bad URL fails here,
+        # naming its variable with the password masked, instead of inside a child process.
+        PlatformSettings.from_env()
         redis_url = os.environ.get("PLATFORM_REDIS_URL")
         database_url = os.environ.get("PLATFORM_DATABASE_URL")
         data = self.options.data_dir
@@ -108,13 +112,13 @@ class DevPlatform:
             redis_url = self.redis.url
             self.say(f"Redis       {redis_url} (embedded, files in {data / 'redis'})")
         else:
-            self.say(f"Redis       {redis_url} (from PLATFORM_REDIS_URL)")
+            self.say(f"Redis       {redact_url(redis_url)} (from PLATFORM_REDIS_URL)")
         if not database_url:
             self.postgres = PostgresServer(data / "postgres" / "data").start()
             database_url = self.postgres.url
             self.say(f"PostgreSQL  {database_url} (embedded, files in {self.postgres.data_dir})")
         else:
-            self.say(f"PostgreSQL  {database_url} (from PLATFORM_DATABASE_URL)")
+            self.say(f"PostgreSQL  {redact_url(database_url)} (from PLATFORM_DATABASE_URL)")
         applied = migrate(database_url)
         self.say(f"Migrations  {'applied ' + str(applied) if applied else 'up to date'}")
         self.env = {k: v for k, v in os.environ.items()}
