@@ -103,16 +103,24 @@ def configure_alerts(dsn: str | None) -> bool:
             return True
         if not dsn:
             return False
+        from sentry_sdk.integrations.atexit import AtexitIntegration
+
         _install_hooks()
         # Local variables of the failing frames hold the envelope and its data: payload
         # data must not leave the process unless a task opts in, so they are not sent.
+        # The only integration: send what is queued when a command exits (quietly).
         sentry_sdk.init(
             dsn=dsn,
             default_integrations=False,
+            integrations=[AtexitIntegration(callback=_quiet_exit)],
             send_default_pii=False,
             include_local_variables=False,
         )
         return True
+
+
+def _quiet_exit(pending: int, timeout: float) -> None:
+    """Flush at exit without the SDK's message on stderr (it is not ours to print)."""
 
 
 def sentry_enabled() -> bool:
