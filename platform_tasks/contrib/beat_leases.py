@@ -93,9 +93,11 @@ class _Renewer(threading.Thread):
                                extra={"event": "beat_leases.renew_error"})  # fmt: skip
                 continue
             if outcome is not LeaseOutcome.RENEWED:
+                holder = self.leases.lease_holder(self.grant.job)
                 logger.warning(
-                    "lease of %s was lost while the task runs; its next point may overlap",
-                    self.grant.job, extra={"event": "beat_leases.lease_lost"},
+                    "lease of %s was lost while the task runs (now held by %s); its next "
+                    "point may overlap", self.grant.job, holder or "nobody",
+                    extra={"event": "beat_leases.lease_lost"},
                 )  # fmt: skip
                 return
 
@@ -126,7 +128,22 @@ class _LeaseKeeper:
         grant = LeaseGrant.from_request(request)
         if grant is None:
             return
-        renewer = _Renewer(self._leases_for(grant), grant)
+        leases = self._leases_for(grant)
+        try:
+            # At once, not after ttl / 3: the trigger may have waited in the queue for
+            # most of its lease. Taken back if it lapsed meanwhile and nobody holds it.
+            outcome, _ = leases.renew(grant.job, token=grant.token, lease_ttl_ms=grant.ttl_ms,
+                                      reacquire=True)  # fmt: skip
+        except redis.RedisError as exc:
+            logger.warning("lease renewal of %s failed: %s", grant.job, exc,
+                           extra={"event": "beat_leases.renew_error"})  # fmt: skip
+        else:
+            if outcome is not LeaseOutcome.RENEWED:
+                logger.warning(
+                    "%s starts without its lease (another point holds it): runs may overlap",
+                    grant.job, extra={"event": "beat_leases.lease_lost"},
+                )  # fmt: skip
+        renewer = _Renewer(leases, grant)
         with self._lock:
             self._running[task_id] = renewer
         renewer.start()

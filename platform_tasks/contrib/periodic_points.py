@@ -33,7 +33,10 @@ from platform_tasks.errors import ConfigurationError
 from platform_tasks.jobs.definition import MAX_DEFAULT_LEASE
 from platform_tasks.jobs.points import from_ms, local_to_utc, to_ms
 
-__all__ = ["CLOCKED_WINDOW", "PeriodicTaskError", "TaskPoints", "points_for"]
+__all__ = ["CLOCKED_WINDOW", "MIN_LEASE", "PeriodicTaskError", "TaskPoints", "points_for"]
+
+MIN_LEASE = timedelta(minutes=1)
+"""The shortest running lease of a periodic task (see :meth:`TaskPoints.lease_ttl_ms`)."""
 
 CLOCKED_WINDOW = timedelta(minutes=1)
 """How long after its ``clocked_time`` a clocked task may still be admitted."""
@@ -86,8 +89,12 @@ class TaskPoints:
 
     @staticmethod
     def lease_ttl_ms(point_ms: int, period_end_ms: int) -> int:
-        """The running lease: the point's period, at least 1 s, at most one hour."""
-        return max(1000, min(period_end_ms - point_ms, MAX_DEFAULT_LEASE // _ONE_MS))
+        """The running lease: the point's period, at least :data:`MIN_LEASE`, at most an
+        hour. The floor covers the time a trigger waits in the queue before the worker
+        first renews the lease; a run releases it when it ends, so it does not slow a
+        short task's cadence."""
+        period = period_end_ms - point_ms
+        return max(MIN_LEASE // _ONE_MS, min(period, MAX_DEFAULT_LEASE // _ONE_MS))
 
     def _next(self, ms: int) -> int | None:
         if self.interval_ms is not None:

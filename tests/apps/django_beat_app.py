@@ -3,7 +3,8 @@
 Beat runs ``-S platform_tasks.contrib.django_celery_beat:LeaseDatabaseScheduler``; the
 worker renews the lease of each run. ``tests.django_beat.record`` appends one JSON line
 per run to the Redis list ``test:dcb:runs``: the periodic task's label, the point from the
-lease header, and when the run started and ended.
+lease header, and when the run started and ended. A trigger the worker discards because
+it expired (it waited in the queue past its period) is appended with ``expired: true``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from typing import Any
 
 import redis
+from celery.signals import task_revoked
 
 from platform_tasks import create_app
 from platform_tasks.contrib.beat_leases import LeaseGrant, install_lease_renewal
@@ -35,3 +37,12 @@ def record(self: Any, label: str, seconds: float = 0.0) -> None:
         "label": label, "point_ms": grant.point_ms if grant else None, "start": started,
         "end": time.time(), "pid": os.getpid(),
     }))  # fmt: skip
+
+
+@task_revoked.connect
+def _record_expired(request: Any = None, expired: bool = False, **_: Any) -> None:
+    grant = LeaseGrant.from_request(request)
+    if expired and grant is not None:
+        _redis.rpush(RUNS, json.dumps({
+            "label": request.args[0], "point_ms": grant.point_ms, "expired": True,
+        }))  # fmt: skip

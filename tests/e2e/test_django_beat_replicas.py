@@ -1,7 +1,8 @@
 """Three real ``celery beat -S platform_tasks.contrib.django_celery_beat:LeaseDatabaseScheduler``
 replicas and one worker, schedules in PostgreSQL edited through Django's ORM (as admin does).
 
-Checked from the worker's own run records and the rows: each point runs at most once, an
+Checked from the worker's own records (runs, and triggers it discarded because they
+expired in the queue: both are admitted points) and the rows: each point runs at most once, an
 interval edit is picked up, enabling or editing a task whose ``last_run_at`` is long past
 does not run it, a one-off runs once and disables itself, a run holding its lease makes
 its next points skip (no overlap), and only the admitting replica writes the run
@@ -50,7 +51,12 @@ def test_three_replicas_edits_one_off_and_overlap(
     postgres_server: PostgresServer, redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     database_url = django_beat_database(postgres_server)  # sets Django up: import after it
-    from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
+    from django_celery_beat.models import (
+        CrontabSchedule,
+        IntervalSchedule,
+        PeriodicTask,
+        PeriodicTasks,
+    )
 
     second = IntervalSchedule.objects.create(every=1, period="seconds")
     two = IntervalSchedule.objects.create(every=2, period="seconds")
@@ -85,7 +91,7 @@ def test_three_replicas_edits_one_off_and_overlap(
             return len(_of(_runs(redis_client), label))
 
         try:
-            wait_until(lambda: count("ticking") >= 5, timeout=60, message="5 ticking runs")
+            wait_until(lambda: count("ticking") >= 4, timeout=60, message="4 ticking runs")
             # admin edits (saved with their change signal, as admin does, but only the
             # edited field: the test's instances hold stale run counts): ticking every
             # 2 s; the crontab gets another schedule; the disabled one is enabled
@@ -99,19 +105,28 @@ def test_three_replicas_edits_one_off_and_overlap(
             enabled.save(update_fields=["enabled"])
             PeriodicTask.objects.filter(pk=enabled.pk).update(last_run_at=LONG_AGO)
             edit_ms = int(time.time() * 1000)
-            # the reload happens within beat's 5 s loop; then at least 4 even-second runs
+            # the reload happens within beat's 5 s loop; then at least 3 even-second runs
             wait_until(
                 lambda: sum(1 for r in _of(_runs(redis_client), "ticking")
-                            if r["point_ms"] > edit_ms + 6000) >= 4,
+                            if r["point_ms"] > edit_ms + 6000) >= 3,
                 timeout=60, message="ticking runs after the edit",
             )  # fmt: skip
         except (TimeoutError, AssertionError) as exc:
             logs = "\n".join(b.log()[-2000:] for b in beats)
             raise AssertionError(f"{exc}\n{worker.log()[-3000:]}\n{logs}") from exc
+        # Disable everything and let each replica reload before stopping it: a replica
+        # stopped between recording a point and sending it would leave a count without
+        # a run. The reload is logged at the start of a tick, after the previous one ended.
+        once_row = PeriodicTask.objects.get(pk=once.pk)  # before everything is disabled
+        offsets = [len(beat.log()) for beat in beats]
+        PeriodicTask.objects.update(enabled=False)
+        PeriodicTasks.update_changed()
+        for beat, offset in zip(beats, offsets, strict=True):
+            beat.wait_for_log("Schedule changed", timeout=60, after=offset)
         for beat in beats:
             beat.stop(timeout=30)
         ticking_rows = PeriodicTask.objects.get(pk=ticking.pk)
-        # every trigger sent before beat stopped runs: wait for the worker to drain them
+        # every trigger sent before beat stopped runs or expires: wait for the worker
         wait_until(lambda: count("ticking") >= ticking_rows.total_run_count, timeout=60,
                    message="the worker ran every admitted ticking point")  # fmt: skip
         worker.stop(timeout=30)
@@ -126,7 +141,7 @@ def test_three_replicas_edits_one_off_and_overlap(
     ticks = sorted(r["point_ms"] for r in _of(runs, "ticking"))
     assert any(p % 2000 == 1000 for p in ticks if p < edit_ms), ticks
     late = [p for p in ticks if p > edit_ms + 6000]
-    assert len(late) >= 4 and all(p % 2000 == 0 for p in late), late
+    assert len(late) >= 3 and all(p % 2000 == 0 for p in late), late
     # only the admitting replica writes the metadata: the count is the runs, not 3x
     assert ticking_rows.total_run_count == len(ticks)
     assert ticking_rows.last_run_at == datetime.fromtimestamp(ticks[-1] / 1000, UTC)
@@ -134,10 +149,10 @@ def test_three_replicas_edits_one_off_and_overlap(
     assert _of(runs, "edited") == [] and _of(runs, "enabled") == []
     # the one-off ran once and disabled itself
     assert len(_of(runs, "once")) == 1
-    once_row = PeriodicTask.objects.get(pk=once.pk)
     assert (once_row.enabled, once_row.total_run_count) == (False, 1)
     # the slow task held its lease while it ran: its runs never overlap
-    slow_runs = sorted(_of(runs, "slow"), key=lambda r: r["start"])
+    slow_runs = sorted((r for r in _of(runs, "slow") if not r.get("expired")),
+                       key=lambda r: r["start"])  # fmt: skip
     assert len(slow_runs) >= 2
     for before, after in itertools.pairwise(slow_runs):
         assert after["start"] >= before["end"] - 0.05, (before, after)
