@@ -119,3 +119,19 @@ TRANSPORT_QUARANTINE = "platform:transport:v1:unreadable"
 """List of broker messages that are not readable kombu messages (not JSON, no delivery
 tag). The fetch script moves them here instead of dropping them; an operator inspects
 them with ``LRANGE``."""
+
+
+# --- django-celery-beat periodic tasks (issue 15) ---------------------------------------
+
+
+def django_beat_namespace(*, app_name: str, profile: str) -> str:
+    """Namespace of the keys ``LeaseDatabaseScheduler`` admits periodic tasks under:
+    ``platform:<app>:<profile>:django-celery-beat``, apart from the file jobs' keys."""
+    return f"{ROOT}:{app_name}:{profile}:django-celery-beat"
+
+
+def periodic_task_job(pk: int) -> str:
+    """The job name of django-celery-beat periodic task ``pk`` inside that namespace
+    (:class:`JobKeys` builds the marker and lease keys from it). The primary key, not
+    the task's name: names are editable in Django admin."""
+    return f"periodic-task-{pk}"
