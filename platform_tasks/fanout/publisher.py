@@ -4,10 +4,11 @@ A loop of ``publish`` costs one ``send_task`` (routing, header building, seriali
 and one round trip per message. A fan-out publishes the same kind to the same queue for
 every tenant, so the first message of a batch is built by Celery's own ``send_task``
 (captured, not sent: :class:`~platform_tasks.wire.WireBuilder`), and the rest are that
-message with the fields that differ per job replaced: the task id (header ``id``,
-property ``correlation_id``, and ``root_id`` when it is the task's own id), the redacted
-``argsrepr``, a fresh delivery tag and the body. One ``LPUSH`` with every message of a
-batch then puts them on the queue's list over one connection.
+message with the fields that differ per job replaced: the task id (header ``id``, property
+``correlation_id``, and ``root_id`` when it is the task's own id), the redacted
+``argsrepr`` (a header and a property), a fresh delivery tag and the body. One
+``LPUSH`` with every message of a batch then puts them on the queue's list over one
+connection.
 
 The template is checked against what it must be (JSON body, base64 body encoding, the
 body decoding to the envelope sent); a broker or serializer set-up that does not match
@@ -19,6 +20,7 @@ worker receives it.
 from __future__ import annotations
 
 import base64
+import logging
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -35,6 +37,8 @@ from platform_tasks.wire import WireBuilder, WireMessage
 
 __all__ = ["BatchPublisher"]
 
+logger = logging.getLogger("platform_tasks.fanout")
+
 
 def send_task_options(queue: str, envelope: Envelope[Any]) -> dict[str, Any]:
     """The ``send_task`` arguments ``QueuePort.publish`` uses for ``envelope``."""
@@ -42,27 +46,32 @@ def send_task_options(queue: str, envelope: Envelope[Any]) -> dict[str, Any]:
         "args": [envelope.to_message()],
         "task_id": str(envelope.job_id),
         "queue": queue,
-        "argsrepr": f"({envelope.redacted()})",
+        "argsrepr": _argsrepr(envelope),
         "kwargsrepr": "{}",
         "headers": {ATTEMPT_HEADER: 1},
     }
 
 
 class _Template:
-    """A wire message of the batch's kind and queue, with the per-job fields replaceable."""
+    """A wire message of the batch's kind and queue, with the per-job fields replaceable.
+
+    The fields to replace are found by value: every header or property equal to the
+    template's job id or to its ``argsrepr``. The template proves itself before use:
+    rendered for its own envelope, it must reproduce the message ``send_task`` built,
+    apart from the delivery tag.
+    """
 
     def __init__(self, built: WireMessage, envelope: Envelope[Any]) -> None:
         message = json_loads(built.wire)
         self.list_key = built.list_key
         self.message = message
-        headers, props = message["headers"], message["properties"]
         job_id = str(envelope.job_id)
+        argsrepr = _argsrepr(envelope)
+        headers, props = message["headers"], message["properties"]
         if (
             message.get("content-type") != "application/json"
             or message.get("content-encoding") != "utf-8"
             or props.get("body_encoding") != "base64"
-            or headers.get("id") != job_id
-            or props.get("correlation_id") != job_id
         ):
             raise ValueError("message shape differs from the JSON/base64 wire format")
         body = json_loads(base64.b64decode(message["body"]))
@@ -70,19 +79,32 @@ class _Template:
                 and body[1] == {}):  # fmt: skip
             raise ValueError("message body differs from [[envelope], {}, embed]")
         self.embed = body[2]
-        self.own_root = headers.get("root_id") == job_id
+        self.id_headers = [key for key, value in headers.items() if value == job_id]
+        self.id_props = [key for key, value in props.items() if value == job_id]
+        self.repr_headers = [key for key, value in headers.items() if value == argsrepr]
+        self.repr_props = [key for key, value in props.items() if value == argsrepr]
+        if "id" not in self.id_headers or "correlation_id" not in self.id_props:
+            raise ValueError("task id not found where Celery puts it")
+        again = json_loads(self.render(envelope))
+        again["properties"]["delivery_tag"] = props.get("delivery_tag")
+        if again != message:
+            raise ValueError("the rendered template differs from the message send_task built")
 
     def render(self, envelope: Envelope[Any]) -> str:
         job_id = str(envelope.job_id)
+        argsrepr = _argsrepr(envelope)
         message = dict(self.message)
         headers = dict(message["headers"])
         props = dict(message["properties"])
         props["delivery_info"] = dict(props["delivery_info"])
-        headers["id"] = job_id
-        if self.own_root:
-            headers["root_id"] = job_id
-        headers["argsrepr"] = f"({envelope.redacted()})"
-        props["correlation_id"] = job_id
+        for key in self.id_headers:
+            headers[key] = job_id
+        for key in self.id_props:
+            props[key] = job_id
+        for key in self.repr_headers:
+            headers[key] = argsrepr
+        for key in self.repr_props:
+            props[key] = argsrepr
         props["delivery_tag"] = str(uuid.uuid4())
         _, _, payload = kombu_dumps([[envelope.to_message()], {}, self.embed], serializer="json")
         raw = payload.encode() if isinstance(payload, str) else payload
@@ -90,6 +112,10 @@ class _Template:
         message["headers"] = headers
         message["properties"] = props
         return str(json_dumps(message))
+
+
+def _argsrepr(envelope: Envelope[Any]) -> str:
+    return f"({envelope.redacted()})"
 
 
 class BatchPublisher:
@@ -128,8 +154,13 @@ class BatchPublisher:
             start = 1
             try:
                 self._template = _Template(built, envelopes[0])
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError) as exc:
                 self._fallback = True
+                logger.warning(
+                    "fan-out to %s builds every message through send_task (slower): %s",
+                    self.queue, exc,
+                    extra={"event": "fanout.unbatched", "queue": self.queue},
+                )  # fmt: skip
         for envelope in envelopes[start:]:
             if self._template is not None:
                 by_list.setdefault(self._template.list_key, []).append(
