@@ -23,10 +23,14 @@ CREATE TABLE IF NOT EXISTS public.fanout_applied (
     job_id uuid NOT NULL, tenant_id text NOT NULL, point text NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now());
 CREATE TABLE IF NOT EXISTS public.fanout_hold (reason text);
+CREATE TABLE IF NOT EXISTS public.fanout_fail (reason text);
 CREATE OR REPLACE FUNCTION public.fanout_gate(tenant text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     IF tenant = 't-0500' THEN
+        IF EXISTS (SELECT 1 FROM public.fanout_fail) THEN
+            RAISE EXCEPTION 'tenant source failed at %', tenant;
+        END IF;
         WHILE EXISTS (SELECT 1 FROM public.fanout_hold) LOOP
             PERFORM pg_sleep(0.05);
         END LOOP;
@@ -39,7 +43,8 @@ GATED_TENANTS_QUERY = (
     "SELECT tenant_id, freshness_tier FROM core.tenants "
     "WHERE active AND public.fanout_gate(tenant_id)"
 )
-"""A tenants query whose stream stops before tenant ``t-0500`` while ``fanout_hold`` has a row."""
+"""A tenants query whose stream stops before tenant ``t-0500`` while ``fanout_hold`` has a
+row, and fails there while ``fanout_fail`` has one."""
 
 app = create_app(
     "fanout_app",

@@ -11,6 +11,8 @@ is never the ``Queues`` object itself there), so without ``-Q`` it would not add
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +39,7 @@ def _sql(database_url: str, statement: str, params: tuple[object, ...] = ()) -> 
     conn = psycopg2.connect(database_url)
     try:
         with conn, conn.cursor() as cur:
-            cur.execute(statement, params)
+            cur.execute(statement, params or None)
             return cur.fetchall() if cur.description else []
     finally:
         conn.close()
@@ -46,7 +48,7 @@ def _sql(database_url: str, statement: str, params: tuple[object, ...] = ()) -> 
 @pytest.fixture
 def tenants(database_url: str) -> int:
     _sql(database_url, SCHEMA_SQL)
-    _sql(database_url, "TRUNCATE public.fanout_applied, public.fanout_hold")
+    _sql(database_url, "TRUNCATE public.fanout_applied, public.fanout_hold, public.fanout_fail")
     _sql(database_url, "INSERT INTO core.tenants (tenant_id, freshness_tier) "
                        "SELECT 't-' || lpad(n::text, 4, '0'), '1h' "
                        "FROM generate_series(0, 999) AS n")  # fmt: skip
@@ -158,3 +160,44 @@ def test_a_trigger_delivered_twice_fans_out_once(
     assert worker.log().count("published 1000 tenant(s)") == 1
     assert _progress(database_url) == (1000, True)
     _assert_each_tenant_applied_once(database_url, tenants)
+
+
+def test_a_failing_fan_out_is_a_dead_letter_and_its_replay_resumes(
+    redis_url: str, database_url: str, tenants: int, port: QueuePort, tmp_path: Path
+) -> None:
+    """Needs PLATFORM_TENANTS_QUERY: the gated query fails at ``t-0500`` while
+    ``fanout_fail`` has a row; the test app gives ``platform.fanout`` 3 attempts, 1-2 s apart."""
+    _sql(database_url, "INSERT INTO public.fanout_fail VALUES ('fail at t-0500')")
+    env = platform_env(redis_url=redis_url, database_url=database_url, extra={
+        "PLATFORM_TENANTS_QUERY": GATED_TENANTS_QUERY,
+        "PLATFORM_FANOUT_BATCH_SIZE": "50",
+        "PLATFORM_JOBS_ENABLED": "false",
+        "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1",
+    })  # fmt: skip
+    with celery_processes() as started:
+        worker = _worker(env, tmp_path / "w.log", "w").start()
+        started.append(worker)
+        worker.wait_for_log("ready.")
+        fan_id = fan_out(ctx(), queue=WORK_QUEUE, kind=KIND, port=port)
+        wait_until(lambda: _sql(database_url, "SELECT attempts FROM core.dead_letters "
+                                              "WHERE job_id = %s", (str(fan_id),)) == [(3,)],
+                   timeout=90, message="the fan-out dead-lettered after 3 attempts")  # fmt: skip
+        assert _progress(database_url) == (500, False)
+        _sql(database_url, "DELETE FROM public.fanout_fail")
+        replay = subprocess.run(
+            [str(Path(sys.executable).parent / "platform-tasks"), "dead-letters", "replay",
+             "--all", "--app", "tests.apps.fanout_app:app"],
+            env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert replay.returncode == 0, replay.stdout + replay.stderr
+        wait_until(lambda: _progress(database_url) == (1000, True), timeout=90,
+                   message="the replayed fan-out finished")  # fmt: skip
+        wait_until(lambda: _applied(database_url) >= tenants, timeout=120,
+                   message="every tenant job applied")  # fmt: skip
+        wait_until(lambda: redis.Redis.from_url(redis_url).llen(WORK_QUEUE) == 0, timeout=60,
+                   message="work queue drained")  # fmt: skip
+        log = worker.log()
+    assert log.count("resuming after tenant 't-0499'") == 3  # two retries and the replay
+    assert "published 500 tenant(s)" in log
+    _assert_each_tenant_applied_once(database_url, tenants)
+    assert _sql(database_url, "SELECT status FROM core.dead_letters") == [("replayed",)]
