@@ -201,3 +201,24 @@ def test_a_failing_fan_out_is_a_dead_letter_and_its_replay_resumes(
     assert "published 500 tenant(s)" in log
     _assert_each_tenant_applied_once(database_url, tenants)
     assert _sql(database_url, "SELECT status FROM core.dead_letters") == [("replayed",)]
+
+
+def test_a_worker_with_a_bad_tenants_query_refuses_to_start(
+    redis_url: str, database_url: str, tmp_path: Path
+) -> None:
+    env = platform_env(redis_url=redis_url, database_url=database_url, extra={
+        "PLATFORM_TENANTS_QUERY": "SELECT id AS tenant, 'nightly' AS freshness_tier FROM "
+                                  "(VALUES (1)) AS t(id)",
+        "PLATFORM_JOBS_ENABLED": "false",
+    })  # fmt: skip
+    with celery_processes() as started:
+        worker = _worker(env, tmp_path / "w.log", "w").start()
+        started.append(worker)
+        assert worker.popen is not None
+        worker.popen.wait(timeout=90)
+        assert worker.popen.returncode != 0
+    assert (
+        "PLATFORM_TENANTS_QUERY: must return the columns tenant_id, freshness_tier; "
+        "missing tenant_id (it returns: tenant, freshness_tier)"
+    ) in worker.log()
+    assert " ready." not in worker.log()
