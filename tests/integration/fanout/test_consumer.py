@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import threading
 import uuid
+import zlib
 from datetime import UTC, datetime
 
 import psycopg2
 import pytest
 import redis
 
+from platform_tasks import QueuePort
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout import fan_out, tenant_job_id
 from platform_tasks.fanout.publisher import BatchPublisher
 from platform_tasks.fanout.sources import check_tenants_query
 from platform_tasks.jobs.runner import JobContext
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing import create_test_app
 
 from .conftest import FanOutHarness, add_tenants, decode, queued
 
@@ -182,3 +187,26 @@ def test_an_unreachable_database_names_the_setting(settings: PlatformSettings) -
     with pytest.raises(ConfigurationError, match=expected) as caught:
         check_tenants_query("postgresql://nobody:s3cr3t-pw@127.0.0.1:1/db", "SELECT 1")
     assert "s3cr3t-pw" not in str(caught.value)
+
+
+def test_a_wire_format_the_template_cannot_prove_falls_back_to_send_task(
+    settings: PlatformSettings, redis_client: redis.Redis
+) -> None:
+    """With ``task_compression`` the body is gzip, not the JSON the template rewrites: every
+    message is then built through ``send_task`` and still reaches the queue intact."""
+    app = create_test_app("fanout_gzip", settings=settings, task_compression="gzip")
+    port = QueuePort(app)
+    envelopes = [port.envelope({"tenant_id": f"t{n}", "kind": "a.b", "data": {"n": n}})
+                 for n in range(5)]  # fmt: skip
+    publisher = BatchPublisher(app, queue="work")
+    publisher.publish(envelopes)
+    publisher.close()
+    port.close()
+    assert not publisher.batched
+    bodies = []
+    for raw in reversed(redis_client.lrange("work", 0, -1)):
+        message = json.loads(raw)
+        assert message["headers"]["compression"] == "application/x-gzip"
+        body = zlib.decompress(base64.b64decode(message["body"]))  # kombu's "gzip" is zlib
+        bodies.append(json.loads(body)[0][0])
+    assert bodies == [e.to_message() for e in envelopes]
