@@ -210,3 +210,17 @@ def test_a_wire_format_the_template_cannot_prove_falls_back_to_send_task(
         body = zlib.decompress(base64.b64decode(message["body"]))  # kombu's "gzip" is zlib
         bodies.append(json.loads(body)[0][0])
     assert bodies == [e.to_message() for e in envelopes]
+
+
+def test_a_tenant_id_that_is_not_a_valid_envelope_tenant_is_left_out_and_logged(
+    harness: FanOutHarness, database_url: str, redis_client: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    add_tenants(database_url, [("fine", "1h"), ("has space", "1h"), ("zeta", "1h")])
+    fan_out(ctx(), queue="work", kind="demo.recompute")
+    with caplog.at_level(logging.ERROR, logger="platform_tasks.fanout"):
+        [result] = harness.run_pending()
+    assert (result.published_total, result.invalid) == (2, 1)
+    assert [e["tenant_id"] for e in queued(redis_client, "work")] == ["fine", "zeta"]
+    [record] = [r for r in caplog.records if getattr(r, "event", "") == "fanout.tenant_invalid"]
+    assert "'has space'" in record.getMessage()
