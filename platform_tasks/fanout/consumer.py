@@ -21,11 +21,12 @@ from typing import Any
 
 from celery import bootsteps
 
+from platform_tasks.database import require_database_url
 from platform_tasks.envelope import Envelope, parse_envelope
 from platform_tasks.errors import EnvelopeError
 from platform_tasks.fanout import metrics
 from platform_tasks.fanout.ids import tenant_job_id
-from platform_tasks.fanout.progress import ProgressStore
+from platform_tasks.fanout.progress import Progress, ProgressStore
 from platform_tasks.fanout.publisher import BatchPublisher
 from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FanOutRequest
 from platform_tasks.fanout.sources import TenantSource, check_tenants_query
@@ -67,12 +68,12 @@ def run_fan_out(
 ) -> FanOutResult:
     """Publish the envelopes of every selected tenant not yet published for this job."""
     request = envelope.data
-    assert settings.database_url, "PlatformTask consumers run with PLATFORM_DATABASE_URL set"
+    database_url = require_database_url(settings)
     tiers = due_tiers(request.point) if request.tiers == "due" else None
     fields = _log_fields(envelope, request)
     labels = {"job": request.job, "kind": request.kind}
     started = time.monotonic()
-    store = ProgressStore(settings.database_url)
+    store = ProgressStore(database_url)
     try:
         progress = store.start(envelope.job_id, job=request.job, point=request.point,
                                kind=request.kind)  # fmt: skip
@@ -96,7 +97,7 @@ def run_fan_out(
         )  # fmt: skip
         try:
             result = _publish_all(app, envelope, request, tiers, store, progress, settings,
-                                  fields)  # fmt: skip
+                                  database_url, fields)  # fmt: skip
         except Exception:
             metrics.RUNS.labels(outcome="failed", **labels).inc()
             logger.warning(
@@ -128,11 +129,12 @@ def _publish_all(
     request: FanOutRequest,
     tiers: tuple[str, ...] | None,
     store: ProgressStore,
-    progress: Any,
+    progress: Progress,
     settings: PlatformSettings,
+    database_url: str,
     fields: dict[str, Any],
 ) -> FanOutResult:
-    source = TenantSource(settings.database_url or "", settings.tenants_query)
+    source = TenantSource(database_url, settings.tenants_query)
     data = dict(request.data)
     data["scheduled_for"] = request.point.isoformat().replace("+00:00", "Z")
     correlation_id = envelope.correlation_id

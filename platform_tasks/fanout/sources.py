@@ -48,7 +48,7 @@ def check_tenants_query(database_url: str, query: str | None) -> None:
     """Raise :class:`ConfigurationError` naming the setting unless ``query`` returns
     ``tenant_id, freshness_tier`` (checked with ``LIMIT 0``: no rows are read)."""
     origin = SETTING if query else "the default tenant source (core.tenants)"
-    sql = f"SELECT * FROM ({_source_sql(query)}) AS tenants LIMIT 0"
+    sql = load_queries("fanout")["check_tenants"].format(source=_source_sql(query))
     try:
         conn = psycopg2.connect(database_url, connect_timeout=10)
     except psycopg2.OperationalError as exc:
@@ -86,17 +86,11 @@ class TenantSource:
         self.database_url = database_url
         self.query = query
 
-    def statement(self, *, tiers: Sequence[str] | None) -> str:
+    def statement(self) -> str:
         """The streaming statement; parameters: the tenant to start after (``''``: all)
-        and, when ``tiers`` is given, the tier names to keep."""
+        and the tier names to keep (``None``: all), given twice."""
         source = _escape_percent(_source_sql(self.query))
-        where = "tenant_id::text > %s"
-        if tiers is not None:
-            where += " AND freshness_tier::text = ANY(%s)"
-        return (
-            f"SELECT tenant_id::text, freshness_tier::text FROM ({source}) AS tenants "
-            f"WHERE {where} ORDER BY tenant_id::text"
-        )
+        return load_queries("fanout")["stream_tenants"].format(source=source)
 
     def stream(
         self, *, after: str | None, tiers: Sequence[str] | None, batch_size: int
@@ -109,12 +103,11 @@ class TenantSource:
         conn = psycopg2.connect(self.database_url, connect_timeout=10)
         try:
             conn.set_session(readonly=True)
-            params: list[Any] = [after or ""]
-            if tiers is not None:
-                params.append(list(tiers))
+            keep = list(tiers) if tiers is not None else None
+            params: list[Any] = [after or "", keep, keep]
             with conn.cursor(name="platform_fanout_tenants") as cur:
                 cur.itersize = batch_size
-                cur.execute(self.statement(tiers=tiers), params)
+                cur.execute(self.statement(), params)
                 while True:
                     rows = cur.fetchmany(batch_size)
                     if not rows:

@@ -25,3 +25,20 @@ UPDATE core.fanout_progress SET finished_at = now(), updated_at = now() WHERE jo
 -- name: purge_progress
 -- Markers of finished fan-outs older than the idempotency rows they stand beside.
 DELETE FROM core.fanout_progress WHERE finished_at < now() - make_interval(days => %s)
+
+-- name: stream_tenants
+-- Tenants after the first parameter (exclusive; '' for all) in tenant_id order, only the
+-- tiers in the array given as second and third parameter (NULL: every tier). The
+-- placeholder in braces is the tenants query (the default source or
+-- PLATFORM_TENANTS_QUERY), used as a subquery; read with a named cursor.
+SELECT tenant_id::text, freshness_tier::text
+  FROM ({source}
+       ) AS tenants
+ WHERE tenant_id::text > %s
+   AND (%s::text[] IS NULL OR freshness_tier::text = ANY(%s::text[]))
+ ORDER BY tenant_id::text
+
+-- name: check_tenants
+-- Start-up check of the tenants query: its columns, no rows read.
+SELECT * FROM ({source}
+) AS tenants LIMIT 0

@@ -151,7 +151,7 @@ def test_tenants_query_replaces_core_tenants(
     conn.close()
     query = ("SELECT 'acct-' || id AS tenant_id, CASE plan WHEN 'pro' THEN '1h' "
              "ELSE 'nightly' END AS freshness_tier FROM product.accounts "
-             "WHERE name NOT LIKE 'x%'")  # fmt: skip
+             "WHERE name NOT LIKE 'x%' -- a trailing comment and a literal %")  # fmt: skip
     check_tenants_query(database_url, query)
     settings = harness.settings.model_copy(update={"tenants_query": query})
     fan_out(ctx(), queue="work", kind="demo.recompute", tiers="due")
