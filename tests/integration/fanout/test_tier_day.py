@@ -53,6 +53,8 @@ def drive_hours(scheduler: JobTestScheduler, harness: FanOutHarness, start: date
             action()
         results = scheduler.tick(at=start + timedelta(hours=hour, minutes=1))
         for result in results:
+            if result.outcome == "skipped_duplicate" and result.point in selected:
+                continue  # a tick in an hour without a new point reconsiders the last one
             assert (result.outcome, result.run) == ("admitted", "succeeded"), result
             harness.run_pending()
             envelopes = queued(client, "freshness")
