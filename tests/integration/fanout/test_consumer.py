@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import psycopg2
 import pytest
 import redis
+from prometheus_client import REGISTRY
 
 from platform_tasks import QueuePort
 from platform_tasks.errors import ConfigurationError
@@ -37,9 +38,20 @@ def test_one_envelope_per_active_tenant_with_shared_correlation_and_the_point(
     harness: FanOutHarness, database_url: str, redis_client: redis.Redis
 ) -> None:
     add_tenants(database_url, [("acme", "nightly"), ("globex", "1h"), ("gone", "1h", False)])
+    labels = {"job": "maintenance.test", "kind": "demo.recompute"}
+
+    def sample(name: str, **extra: str) -> float:
+        return REGISTRY.get_sample_value(name, {**labels, **extra}) or 0.0
+
+    published_before = sample("platform_fanout_tenants_published_total")
+    finished_before = sample("platform_fanout_runs_total", outcome="finished")
+    durations_before = sample("platform_fanout_duration_seconds_count")
     fan_id = fan_out(ctx(), queue="work", kind="demo.recompute", data={"window_days": 7})
     [result] = harness.run_pending()
     assert (result.published_now, result.published_total) == (2, 2)
+    assert sample("platform_fanout_tenants_published_total") == published_before + 2
+    assert sample("platform_fanout_runs_total", outcome="finished") == finished_before + 1
+    assert sample("platform_fanout_duration_seconds_count") == durations_before + 1
     envelopes = queued(redis_client, "work")
     assert [e["tenant_id"] for e in envelopes] == ["acme", "globex"]
     for envelope in envelopes:
