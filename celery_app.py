@@ -13,7 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+import example_maintenance
 from platform_tasks import PlatformTask, QueuePort, RetryPolicy, create_app
+from platform_tasks.fanout import install as install_fanout
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +31,8 @@ app = create_app(
     },
 )
 queue_port = QueuePort(app)
+install_fanout(app, queue_port)
+example_maintenance.install(app)
 
 
 class Greeting(BaseModel):

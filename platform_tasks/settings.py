@@ -184,6 +184,10 @@ class PlatformSettings(BaseSettings):
             raise ValueError(f"{value!r} is not a 5-field cron expression (e.g. '17 3 * * *')")
         return " ".join(fields)
 
+    tenants_query: str | None = None
+    fanout_batch_size: int = Field(default=500, ge=1, le=10_000)
+    example_jobs_interval_seconds: int | None = Field(default=None, ge=1)
+
     @field_validator("jobs_include", "jobs_exclude", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
@@ -239,6 +243,15 @@ class PlatformSettings(BaseSettings):
             return cls.model_validate(values)
         except ValidationError as exc:
             raise _settings_error(exc) from None
+
+    @field_validator("tenants_query")
+    @classmethod
+    def _tenants_query(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if not value.strip().lower().startswith(("select", "with", "values", "table")):
+            raise ValueError("must be a SELECT returning tenant_id, freshness_tier")
+        return value
 
 
 def variable_name(field: str) -> str:
