@@ -1,0 +1,33 @@
+"""App for the task-event tests: a job that succeeds, one that fails, one held by the test."""
+
+from __future__ import annotations
+
+import os
+
+import redis
+
+from platform_tasks import create_app
+
+app = create_app("events_app")
+_redis = redis.Redis.from_url(os.environ["PLATFORM_REDIS_URL"])
+
+HOLDING_KEY = "test:events:holding"
+RELEASE_KEY = "test:events:release"
+
+
+@app.task(name="tests.events.done")
+def done(envelope: dict) -> None:
+    """Succeeds at once."""
+
+
+@app.task(name="tests.events.broken")
+def broken(envelope: dict) -> None:
+    """Fails at once (Flower shows FAILURE)."""
+    raise ValueError(f"job {envelope['job_id']} fails on purpose")
+
+
+@app.task(name="tests.events.held")
+def held(envelope: dict) -> None:
+    """Runs until the test pushes onto the release list (at most 60 s)."""
+    _redis.rpush(HOLDING_KEY, envelope["job_id"])
+    _redis.blpop([RELEASE_KEY], timeout=60)
