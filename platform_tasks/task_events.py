@@ -5,8 +5,8 @@ Celery's worker already buffers task events (``task-received``, ``task-started``
 with ``hub.call_soon`` for every event, so in practice each event-loop turn publishes its
 one or two events as a separate ``task.multi`` message: a kombu ``Producer.publish``
 (JSON of the body, base64, JSON of the whole message again) and a synchronous Redis
-``PUBLISH`` round trip, two to three times per task. Profiled in the worker main process
-of a prefork worker draining no-op tasks, that flush path was 38 % of the event loop's
+``PUBLISH`` round trip, about 1.8 times per task. Profiled in the worker main process
+of a prefork worker draining no-op tasks, that flush path was 41 % of the event loop's
 samples (``bench/results-events.md``).
 
 :class:`BatchingEventDispatcher` keeps Celery's wire format (a ``task.multi`` message
