@@ -139,3 +139,36 @@ def test_worker_events_are_not_delayed(
     [(topic, body)] = published.messages(1)
     assert topic == "worker.heartbeat" and body["type"] == "worker-heartbeat"
     assert len(hub.timer.queue) == 0
+
+
+def test_a_batch_that_cannot_be_published_is_kept_for_the_next_connection(
+    server_factory: Any, hub: Hub
+) -> None:
+    """Broker down at flush time: the batch stays in the dispatcher's offline buffer and
+    goes out through the dispatcher Celery's Events step builds after reconnecting
+    (``extend_buffer`` + ``flush``, what ``Events.start`` does with the previous one)."""
+    server = server_factory.redis()
+    settings = PlatformSettings.build(redis_url=server.url, database_url="postgresql://unused",
+                                      profile="test")  # fmt: skip
+    app = create_app("events-offline", settings=settings)
+    conn = app.connection_for_write()
+    before = app.events.Dispatcher(conn, hostname="w1@test", buffer_group=["task"],
+                                   on_send_buffered=lambda: None)  # fmt: skip
+    before.send("task-received", uuid="j1", name="kind.a")
+    before.send("task-succeeded", uuid="j1", runtime=0.2)
+    server.stop()
+    before.flush_now()  # must not raise: the worker is stopping its consumer
+    server.start()
+    client = redis.Redis.from_url(server.url)
+    published = Published(client)
+    with app.connection_for_write() as fresh:
+        after = app.events.Dispatcher(fresh, hostname="w1@test", buffer_group=["task"],
+                                      on_send_buffered=lambda: None)  # fmt: skip
+        after.extend_buffer(before)
+        after.flush()
+        [(topic, body)] = published.messages(1)
+        after.close()
+    conn.release()
+    assert topic == "task.multi"
+    assert [(e["type"], e["uuid"]) for e in body] == [("task-received", "j1"),
+                                                      ("task-succeeded", "j1")]  # fmt: skip
