@@ -7,8 +7,20 @@ import os
 import redis
 
 from platform_tasks import create_app
+from platform_tasks.task_events import BatchingEventDispatcher, PlatformEvents
 
 app = create_app("events_app")
+
+if os.environ.get("TEST_EVENTS_FLUSH_INTERVAL"):
+    # A flush timer longer than the test: only the flush at consumer stop can publish.
+
+    class SlowTimerDispatcher(BatchingEventDispatcher):
+        flush_interval = float(os.environ["TEST_EVENTS_FLUSH_INTERVAL"])
+
+    class SlowTimerEvents(PlatformEvents):
+        dispatcher_cls = SlowTimerDispatcher
+
+    app.events_cls = SlowTimerEvents
 _redis = redis.Redis.from_url(os.environ["PLATFORM_REDIS_URL"])
 
 HOLDING_KEY = "test:events:holding"
