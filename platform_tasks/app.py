@@ -24,7 +24,10 @@ class PlatformCelery(Celery):  # type: ignore[misc]
     """A Celery app that carries its platform settings and retry policies explicitly.
 
     Collaborators read settings from here instead of ambient ``app.conf`` lookups.
+    Task events go through the platform's batching dispatcher (``task_events``).
     """
+
+    events_cls = "platform_tasks.task_events:PlatformEvents"
 
     platform_settings: PlatformSettings
     retry_policies: dict[str, RetryPolicy]
@@ -44,6 +47,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     from platform_tasks.jobs.worker import install as install_scheduled_jobs
     from platform_tasks.metrics import install as install_metrics
     from platform_tasks.task import install as install_platform_task
+    from platform_tasks.task_events import install as install_task_events
     from platform_tasks.worker_queues import install as install_worker_queues
 
     return [
@@ -53,6 +57,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
         install_platform_task,
         install_metrics,
         install_worker_queues,
+        install_task_events,
     ]
 
 
