@@ -119,3 +119,45 @@ TRANSPORT_QUARANTINE = "platform:transport:v1:unreadable"
 """List of broker messages that are not readable kombu messages (not JSON, no delivery
 tag). The fetch script moves them here instead of dropping them; an operator inspects
 them with ``LRANGE``."""
+
+
+# --- notification rate limits (issue 13) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class RateLimitKeys:
+    """Rate-limit keys of one provider, all under one ``{hash tag}`` (one Cluster slot).
+
+    ``bucket`` is the provider's token bucket (hash: ``tokens``, ``ts`` of the last
+    refill in ms, ``until`` before which nobody may send after a 429, ``learned`` rate per
+    ms the provider's headers reported and ``learned_until``); ``tenant(t)`` is tenant
+    ``t``'s bucket of messages for this provider (``tokens``, ``ts``; expires when full);
+    ``pause`` exists (with a TTL) while a quota 429 pauses the provider and
+    ``pause_alerted`` makes that pause alert once.
+    """
+
+    namespace: str
+    provider: str
+
+    @property
+    def tag(self) -> str:
+        return f"{{{self.namespace}:ratelimit:{self.provider}}}"
+
+    @property
+    def bucket(self) -> str:
+        return f"{self.tag}:v1:bucket"
+
+    @property
+    def pause(self) -> str:
+        return f"{self.tag}:v1:pause"
+
+    @property
+    def pause_alerted(self) -> str:
+        return f"{self.tag}:v1:pause_alerted"
+
+    def tenant(self, tenant_id: str) -> str:
+        return f"{self.tag}:v1:tenant:{tenant_id}"
+
+
+def rate_limit_keys(profile: str, provider: str) -> RateLimitKeys:
+    return RateLimitKeys(base_namespace(profile), provider)
