@@ -43,6 +43,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     from platform_tasks.delay_promoter import install as install_delay_promoter
     from platform_tasks.jobs.worker import install as install_scheduled_jobs
     from platform_tasks.metrics import install as install_metrics
+    from platform_tasks.notifications.setup import install as install_notification_rails
     from platform_tasks.task import install as install_platform_task
     from platform_tasks.worker_queues import install as install_worker_queues
 
@@ -53,6 +54,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
         install_platform_task,
         install_metrics,
         install_worker_queues,
+        install_notification_rails,
     ]
 
 
