@@ -55,12 +55,14 @@ class WorkerQueuesStep(bootsteps.Step):  # type: ignore[misc]
         super().__init__(worker, **kwargs)
         app = worker.app
         queues = app.amqp.queues
-        selected = queues.consume_from is not queues  # -Q or -X narrowed the selection
+        # -Q or -X narrowed the selection. (Celery 5.7's ``consume_from`` is a dict of its
+        # own even without -Q, so only ``_consume_from`` tells the two apart.)
+        selected = getattr(queues, "_consume_from", None) is not None
         wanted = platform_queues(app)
         if not selected:
             for name in wanted:
-                if name not in queues:
-                    queues.add(name)
+                if name not in queues.consume_from:
+                    queues.select_add(name)
             return
         consumed = set(queues.consume_from)
         missing = [name for name in wanted if name not in consumed]
