@@ -3,8 +3,12 @@
 --         (optional: absent when tenants are unlimited)
 -- ARGV[1] now in ms ('' = Redis TIME), ARGV[2] provider rate in tokens per ms,
 -- ARGV[3] requests to take, ARGV[4] tenant rate per ms ('' = unlimited), ARGV[5] messages,
--- ARGV[6] burst in ms (a full bucket holds rate * burst tokens, at least 1)
+-- ARGV[6] provider capacity, ARGV[7] tenant capacity (tokens a full bucket holds);
+-- a rate learned from the provider's per-second headers has that second as capacity
 -- Returns {1, 0, ''} when granted, else {0, wait_ms, reason}.
+-- A refused caller is given a slot after the callers refused before it (field 'next' of
+-- the bucket that refused): a thousand jobs refused at once come back spread over the
+-- time their tokens need, not all at the same millisecond to be refused again.
 -- A cost above the capacity is granted from a full bucket and leaves it in debt, so a
 -- 100-message batch still passes a 10-message bucket at the bucket's long-run rate.
 local now = tonumber(ARGV[1])
@@ -12,16 +16,14 @@ if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local burst = tonumber(ARGV[6])
 
 local paused = redis.call('PTTL', KEYS[2])
 if paused > 0 then
   return {0, paused, 'provider_paused'}
 end
 
-local function refill(key, rate, floor_ts)
+local function refill(key, rate, cap, floor_ts)
   local v = redis.call('HMGET', key, 'tokens', 'ts')
-  local cap = math.max(1, rate * burst)
   local tokens = tonumber(v[1])
   local ts = tonumber(v[2])
   if not tokens then
@@ -30,7 +32,7 @@ local function refill(key, rate, floor_ts)
   end
   if floor_ts and ts < floor_ts then ts = floor_ts end
   if now > ts then tokens = math.min(cap, tokens + (now - ts) * rate) end
-  return tokens, cap
+  return tokens
 end
 
 local function wait_for(tokens, cost, cap, rate)
@@ -39,34 +41,46 @@ local function wait_for(tokens, cost, cap, rate)
   return math.ceil((need - tokens) / rate)
 end
 
+local function reserve(key, wait, cost, rate, cap)
+  local slot = now + wait
+  local queued = tonumber(redis.call('HGET', key, 'next')) or 0
+  if queued > slot then slot = queued end
+  redis.call('HSET', key, 'next', tostring(slot + math.min(cost, cap) / rate))
+  return math.ceil(slot - now)
+end
+
 -- provider: a 429 set 'until'; the provider's headers may have taught a lower rate
 local p = redis.call('HMGET', KEYS[1], 'until', 'learned', 'learned_until')
 local until_ms = tonumber(p[1]) or 0
-if now < until_ms then
-  return {0, until_ms - now, 'provider_backoff'}
-end
 local prate = tonumber(ARGV[2])
+local pcap = tonumber(ARGV[6])
 local learned = tonumber(p[2])
-if learned and (tonumber(p[3]) or 0) > now and learned < prate then prate = learned end
+if learned and (tonumber(p[3]) or 0) > now and learned < prate then
+  prate = learned
+  pcap = math.max(1, math.min(pcap, learned * 1000))
+end
 local requests = tonumber(ARGV[3])
-local ptokens, pcap = refill(KEYS[1], prate, until_ms)
+if now < until_ms then
+  return {0, reserve(KEYS[1], until_ms - now, requests, prate, pcap), 'provider_backoff'}
+end
+local ptokens = refill(KEYS[1], prate, pcap, until_ms)
 local wait = wait_for(ptokens, requests, pcap, prate)
 local reason = ''
 if wait > 0 then reason = 'provider_rate_limit' end
 
 local trate = tonumber(ARGV[4])
 local messages = tonumber(ARGV[5])
-local ttokens, tcap
+local ttokens
+local tcap = tonumber(ARGV[7])
 if trate and KEYS[3] then
-  ttokens, tcap = refill(KEYS[3], trate, nil)
+  ttokens = refill(KEYS[3], trate, tcap, nil)
   local twait = wait_for(ttokens, messages, tcap, trate)
   if twait > wait then
-    wait = twait
-    reason = 'tenant_rate_limit'
+    return {0, reserve(KEYS[3], twait, messages, trate, tcap), 'tenant_rate_limit'}
   end
 end
 if wait > 0 then
-  return {0, wait, reason}
+  return {0, reserve(KEYS[1], wait, requests, prate, pcap), reason}
 end
 
 ptokens = ptokens - requests

@@ -29,13 +29,11 @@ from platform_tasks.notifications.provider import (
     RateLimitHeaders,
 )
 from platform_tasks.notifications.rails import MARKETING
+from platform_tasks.notifications.rate_limits import LEARNED_WINDOW_SECONDS
 
 __all__ = ["Dispatcher", "idempotency_key", "quota_reset_seconds"]
 
 logger = logging.getLogger(__name__)
-
-RATE_WINDOW_SECONDS = 1.0
-"""The window of the provider's ``ratelimit-limit`` header (Resend counts per second)."""
 
 
 def idempotency_key(job_id: object, request_number: int) -> str:
@@ -119,7 +117,7 @@ class Dispatcher:
 
     def _learn(self, provider: str, limits: RateLimitHeaders) -> None:
         if limits.limit is not None and self.limiter.learn(
-            provider, limits.limit / RATE_WINDOW_SECONDS
+            provider, limits.limit / LEARNED_WINDOW_SECONDS
         ):
             logger.info(
                 "provider %s reports a limit of %s requests/s, below the setting",

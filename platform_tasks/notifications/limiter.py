@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from platform_tasks.keys import RateLimitKeys, rate_limit_keys
-from platform_tasks.notifications.rate_limits import BURST_SECONDS, RateLimit
+from platform_tasks.notifications.rate_limits import RateLimit
 from platform_tasks.scripts import script_source
 
 __all__ = ["LEARNED_RATE_TTL_MS", "Decision", "RateLimiter"]
@@ -98,17 +98,19 @@ class RateLimiter:
         limit = self.limit_of(provider)
         tenant_limit = self.tenant_limits.get(provider)
         script_keys = [keys.bucket, keys.pause]
-        tenant_rate = ""
+        tenant_rate = tenant_capacity = ""
         if tenant_limit is not None:
             script_keys.append(keys.tenant(tenant))
             tenant_rate = repr(tenant_limit.per_second / 1000)
+            tenant_capacity = repr(tenant_limit.capacity)
         args = [
             self._now(),
             repr(limit.per_second / 1000),
             requests,
             tenant_rate,
             messages,
-            int(BURST_SECONDS * 1000),
+            repr(limit.capacity),
+            tenant_capacity,
         ]
         raw = cast(list[Any], self._take(keys=script_keys, args=args))
         if int(raw[0]) == 1:

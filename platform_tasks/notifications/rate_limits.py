@@ -20,9 +20,8 @@ PERIODS = {"s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600}
 
 _PAIR = re.compile(r"(?P<name>[a-z][a-z0-9_-]{0,63})=(?P<count>\d+(?:\.\d+)?)/(?P<period>[a-z]+)")
 
-BURST_SECONDS = 1.0
-"""A bucket holds one second's worth of its rate (at least one token): short bursts are
-fine, a minute's quota spent in one second is not."""
+LEARNED_WINDOW_SECONDS = 1.0
+"""The window of a provider's ``ratelimit-limit`` header (Resend counts per second)."""
 
 
 @dataclass(frozen=True)
@@ -44,8 +43,9 @@ class RateLimit:
 
     @property
     def capacity(self) -> float:
-        """Tokens a full bucket holds (see :data:`BURST_SECONDS`)."""
-        return max(1.0, self.per_second * BURST_SECONDS)
+        """Tokens a full bucket holds: one period's worth (``10/min``: 10 at once, then one
+        every 6 s; ``50/s``: at most 50 in any second)."""
+        return max(1.0, self.count)
 
     def __str__(self) -> str:
         unit = {1: "s", 60: "min", 3600: "h"}.get(self.period_seconds)

@@ -26,7 +26,8 @@ def test_rate_limit_syntax() -> None:
         "push": RateLimit(3600, 3600),
     }
     assert RateLimit(120, 60).per_second == 2
-    assert RateLimit(1, 60).capacity == 1  # at least one token
+    assert RateLimit(10, 60).capacity == 10  # one period's worth
+    assert RateLimit(0.5, 1).capacity == 1  # at least one token
     assert parse_rate_limits("") == {}
 
 
