@@ -3,12 +3,15 @@
 --         (optional: absent when tenants are unlimited)
 -- ARGV[1] now in ms ('' = Redis TIME), ARGV[2] provider rate in tokens per ms,
 -- ARGV[3] requests to take, ARGV[4] tenant rate per ms ('' = unlimited), ARGV[5] messages,
--- ARGV[6] provider capacity, ARGV[7] tenant capacity (tokens a full bucket holds);
--- a rate learned from the provider's per-second headers has that second as capacity
+-- ARGV[6] provider capacity, ARGV[7] tenant capacity (tokens a full bucket holds),
+-- ARGV[8] headroom: provider tokens this caller must leave in the bucket (the marketing
+--         rail leaves some for transactional sends; transactional passes 0),
+-- ARGV[9] the caller's queue of refused callers ('t' transactional, 'm' marketing).
+-- A rate learned from the provider's per-second headers has that second as capacity.
 -- Returns {1, 0, ''} when granted, else {0, wait_ms, reason}.
--- A refused caller is given a slot after the callers refused before it (field 'next' of
--- the bucket that refused): a thousand jobs refused at once come back spread over the
--- time their tokens need, not all at the same millisecond to be refused again.
+-- A refused caller is given a slot after the callers of its rail refused before it
+-- (field 'next_<rail>' of the bucket that refused): a thousand jobs refused at once come
+-- back spread over the time their tokens need, not all at once to be refused again.
 -- A cost above the capacity is granted from a full bucket and leaves it in debt, so a
 -- 100-message batch still passes a 10-message bucket at the bucket's long-run rate.
 local now = tonumber(ARGV[1])
@@ -16,6 +19,8 @@ if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local headroom = tonumber(ARGV[8]) or 0
+local queue_field = 'next_' .. (ARGV[9] or 't')
 
 local paused = redis.call('PTTL', KEYS[2])
 if paused > 0 then
@@ -35,17 +40,16 @@ local function refill(key, rate, cap, floor_ts)
   return tokens
 end
 
-local function wait_for(tokens, cost, cap, rate)
-  local need = math.min(cost, cap)
+local function wait_for(tokens, need, rate)
   if tokens >= need then return 0 end
   return math.ceil((need - tokens) / rate)
 end
 
-local function reserve(key, wait, cost, rate, cap)
+local function reserve(key, wait, cost, rate)
   local slot = now + wait
-  local queued = tonumber(redis.call('HGET', key, 'next')) or 0
+  local queued = tonumber(redis.call('HGET', key, queue_field)) or 0
   if queued > slot then slot = queued end
-  redis.call('HSET', key, 'next', tostring(slot + math.min(cost, cap) / rate))
+  redis.call('HSET', key, queue_field, tostring(slot + cost / rate))
   return math.ceil(slot - now)
 end
 
@@ -59,14 +63,14 @@ if learned and (tonumber(p[3]) or 0) > now and learned < prate then
   prate = learned
   pcap = math.max(1, math.min(pcap, learned * 1000))
 end
+if headroom > pcap - 1 then headroom = 0 end
 local requests = tonumber(ARGV[3])
 if now < until_ms then
-  return {0, reserve(KEYS[1], until_ms - now, requests, prate, pcap), 'provider_backoff'}
+  return {0, reserve(KEYS[1], until_ms - now, requests, prate), 'provider_backoff'}
 end
 local ptokens = refill(KEYS[1], prate, pcap, until_ms)
-local wait = wait_for(ptokens, requests, pcap, prate)
-local reason = ''
-if wait > 0 then reason = 'provider_rate_limit' end
+local pneed = math.min(requests + headroom, pcap)
+local wait = wait_for(ptokens, pneed, prate)
 
 local trate = tonumber(ARGV[4])
 local messages = tonumber(ARGV[5])
@@ -74,13 +78,13 @@ local ttokens
 local tcap = tonumber(ARGV[7])
 if trate and KEYS[3] then
   ttokens = refill(KEYS[3], trate, tcap, nil)
-  local twait = wait_for(ttokens, messages, tcap, trate)
+  local twait = wait_for(ttokens, math.min(messages, tcap), trate)
   if twait > wait then
-    return {0, reserve(KEYS[3], twait, messages, trate, tcap), 'tenant_rate_limit'}
+    return {0, reserve(KEYS[3], twait, math.min(messages, tcap), trate), 'tenant_rate_limit'}
   end
 end
 if wait > 0 then
-  return {0, reserve(KEYS[1], wait, requests, prate, pcap), reason}
+  return {0, reserve(KEYS[1], wait, requests, prate), 'provider_rate_limit'}
 end
 
 ptokens = ptokens - requests

@@ -86,7 +86,9 @@ class Dispatcher:
         ids: list[str] = []
         for number, start in enumerate(range(0, len(messages), size)):
             chunk = list(messages[start : start + size])
-            decision = self.limiter.take(provider, tenant_id, requests=1, messages=len(chunk))
+            decision = self.limiter.take(
+                provider, tenant_id, requests=1, messages=len(chunk), rail=rail
+            )
             if not decision.granted:
                 raise self._throttled(decision.wait_ms / 1000, decision.reason)
             key = idempotency_key(job_id, number)

@@ -25,12 +25,17 @@ from platform_tasks.keys import RateLimitKeys, rate_limit_keys
 from platform_tasks.notifications.rate_limits import RateLimit
 from platform_tasks.scripts import script_source
 
-__all__ = ["LEARNED_RATE_TTL_MS", "Decision", "RateLimiter"]
+__all__ = ["LEARNED_RATE_TTL_MS", "MARKETING_HEADROOM", "Decision", "RateLimiter"]
 
 LEARNED_RATE_TTL_MS = 3_600_000
 """A rate learned from the provider's headers holds for an hour, then the setting applies
 again (and is lowered again if the provider still says so): a raised account limit is
 picked up without a restart."""
+
+MARKETING_HEADROOM = 0.2
+"""Share of a provider bucket marketing sends leave for transactional ones (rounded down:
+a bucket of fewer than 5 tokens has none). The provider still runs at its full rate while
+marketing has work; transactional sends just never wait behind it."""
 
 
 @dataclass(frozen=True)
@@ -92,8 +97,21 @@ class RateLimiter:
     def _now(self) -> str:
         return "" if self._clock_ms is None else str(self._clock_ms())
 
-    def take(self, provider: str, tenant: str, *, requests: int = 1, messages: int = 1) -> Decision:
-        """Take ``requests`` provider tokens and ``messages`` tenant tokens, or none."""
+    def take(
+        self,
+        provider: str,
+        tenant: str,
+        *,
+        requests: int = 1,
+        messages: int = 1,
+        rail: str = "transactional",
+    ) -> Decision:
+        """Take ``requests`` provider tokens and ``messages`` tenant tokens, or none.
+
+        The marketing rail must leave :data:`MARKETING_HEADROOM` of the provider bucket
+        for transactional sends, so a password reset finds a token while a blast keeps
+        the provider busy; each rail queues its refused callers separately.
+        """
         keys = self.keys(provider)
         limit = self.limit_of(provider)
         tenant_limit = self.tenant_limits.get(provider)
@@ -111,6 +129,8 @@ class RateLimiter:
             messages,
             repr(limit.capacity),
             tenant_capacity,
+            repr(math.floor(limit.capacity * MARKETING_HEADROOM)) if rail == "marketing" else "0",
+            "m" if rail == "marketing" else "t",
         ]
         raw = cast(list[Any], self._take(keys=script_keys, args=args))
         if int(raw[0]) == 1:

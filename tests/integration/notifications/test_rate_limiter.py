@@ -200,3 +200,17 @@ def test_callers_refused_together_get_staggered_slots(redis_client: redis.Redis)
     assert waits == [200, 300, 400, 500, 600]
     clock.now += 200
     assert lim.take("resend", "acme").granted
+
+
+def test_marketing_leaves_headroom_for_transactional(redis_client: redis.Redis) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(10, 1))
+    marketing = 0
+    while lim.take("resend", "acme", rail="marketing").granted:
+        marketing += 1
+    assert marketing == 8  # 20 % of the bucket stays for transactional sends
+    assert [lim.take("resend", "acme").granted for _ in range(3)] == [True, True, False]
+    # each rail queues its refused callers apart: transactional is not behind marketing
+    for _ in range(20):
+        lim.take("resend", "acme", rail="marketing")
+    assert lim.take("resend", "acme").wait_ms <= 200
