@@ -130,10 +130,11 @@ class RateLimitKeys:
 
     ``bucket`` is the provider's token bucket (hash: ``tokens``, ``ts`` of the last
     refill in ms, ``until`` before which nobody may send after a 429, ``learned`` rate per
-    ms the provider's headers reported and ``learned_until``); ``tenant(t)`` is tenant
-    ``t``'s bucket of messages for this provider (``tokens``, ``ts``; expires when full);
-    ``pause`` exists (with a TTL) while a quota 429 pauses the provider and
-    ``pause_alerted`` makes that pause alert once.
+    ms the provider's headers reported and ``learned_until``, ``paused_until`` and
+    ``pause_reason`` of a quota pause, ``next_t``/``next_m`` the next slot given to a
+    refused transactional/marketing caller); ``tenant(t)`` is tenant ``t``'s bucket of
+    messages for this provider (``tokens``, ``ts``, ``next_*``; expires when full);
+    ``pause_alerted`` exists while a pause lasts, so the pause alerts once.
     """
 
     namespace: str
@@ -146,10 +147,6 @@ class RateLimitKeys:
     @property
     def bucket(self) -> str:
         return f"{self.tag}:v1:bucket"
-
-    @property
-    def pause(self) -> str:
-        return f"{self.tag}:v1:pause"
 
     @property
     def pause_alerted(self) -> str:

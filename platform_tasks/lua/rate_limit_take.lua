@@ -1,6 +1,6 @@
 -- Take tokens from a provider bucket (requests) and a tenant bucket (messages): both or none.
--- KEYS[1] provider bucket hash, KEYS[2] provider pause key, KEYS[3] tenant bucket hash
---         (optional: absent when tenants are unlimited)
+-- KEYS[1] provider bucket hash, KEYS[2] tenant bucket hash (optional: absent when
+--         tenants are unlimited)
 -- ARGV[1] now in ms ('' = Redis TIME), ARGV[2] provider rate in tokens per ms,
 -- ARGV[3] requests to take, ARGV[4] tenant rate per ms ('' = unlimited), ARGV[5] messages,
 -- ARGV[6] provider capacity, ARGV[7] tenant capacity (tokens a full bucket holds),
@@ -8,7 +8,8 @@
 --         rail leaves some for transactional sends; transactional passes 0),
 -- ARGV[9] the caller's queue of refused callers ('t' transactional, 'm' marketing).
 -- A rate learned from the provider's per-second headers has that second as capacity.
--- Returns {1, 0, ''} when granted, else {0, wait_ms, reason}.
+-- Returns 0 when granted, else wait_ms * 8 + reason (1 provider_paused, 2 provider_backoff,
+-- 3 provider_rate_limit, 4 tenant_rate_limit): one integer is the cheapest reply to read.
 -- A refused caller is given a slot after the callers of its rail refused before it
 -- (field 'next_<rail>' of the bucket that refused): a thousand jobs refused at once come
 -- back spread over the time their tokens need, not all at once to be refused again.
@@ -22,15 +23,9 @@ end
 local headroom = tonumber(ARGV[8]) or 0
 local queue_field = 'next_' .. (ARGV[9] or 't')
 
-local paused = redis.call('PTTL', KEYS[2])
-if paused > 0 then
-  return {0, paused, 'provider_paused'}
-end
-
-local function refill(key, rate, cap, floor_ts)
-  local v = redis.call('HMGET', key, 'tokens', 'ts')
-  local tokens = tonumber(v[1])
-  local ts = tonumber(v[2])
+local function refill(tokens, ts, rate, cap, floor_ts)
+  tokens = tonumber(tokens)
+  ts = tonumber(ts)
   if not tokens then
     tokens = cap
     ts = now
@@ -45,30 +40,35 @@ local function wait_for(tokens, need, rate)
   return math.ceil((need - tokens) / rate)
 end
 
-local function reserve(key, wait, cost, rate)
+local function reserve(key, wait, cost, rate, reason)
   local slot = now + wait
   local queued = tonumber(redis.call('HGET', key, queue_field)) or 0
   if queued > slot then slot = queued end
   redis.call('HSET', key, queue_field, tostring(slot + cost / rate))
-  return math.ceil(slot - now)
+  return math.max(1, math.ceil(slot - now)) * 8 + reason
 end
 
--- provider: a 429 set 'until'; the provider's headers may have taught a lower rate
-local p = redis.call('HMGET', KEYS[1], 'until', 'learned', 'learned_until')
-local until_ms = tonumber(p[1]) or 0
+-- provider: a quota pause, a 429's 'until', maybe a lower rate taught by its headers
+local p = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'until', 'learned', 'learned_until',
+                     'paused_until')
+local paused_until = tonumber(p[6]) or 0
+if paused_until > now then
+  return math.max(1, paused_until - now) * 8 + 1
+end
+local until_ms = tonumber(p[3]) or 0
 local prate = tonumber(ARGV[2])
 local pcap = tonumber(ARGV[6])
-local learned = tonumber(p[2])
-if learned and (tonumber(p[3]) or 0) > now and learned < prate then
+local learned = tonumber(p[4])
+if learned and (tonumber(p[5]) or 0) > now and learned < prate then
   prate = learned
   pcap = math.max(1, math.min(pcap, learned * 1000))
 end
 if headroom > pcap - 1 then headroom = 0 end
 local requests = tonumber(ARGV[3])
 if now < until_ms then
-  return {0, reserve(KEYS[1], until_ms - now, requests, prate), 'provider_backoff'}
+  return reserve(KEYS[1], until_ms - now, requests, prate, 2)
 end
-local ptokens = refill(KEYS[1], prate, pcap, until_ms)
+local ptokens = refill(p[1], p[2], prate, pcap, until_ms)
 local pneed = math.min(requests + headroom, pcap)
 local wait = wait_for(ptokens, pneed, prate)
 
@@ -76,23 +76,24 @@ local trate = tonumber(ARGV[4])
 local messages = tonumber(ARGV[5])
 local ttokens
 local tcap = tonumber(ARGV[7])
-if trate and KEYS[3] then
-  ttokens = refill(KEYS[3], trate, tcap, nil)
+if trate and KEYS[2] then
+  local t = redis.call('HMGET', KEYS[2], 'tokens', 'ts')
+  ttokens = refill(t[1], t[2], trate, tcap, nil)
   local twait = wait_for(ttokens, math.min(messages, tcap), trate)
   if twait > wait then
-    return {0, reserve(KEYS[3], twait, math.min(messages, tcap), trate), 'tenant_rate_limit'}
+    return reserve(KEYS[2], twait, math.min(messages, tcap), trate, 4)
   end
 end
 if wait > 0 then
-  return {0, reserve(KEYS[1], wait, requests, prate), 'provider_rate_limit'}
+  return reserve(KEYS[1], wait, requests, prate, 3)
 end
 
 ptokens = ptokens - requests
 redis.call('HSET', KEYS[1], 'tokens', tostring(ptokens), 'ts', tostring(now))
-if trate and KEYS[3] then
+if trate and KEYS[2] then
   ttokens = ttokens - messages
-  redis.call('HSET', KEYS[3], 'tokens', tostring(ttokens), 'ts', tostring(now))
+  redis.call('HSET', KEYS[2], 'tokens', tostring(ttokens), 'ts', tostring(now))
   -- a full bucket is the same as no bucket: let it expire once it has refilled
-  redis.call('PEXPIRE', KEYS[3], math.ceil((tcap - ttokens) / trate) + 1000)
+  redis.call('PEXPIRE', KEYS[2], math.ceil((tcap - ttokens) / trate) + 1000)
 end
-return {1, 0, ''}
+return 0

@@ -49,9 +49,18 @@ class Decision:
 
 GRANTED = Decision(True)
 
+_REASONS = {
+    1: "provider_paused",
+    2: "provider_backoff",
+    3: "provider_rate_limit",
+    4: "tenant_rate_limit",
+}
+"""The take script's reason codes (the low three bits of its reply)."""
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+
+def _redis_now_ms(client: Any) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 class RateLimiter:
@@ -76,6 +85,7 @@ class RateLimiter:
         self._pause = client.register_script(script_source("rate_limit_pause"))
         self._keys: dict[str, RateLimitKeys] = {}
         self._learned: dict[str, float] = {}
+        self._plans: dict[tuple[str, str], tuple[str, str, list[Any]]] = {}
 
     def keys(self, provider: str) -> RateLimitKeys:
         keys = self._keys.get(provider)
@@ -112,30 +122,34 @@ class RateLimiter:
         for transactional sends, so a password reset finds a token while a blast keeps
         the provider busy; each rail queues its refused callers separately.
         """
-        keys = self.keys(provider)
+        plan = self._plans.get((provider, rail))
+        if plan is None:
+            plan = self._plans[(provider, rail)] = self._plan(provider, rail)
+        bucket, tenant_rate, fixed = plan
+        script_keys = [bucket, self.keys(provider).tenant(tenant)] if tenant_rate else [bucket]
+        args = [self._now(), fixed[1], requests, fixed[3], messages, *fixed[5:]]
+        verdict = int(self._take(keys=script_keys, args=args))
+        if verdict == 0:
+            return GRANTED
+        return Decision(False, verdict >> 3, _REASONS[verdict & 7])
+
+    def _plan(self, provider: str, rail: str) -> tuple[str, str, list[Any]]:
+        """The per-provider, per-rail arguments of the take script, computed once."""
         limit = self.limit_of(provider)
         tenant_limit = self.tenant_limits.get(provider)
-        script_keys = [keys.bucket, keys.pause]
-        tenant_rate = tenant_capacity = ""
-        if tenant_limit is not None:
-            script_keys.append(keys.tenant(tenant))
-            tenant_rate = repr(tenant_limit.per_second / 1000)
-            tenant_capacity = repr(tenant_limit.capacity)
-        args = [
-            self._now(),
+        marketing = rail == "marketing"
+        args: list[Any] = [
+            "",
             repr(limit.per_second / 1000),
-            requests,
-            tenant_rate,
-            messages,
+            1,
+            repr(tenant_limit.per_second / 1000) if tenant_limit else "",
+            1,
             repr(limit.capacity),
-            tenant_capacity,
-            repr(math.floor(limit.capacity * MARKETING_HEADROOM)) if rail == "marketing" else "0",
-            "m" if rail == "marketing" else "t",
+            repr(tenant_limit.capacity) if tenant_limit else "",
+            repr(math.floor(limit.capacity * MARKETING_HEADROOM)) if marketing else "0",
+            "m" if marketing else "t",
         ]
-        raw = cast(list[Any], self._take(keys=script_keys, args=args))
-        if int(raw[0]) == 1:
-            return GRANTED
-        return Decision(False, int(raw[1]), _text(raw[2]))
+        return self.keys(provider).bucket, args[3], args
 
     def back_off(self, provider: str, seconds: float) -> int:
         """Empty ``provider``'s bucket for ``seconds``: nobody sends before then. Returns ms."""
@@ -168,12 +182,16 @@ class RateLimiter:
         raw = cast(
             list[Any],
             self._pause(
-                keys=[keys.pause, keys.pause_alerted],
-                args=[max(1, math.ceil(seconds * 1000)), reason],
+                keys=[keys.bucket, keys.pause_alerted],
+                args=[self._now(), max(1, math.ceil(seconds * 1000)), reason],
             ),
         )
         return int(raw[0]) == 1, int(raw[1])
 
     def paused_ms(self, provider: str) -> int:
         """Milliseconds the provider stays paused (0: not paused)."""
-        return max(0, int(self.client.pttl(self.keys(provider).pause)))
+        raw = self.client.hget(self.keys(provider).bucket, "paused_until")
+        if raw is None:
+            return 0
+        now = self._clock_ms() if self._clock_ms is not None else _redis_now_ms(self.client)
+        return max(0, int(float(raw)) - now)

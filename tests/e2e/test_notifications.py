@@ -81,8 +81,10 @@ def test_quota_429_pauses_the_provider_alerts_once_and_keeps_every_job(
         client = redis.Redis.from_url(redis_url)
         r.server.exhaust_quota(4)
         jobs = [r.receipt("acme", n) for n in range(12)]
-        pause_key = rate_limit_keys("test", "resend").pause
-        wait_until(lambda: client.exists(pause_key) == 1, timeout=60, message="provider paused")
+        bucket = rate_limit_keys("test", "resend").bucket
+        wait_until(
+            lambda: client.hexists(bucket, "paused_until"), timeout=60, message="provider paused"
+        )
         wait_until(lambda: len(r.delivered()) == 12, timeout=120, message="all 12 after reset")
         requests, _ = r.server.snapshot()
         refused = [q for q in requests if q.name == "daily_quota_exceeded"]

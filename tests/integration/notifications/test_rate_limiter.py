@@ -169,7 +169,6 @@ def test_every_key_of_a_provider_shares_one_cluster_slot(redis_client: redis.Red
         key_slot(k.encode())
         for k in (
             keys.bucket,
-            keys.pause,
             keys.pause_alerted,
             keys.tenant("acme"),
             keys.tenant("globex"),
