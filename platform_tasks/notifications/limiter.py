@@ -33,9 +33,17 @@ again (and is lowered again if the provider still says so): a raised account lim
 picked up without a restart."""
 
 MARKETING_HEADROOM = 0.2
-"""Share of a provider bucket marketing sends leave for transactional ones (rounded down:
-a bucket of fewer than 5 tokens has none). The provider still runs at its full rate while
-marketing has work; transactional sends just never wait behind it."""
+"""Share of a provider bucket marketing sends leave for transactional ones (at least one
+token when the bucket holds two or more; a one-token bucket, below 10 requests/s, has
+none and relies on the marketing yield). The provider still runs at its full rate while
+marketing has work; transactional sends just do not wait behind it."""
+
+
+def marketing_headroom(capacity: float) -> int:
+    """Provider tokens a marketing send must leave in a bucket of ``capacity``."""
+    if capacity < 2:
+        return 0
+    return max(1, math.floor(capacity * MARKETING_HEADROOM))
 
 
 @dataclass(frozen=True)
@@ -144,9 +152,9 @@ class RateLimiter:
             1,
             repr(tenant_limit.per_second / 1000) if tenant_limit else "",
             1,
-            repr(limit.capacity),
+            repr(limit.provider_capacity),
             repr(tenant_limit.capacity) if tenant_limit else "",
-            repr(math.floor(limit.capacity * MARKETING_HEADROOM)) if marketing else "0",
+            repr(marketing_headroom(limit.provider_capacity)) if marketing else "0",
             "m" if marketing else "t",
         ]
         return self.keys(provider).bucket, args[3], args

@@ -10,6 +10,7 @@ This module imports nothing heavy: the settings module parses with it.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -19,6 +20,9 @@ PERIODS = {"s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600}
 """Accepted period suffixes and their length in seconds."""
 
 _PAIR = re.compile(r"(?P<name>[a-z][a-z0-9_-]{0,63})=(?P<count>\d+(?:\.\d+)?)/(?P<period>[a-z]+)")
+
+PROVIDER_BURST_SECONDS = 0.2
+"""How much of its rate a provider bucket holds (``50/s``: 10 tokens)."""
 
 LEARNED_WINDOW_SECONDS = 1.0
 """The window of a provider's ``ratelimit-limit`` header (Resend counts per second)."""
@@ -43,9 +47,16 @@ class RateLimit:
 
     @property
     def capacity(self) -> float:
-        """Tokens a full bucket holds: one period's worth (``10/min``: 10 at once, then one
-        every 6 s; ``50/s``: at most 50 in any second)."""
+        """Tokens a full tenant bucket holds: one period's worth (``10/min``: 10 at once,
+        then one every 6 s)."""
         return max(1.0, self.count)
+
+    @property
+    def provider_capacity(self) -> float:
+        """Tokens a full provider bucket holds: :data:`PROVIDER_BURST_SECONDS` of the rate,
+        at least one. Small on purpose: a provider counting requests per second must never
+        see much more than its limit in any second, even right after an idle spell."""
+        return max(1.0, math.floor(self.per_second * PROVIDER_BURST_SECONDS))
 
     def __str__(self) -> str:
         unit = {1: "s", 60: "min", 3600: "h"}.get(self.period_seconds)

@@ -37,6 +37,10 @@ class LoadResult:
     dead_letters: int
     redis_commands: int
     provider_429s: int
+    limiter_calls: int
+    """Rate-limit script calls: one per delivery of a job (first ones and reruns after a
+    throttle, counted from the workers' "retry scheduled" lines; no other failure is
+    injected) plus none for the learned-limit write-backs, which happen once."""
     duration: float
     notes: list[str] = field(default_factory=list)
 
@@ -127,7 +131,9 @@ def run_load(
             count = sum(1 for x in times if t <= x < t + WINDOW_SECONDS)
             rates.append(count / WINDOW_SECONDS)
             t += 1.0
-    paused, pauses = _paused_seconds(rig.logs())
+    logs = rig.logs()
+    paused, pauses = _paused_seconds(logs)
+    limiter_calls = transactional + len(marketing_ids) + logs.count("retry scheduled")
     return LoadResult(
         requests=len(email_requests),
         emails=len(seen),
@@ -140,5 +146,6 @@ def run_load(
         dead_letters=rig.dead_letters(),
         redis_commands=commands,
         provider_429s=sum(1 for r in email_requests if r.status == 429),
+        limiter_calls=limiter_calls,
         duration=duration,
     )

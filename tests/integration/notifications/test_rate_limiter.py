@@ -67,23 +67,33 @@ def test_refused_provider_takes_no_tenant_token(redis_client: redis.Redis) -> No
 
 def test_bucket_refills_at_its_rate(redis_client: redis.Redis) -> None:
     clock = Clock()
-    lim = limiter(redis_client, clock, provider=RateLimit(5, 1))
-    assert all(lim.take("resend", "acme").granted for _ in range(5))
+    lim = limiter(redis_client, clock, provider=RateLimit(50, 1))
+    # a provider bucket holds a fifth of a second's worth: 10 tokens at 50/s
+    assert [lim.take("resend", "acme").granted for _ in range(11)] == [True] * 10 + [False]
+    clock.now += 60_000
+    assert all(lim.take("resend", "acme").granted for _ in range(10))
     refused = lim.take("resend", "acme")
-    assert (refused.granted, refused.wait_ms) == (False, 200)
-    clock.now += 199
+    assert (refused.granted, refused.wait_ms) == (False, 20)
+    clock.now += 19
     assert not lim.take("resend", "acme").granted
-    clock.now += 1
+    clock.now += 21  # the two refusals hold the slots at +20 ms and +40 ms
     assert lim.take("resend", "acme").granted
-    clock.now += 60_000  # a long pause never fills beyond one second's worth
-    assert [lim.take("resend", "acme").granted for _ in range(6)] == [True] * 5 + [False]
+    clock.now += 60_000  # a long pause never fills beyond the capacity
+    assert [lim.take("resend", "acme").granted for _ in range(11)] == [True] * 10 + [False]
 
 
 def test_per_minute_limit(redis_client: redis.Redis) -> None:
     clock = Clock()
     lim = limiter(redis_client, clock, provider=RateLimit(30, 60))
-    assert all(lim.take("resend", "acme").granted for _ in range(30))  # one period's worth
+    assert lim.take("resend", "acme").granted
     assert lim.take("resend", "acme").wait_ms == 2000
+
+
+def test_tenant_bucket_holds_one_period(redis_client: redis.Redis) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(1000, 1), tenant=RateLimit(10, 60))
+    assert [lim.take("resend", "acme").granted for _ in range(11)] == [True] * 10 + [False]
+    assert lim.take("resend", "globex").granted
 
 
 def test_batch_larger_than_the_tenant_bucket_passes_at_the_long_run_rate(
@@ -203,7 +213,7 @@ def test_callers_refused_together_get_staggered_slots(redis_client: redis.Redis)
 
 def test_marketing_leaves_headroom_for_transactional(redis_client: redis.Redis) -> None:
     clock = Clock()
-    lim = limiter(redis_client, clock, provider=RateLimit(10, 1))
+    lim = limiter(redis_client, clock, provider=RateLimit(50, 1))
     marketing = 0
     while lim.take("resend", "acme", rail="marketing").granted:
         marketing += 1
