@@ -2,7 +2,7 @@
 
 Usage: .venv/bin/python bench/notifications_throughput.py [--workers 4] [--concurrency 2]
            [--transactional 2000] [--marketing 20000] [--chunk 100] [--rate 50]
-           [--pace 45]
+           [--pace 45] [--server-rate N]
 
 One private Redis and PostgreSQL, a Resend-like server on loopback enforcing ``--rate``
 requests/s (429 with retry-after beyond it), workers started as users start them
@@ -46,7 +46,7 @@ def phase(
 ) -> LoadResult:
     workdir = Path(tempfile.mkdtemp(prefix=f"notif-bench-{name}-"))
     env = {"PLATFORM_PROVIDER_RATE_LIMITS": f"resend={args.rate}/s"}
-    server = ResendLikeServer(rate_limit=args.rate)
+    server = ResendLikeServer(rate_limit=args.server_rate or args.rate)
     with rig(
         redis_url,
         database_url,
@@ -94,7 +94,15 @@ def main() -> None:
     parser.add_argument("--transactional", type=int, default=2000)
     parser.add_argument("--marketing", type=int, default=20000)
     parser.add_argument("--chunk", type=int, default=100)
-    parser.add_argument("--rate", type=int, default=50)
+    parser.add_argument(
+        "--rate", type=int, default=50, help="PLATFORM_PROVIDER_RATE_LIMITS=resend=<rate>/s"
+    )
+    parser.add_argument(
+        "--server-rate",
+        type=int,
+        default=None,
+        help="requests/s the provider enforces (default: --rate)",
+    )
     parser.add_argument(
         "--pace", type=float, default=45.0, help="transactional receipts published per second"
     )

@@ -7,7 +7,7 @@
 -- ARGV[8] headroom: provider tokens this caller must leave in the bucket (the marketing
 --         rail leaves some for transactional sends; transactional passes 0),
 -- ARGV[9] the caller's queue of refused callers ('t' transactional, 'm' marketing).
--- A rate learned from the provider's per-second headers has that second as capacity.
+-- A rate learned from the provider's headers scales the capacity down with it.
 -- Returns 0 when granted, else wait_ms * 8 + reason (1 provider_paused, 2 provider_backoff,
 -- 3 provider_rate_limit, 4 tenant_rate_limit): one integer is the cheapest reply to read.
 -- A refused caller is given a slot after the callers of its rail refused before it
@@ -60,8 +60,8 @@ local prate = tonumber(ARGV[2])
 local pcap = tonumber(ARGV[6])
 local learned = tonumber(p[4])
 if learned and (tonumber(p[5]) or 0) > now and learned < prate then
+  pcap = math.max(1, math.floor(pcap * learned / prate))
   prate = learned
-  pcap = math.max(1, math.min(pcap, learned * 1000))
 end
 if headroom > pcap - 1 then headroom = 0 end
 local requests = tonumber(ARGV[3])

@@ -34,9 +34,9 @@ picked up without a restart."""
 
 MARKETING_HEADROOM = 0.2
 """Share of a provider bucket marketing sends leave for transactional ones (at least one
-token when the bucket holds two or more; a one-token bucket, below 10 requests/s, has
-none and relies on the marketing yield). The provider still runs at its full rate while
-marketing has work; transactional sends just do not wait behind it."""
+token when the bucket holds two or more, from 40 requests/s; a one-token bucket has none
+and relies on the marketing yield). The provider still runs at its full rate while
+marketing has work: marketing sends from a full bucket and the refill tops it up."""
 
 
 def marketing_headroom(capacity: float) -> int:

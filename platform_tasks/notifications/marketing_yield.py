@@ -26,7 +26,13 @@ from prometheus_client import Counter
 
 from platform_tasks.notifications.rails import MARKETING, TRANSACTIONAL, notification_queue
 
-__all__ = ["CHECK_INTERVAL_SECONDS", "MarketingYield", "YieldState", "broker_depth"]
+__all__ = [
+    "BACKLOG_PAUSE_SECONDS",
+    "CHECK_INTERVAL_SECONDS",
+    "MarketingYield",
+    "YieldState",
+    "broker_depth",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -64,26 +70,47 @@ def broker_depth(channel: Any, queue: str) -> int:
         return 0
 
 
+BACKLOG_PAUSE_SECONDS = 2.0
+"""Marketing also stops fetching while the marketing sends already refused by a provider
+bucket hold slots this far ahead (``next_m`` of the bucket): fetching more would only
+bounce them through the delay store, spending worker time transactional sends need."""
+
+BACKLOG_RESUME_SECONDS = 1.0
+
+
 @dataclass
 class YieldState:
-    """Hysteresis of one channel: paused above ``pause_depth``, resumed below ``resume_depth``."""
+    """Hysteresis of one channel: paused above ``pause_depth`` (or a marketing backlog at
+    the provider above :data:`BACKLOG_PAUSE_SECONDS`), resumed once the depth is below
+    ``resume_depth`` and the backlog below :data:`BACKLOG_RESUME_SECONDS`."""
 
     channel: str
     pause_depth: int
     resume_depth: int
+    providers: tuple[str, ...] = ()
     paused_at: float | None = None
 
     @property
     def paused(self) -> bool:
         return self.paused_at is not None
 
-    def decide(self, depth: int) -> str | None:
-        """``"pause"``, ``"resume"`` or ``None`` for this depth (pure; the step acts on it)."""
-        if not self.paused and depth > self.pause_depth:
+    def decide(self, depth: int, backlog: float = 0.0) -> str | None:
+        """``"pause"``, ``"resume"`` or ``None`` (pure; the step acts on it)."""
+        if not self.paused and (depth > self.pause_depth or backlog > BACKLOG_PAUSE_SECONDS):
             return "pause"
-        if self.paused and depth < self.resume_depth:
+        if self.paused and depth < self.resume_depth and backlog < BACKLOG_RESUME_SECONDS:
             return "resume"
         return None
+
+
+def _marketing_providers(app: Any, channel: str) -> tuple[str, ...]:
+    """Providers of the app's marketing NotificationTasks on ``channel``."""
+    names = {
+        getattr(task, "provider", None)
+        for task in app.tasks.values()
+        if getattr(task, "rail", None) == MARKETING and getattr(task, "channel", None) == channel
+    }
+    return tuple(sorted(name for name in names if isinstance(name, str)))
 
 
 class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
@@ -98,6 +125,8 @@ class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
         self._timer: Any = None
         self._connection: Any = None
         self._failing = False
+        self._limits: Any = None
+        self._profile = ""
 
     def start(self, c: Any) -> None:
         settings = c.app.platform_settings
@@ -108,7 +137,10 @@ class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
             state = self.states.get(marketing)
             if state is None and marketing in consumed:
                 self.states[marketing] = YieldState(
-                    channel, settings.marketing_pause_depth, settings.marketing_resume_depth
+                    channel,
+                    settings.marketing_pause_depth,
+                    settings.marketing_resume_depth,
+                    providers=_marketing_providers(c.app, channel),
                 )
             elif state is not None and state.paused and marketing in consumed:
                 # the consumer restarted (broker reconnect) with marketing selected again
@@ -116,6 +148,11 @@ class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
         if not self.states:
             return
         self._connection = c.app.connection_for_read()
+        if self._limits is None and any(state.providers for state in self.states.values()):
+            from platform_tasks.redis_client import build_redis
+
+            self._limits = build_redis(settings)
+            self._profile = settings.profile
         self._timer = c.timer.call_repeatedly(CHECK_INTERVAL_SECONDS, self.check, (c,), priority=10)
 
     def check(self, c: Any) -> None:
@@ -142,21 +179,25 @@ class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
         self._failing = False
         for marketing, depth in depths.items():
             state = self.states[marketing]
-            action = state.decide(depth)
+            backlog = self._backlog(state)
+            action = state.decide(depth, backlog)
             if action == "pause":
                 state.paused_at = time.monotonic()
                 c.call_soon(c.cancel_task_queue, marketing)
                 PAUSES.labels(state.channel).inc()
                 logger.info(
-                    "marketing paused on %s: transactional depth %d > %d",
+                    "marketing paused on %s: transactional depth %d (pause above %d), "
+                    "%.1f s of marketing sends waiting for provider tokens",
                     state.channel,
                     depth,
                     state.pause_depth,
+                    backlog,
                     extra={
                         "event": "notifications.marketing_paused",
                         "channel": state.channel,
                         "queue": marketing,
                         "depth": depth,
+                        "backlog_seconds": round(backlog, 3),
                     },
                 )
             elif action == "resume":
@@ -181,6 +222,24 @@ class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
                     },
                 )
 
+    def _backlog(self, state: YieldState) -> float:
+        """Seconds of marketing slots already handed out by the channel's provider buckets."""
+        if not state.providers or self._limits is None:
+            return 0.0
+        from platform_tasks.keys import rate_limit_keys
+
+        try:
+            seconds, micros = self._limits.time()
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
+            slots = [
+                self._limits.hget(rate_limit_keys(self._profile, p).bucket, "next_m")
+                for p in state.providers
+            ]
+        except Exception:  # Redis away: sends wait on their own; judge by depth alone
+            return 0.0
+        ahead = [float(slot) - now_ms for slot in slots if slot is not None]
+        return max([0.0, *ahead]) / 1000
+
     def _reset_connection(self) -> None:
         try:
             self._connection.release()
@@ -199,5 +258,8 @@ class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
         if self._connection is not None:
             self._connection.release()
             self._connection = None
+        if self._limits is not None:
+            self._limits.close()
+            self._limits = None
 
     shutdown = stop

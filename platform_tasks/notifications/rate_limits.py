@@ -21,8 +21,10 @@ PERIODS = {"s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600}
 
 _PAIR = re.compile(r"(?P<name>[a-z][a-z0-9_-]{0,63})=(?P<count>\d+(?:\.\d+)?)/(?P<period>[a-z]+)")
 
-PROVIDER_BURST_SECONDS = 0.2
-"""How much of its rate a provider bucket holds (``50/s``: 10 tokens)."""
+PROVIDER_BURST_SECONDS = 0.05
+"""How much of its rate a provider bucket holds (``48/s``: 2 tokens, ``20/s``: 1). A provider
+that counts requests per second sees at most capacity + rate in any second; with a burst
+of 5 % that stays within the limit when the setting is a few percent below it."""
 
 LEARNED_WINDOW_SECONDS = 1.0
 """The window of a provider's ``ratelimit-limit`` header (Resend counts per second)."""

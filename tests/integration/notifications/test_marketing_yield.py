@@ -105,3 +105,39 @@ def test_worker_without_marketing_does_not_watch(redis_url: str) -> None:
     assert consumer.timer.calls == []
     step.stop(consumer)
     app.close()
+
+
+def test_marketing_pauses_while_its_sends_already_wait_for_provider_tokens(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Fetching more marketing jobs than the provider bucket can serve only bounces them
+    through the delay store; the step stops fetching while 2 s of slots are handed out."""
+    from platform_tasks.keys import rate_limit_keys
+    from platform_tasks.notifications import NotificationTask
+
+    settings = PlatformSettings.build(redis_url=redis_url, profile="test")
+    app = create_app("yield_it3", settings=settings)
+
+    @app.task(base=NotificationTask, name="shop.blast", rail="marketing", lazy=False)
+    def blast(envelope: Any, tx: Any) -> None: ...
+
+    app.amqp.queues.select([MARKETING])
+    consumer = ConsumerStandIn(app)
+    step = MarketingYield(consumer)
+    step.start(consumer)
+    bucket = rate_limit_keys("test", "resend").bucket
+    try:
+        seconds, micros = redis_client.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        redis_client.hset(bucket, "next_m", str(now_ms + 5_000))
+        step.check(consumer)
+        assert consumer.asked == [("cancel", MARKETING)]
+        redis_client.hset(bucket, "next_m", str(now_ms + 1_500))
+        step.check(consumer)  # between the resume and the pause mark: stays paused
+        assert consumer.asked == [("cancel", MARKETING)]
+        redis_client.hset(bucket, "next_m", str(now_ms))
+        step.check(consumer)
+        assert consumer.asked == [("cancel", MARKETING), ("add", MARKETING)]
+    finally:
+        step.stop(consumer)
+        app.close()

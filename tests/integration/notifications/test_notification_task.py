@@ -136,7 +136,9 @@ def test_marketing_chunk_goes_to_the_batch_endpoint(rails: Rails, resend: Resend
 def test_empty_tenant_bucket_reschedules_without_spending_an_attempt(
     settings: PlatformSettings, resend: ResendLikeServer, redis_client: redis.Redis
 ) -> None:
-    rails = make_rails(settings, resend, tenant_rate_limits="resend=1/min")
+    rails = make_rails(
+        settings, resend, tenant_rate_limits="resend=1/min", provider_rate_limits="resend=1000/s"
+    )
     try:
         first = payload("shop.receipt", {"email": "a@example.org"})
         second = payload("shop.receipt", {"email": "b@example.org"})

@@ -39,7 +39,7 @@ def tokens(client: redis.Redis, key: str) -> float:
 
 def test_refused_tenant_takes_no_provider_token(redis_client: redis.Redis) -> None:
     clock = Clock()
-    lim = limiter(redis_client, clock, provider=RateLimit(10, 1), tenant=RateLimit(2, 1))
+    lim = limiter(redis_client, clock, provider=RateLimit(1000, 1), tenant=RateLimit(2, 1))
     assert lim.take("resend", "acme", messages=2).granted
     before = tokens(redis_client, lim.keys("resend").bucket)
     refused = lim.take("resend", "acme", messages=1)
@@ -67,16 +67,16 @@ def test_refused_provider_takes_no_tenant_token(redis_client: redis.Redis) -> No
 
 def test_bucket_refills_at_its_rate(redis_client: redis.Redis) -> None:
     clock = Clock()
-    lim = limiter(redis_client, clock, provider=RateLimit(50, 1))
-    # a provider bucket holds a fifth of a second's worth: 10 tokens at 50/s
+    lim = limiter(redis_client, clock, provider=RateLimit(200, 1))
+    # a provider bucket holds 5 % of a second's worth: 10 tokens at 200/s
     assert [lim.take("resend", "acme").granted for _ in range(11)] == [True] * 10 + [False]
     clock.now += 60_000
     assert all(lim.take("resend", "acme").granted for _ in range(10))
     refused = lim.take("resend", "acme")
-    assert (refused.granted, refused.wait_ms) == (False, 20)
-    clock.now += 19
+    assert (refused.granted, refused.wait_ms) == (False, 5)
+    clock.now += 4
     assert not lim.take("resend", "acme").granted
-    clock.now += 21  # the two refusals hold the slots at +20 ms and +40 ms
+    clock.now += 6  # the two refusals hold the slots at +5 ms and +10 ms
     assert lim.take("resend", "acme").granted
     clock.now += 60_000  # a long pause never fills beyond the capacity
     assert [lim.take("resend", "acme").granted for _ in range(11)] == [True] * 10 + [False]
@@ -109,6 +109,14 @@ def test_batch_larger_than_the_tenant_bucket_passes_at_the_long_run_rate(
     assert lim.take("resend", "acme", messages=100).granted
 
 
+def test_two_token_bucket_keeps_one_for_transactional(redis_client: redis.Redis) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(48, 1))  # 2 tokens
+    assert lim.take("resend", "acme", rail="marketing").granted
+    assert not lim.take("resend", "acme", rail="marketing").granted
+    assert lim.take("resend", "acme").granted
+
+
 def test_provider_429_empties_the_bucket_for_every_caller_until_retry_after(
     redis_client: redis.Redis,
 ) -> None:
@@ -137,17 +145,16 @@ def test_shorter_back_off_never_shortens_a_longer_one(redis_client: redis.Redis)
 
 def test_learns_a_lower_limit_from_headers(redis_client: redis.Redis) -> None:
     clock = Clock()
-    lim = limiter(redis_client, clock, provider=RateLimit(10, 1))
-    assert lim.learn("resend", 2) is True
-    assert lim.learn("resend", 20) is False  # higher than the setting: the setting holds
-    granted = 0
-    while lim.take("resend", "acme").granted:
-        granted += 1
-    assert granted <= 10
+    lim = limiter(redis_client, clock, provider=RateLimit(200, 1))
+    assert lim.learn("resend", 40) is True
+    assert lim.learn("resend", 400) is False  # higher than the setting: the setting holds
     clock.now += 60_000
-    assert lim.take("resend", "acme").granted
-    assert lim.take("resend", "acme").granted  # a full bucket at 2/s holds 2
-    assert lim.take("resend", "acme").wait_ms == 500
+    # 40/s with the capacity scaled alike: 2 tokens, then one every 25 ms
+    assert [lim.take("resend", "acme").granted for _ in range(3)] == [True, True, False]
+    clock.now += 60_000
+    lim.take("resend", "acme")
+    lim.take("resend", "acme")
+    assert lim.take("resend", "acme").wait_ms == 25
 
 
 def test_quota_pause_alerts_once_and_refuses_until_it_ends(redis_client: redis.Redis) -> None:
@@ -213,13 +220,13 @@ def test_callers_refused_together_get_staggered_slots(redis_client: redis.Redis)
 
 def test_marketing_leaves_headroom_for_transactional(redis_client: redis.Redis) -> None:
     clock = Clock()
-    lim = limiter(redis_client, clock, provider=RateLimit(50, 1))
+    lim = limiter(redis_client, clock, provider=RateLimit(200, 1))
     marketing = 0
     while lim.take("resend", "acme", rail="marketing").granted:
         marketing += 1
-    assert marketing == 8  # 20 % of the bucket stays for transactional sends
+    assert marketing == 8  # 20 % of the 10-token bucket stays for transactional sends
     assert [lim.take("resend", "acme").granted for _ in range(3)] == [True, True, False]
     # each rail queues its refused callers apart: transactional is not behind marketing
     for _ in range(20):
         lim.take("resend", "acme", rail="marketing")
-    assert lim.take("resend", "acme").wait_ms <= 200
+    assert lim.take("resend", "acme").wait_ms <= 20

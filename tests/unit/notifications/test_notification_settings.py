@@ -28,7 +28,7 @@ def test_rate_limit_syntax() -> None:
     assert RateLimit(120, 60).per_second == 2
     assert RateLimit(10, 60).capacity == 10  # one period's worth
     assert RateLimit(0.5, 1).capacity == 1  # at least one token
-    assert RateLimit(50, 1).provider_capacity == 10  # a fifth of a second's worth
+    assert RateLimit(48, 1).provider_capacity == 2  # 5 % of a second's worth
     assert RateLimit(5, 1).provider_capacity == 1
     assert parse_rate_limits("") == {}
 

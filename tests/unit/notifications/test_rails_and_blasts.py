@@ -94,6 +94,11 @@ def test_yield_hysteresis() -> None:
     state.paused_at = 0.0
     assert [state.decide(d) for d in (500, 50, 10)] == [None, None, None]
     assert state.decide(9) == "resume"
+    state.paused_at = None
+    assert state.decide(0, backlog=2.5) == "pause"  # marketing already queued at the provider
+    state.paused_at = 0.0
+    assert state.decide(0, backlog=1.5) is None
+    assert state.decide(0, backlog=0.5) == "resume"
 
 
 def test_quota_resets_at_utc_midnight_or_month_start() -> None:
