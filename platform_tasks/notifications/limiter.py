@@ -112,8 +112,8 @@ class RateLimiter:
             )
         return limit
 
-    def _now(self) -> str:
-        return "" if self._clock_ms is None else str(self._clock_ms())
+    def _now(self) -> str | bytes:
+        return b"" if self._clock_ms is None else str(self._clock_ms())
 
     def take(
         self,
@@ -135,7 +135,17 @@ class RateLimiter:
             plan = self._plans[(provider, rail)] = self._plan(provider, rail)
         bucket, tenant_rate, fixed = plan
         script_keys = [bucket, self.keys(provider).tenant(tenant)] if tenant_rate else [bucket]
-        args = [self._now(), fixed[1], requests, fixed[3], messages, *fixed[5:]]
+        args = [
+            self._now(),
+            fixed[1],
+            requests,
+            fixed[3],
+            messages,
+            fixed[5],
+            fixed[6],
+            fixed[7],
+            fixed[8],
+        ]
         verdict = int(self._take(keys=script_keys, args=args))
         if verdict == 0:
             return GRANTED
@@ -146,18 +156,19 @@ class RateLimiter:
         limit = self.limit_of(provider)
         tenant_limit = self.tenant_limits.get(provider)
         marketing = rail == "marketing"
-        args: list[Any] = [
+        texts = [
             "",
             repr(limit.per_second / 1000),
-            1,
+            "1",
             repr(tenant_limit.per_second / 1000) if tenant_limit else "",
-            1,
+            "1",
             repr(limit.provider_capacity),
             repr(tenant_limit.capacity) if tenant_limit else "",
             repr(marketing_headroom(limit.provider_capacity)) if marketing else "0",
             "m" if marketing else "t",
         ]
-        return self.keys(provider).bucket, args[3], args
+        # encoded once: the client sends bytes as they are
+        return self.keys(provider).bucket, texts[3], [t.encode() for t in texts]
 
     def back_off(self, provider: str, seconds: float) -> int:
         """Empty ``provider``'s bucket for ``seconds``: nobody sends before then. Returns ms."""
