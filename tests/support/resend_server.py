@@ -137,6 +137,11 @@ class ResendLikeServer:
             for _ in range(count):
                 self._faults.append(Fault(status, name, dict(headers or {}), message))
 
+    def forget_keys(self) -> None:
+        """Drop every idempotency key, as Resend does after 24 hours."""
+        with self.lock:
+            self._idempotent.clear()
+
     def in_flight(self) -> int:
         with self.lock:
             return len(self._in_flight)

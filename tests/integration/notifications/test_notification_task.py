@@ -225,3 +225,19 @@ def test_declaration_errors_name_the_option(rails: Rails) -> None:
         declare(provider="twilio")
     with pytest.raises(ConfigurationError, match="unknown task option 'colour'"):
         declare(colour="blue")
+
+
+def test_blast_chunk_is_not_sent_again_after_the_provider_forgot_its_key(
+    rails: Rails, resend: ResendLikeServer
+) -> None:
+    from platform_tasks.notifications.blasts import blast_job_id
+
+    recipients = [f"r{n}@example.org" for n in range(5)]
+    job = payload("shop.blast", {"recipients": recipients})
+    job["job_id"] = str(blast_job_id("acme", "spring", 0))
+    assert rails.apply(rails.blast, job).state == "SUCCESS"
+    resend.forget_keys()  # 24 hours later the provider would send it again
+    assert rails.apply(rails.blast, job).state == "SUCCESS"
+    requests, emails = resend.snapshot()
+    assert len(requests) == 1
+    assert sorted(e.to[0] for e in emails) == recipients
