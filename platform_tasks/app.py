@@ -46,6 +46,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     from platform_tasks.delay_promoter import install as install_delay_promoter
     from platform_tasks.jobs.worker import install as install_scheduled_jobs
     from platform_tasks.metrics import install as install_metrics
+    from platform_tasks.notifications.setup import install as install_notification_rails
     from platform_tasks.task import install as install_platform_task
     from platform_tasks.task_events import install as install_task_events
     from platform_tasks.worker_queues import install as install_worker_queues
@@ -58,6 +59,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
         install_metrics,
         install_worker_queues,
         install_task_events,
+        install_notification_rails,
     ]
 
 

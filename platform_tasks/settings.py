@@ -13,10 +13,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from platform_tasks.errors import SettingsError
+from platform_tasks.notifications.rate_limits import RateLimit, parse_rate_limits
 
 ENV_PREFIX = "PLATFORM_"
 SECRET_MASK = "***"
@@ -125,6 +126,8 @@ def _option_problem(options: Mapping[str, str]) -> str | None:
             return f"{name}={options[name]!r} is not an integer"
     return None
 
+_CHANNEL_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
 
 def _split_globs(value: Any) -> Any:
     if isinstance(value, str):
@@ -188,6 +191,17 @@ class PlatformSettings(BaseSettings):
     fanout_batch_size: int = Field(default=500, ge=1, le=10_000)
     example_jobs_interval_seconds: int | None = Field(default=None, ge=1)
 
+    # --- notification rails ---------------------------------------------------------
+    notification_channels: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["email"])
+    provider_rate_limits: Annotated[dict[str, RateLimit], NoDecode] = Field(
+        default_factory=lambda: {"resend": RateLimit(5, 1)}
+    )
+    tenant_rate_limits: Annotated[dict[str, RateLimit], NoDecode] = Field(default_factory=dict)
+    marketing_pause_depth: int = Field(default=100, ge=1)
+    marketing_resume_depth: int = Field(default=10, ge=0)
+    resend_api_key: SecretStr | None = None
+    resend_base_url: str = "https://api.resend.com"
+
     @field_validator("jobs_include", "jobs_exclude", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
@@ -215,6 +229,43 @@ class PlatformSettings(BaseSettings):
         if problem:
             raise ValueError(f"{redact_url(value)} is not a valid PostgreSQL URL: {problem}")
         return value
+
+    @field_validator("notification_channels", mode="before")
+    @classmethod
+    def _channels(cls, value: Any) -> Any:
+        names = _split_globs(value)
+        if isinstance(names, list):
+            if not names:
+                raise ValueError("at least one channel is needed (e.g. email)")
+            for name in names:
+                if not isinstance(name, str) or not _CHANNEL_NAME.fullmatch(name):
+                    raise ValueError(
+                        f"channel {name!r} must be lower-case letters, digits and _ "
+                        "(it becomes part of a queue name)"
+                    )
+        return names
+
+    @field_validator("provider_rate_limits", "tenant_rate_limits", mode="before")
+    @classmethod
+    def _rate_limits(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_rate_limits(value)
+        return value
+
+    @field_validator("marketing_resume_depth")
+    @classmethod
+    def _resume_below_pause(cls, value: int, info: ValidationInfo) -> int:
+        pause = info.data.get("marketing_pause_depth")
+        if isinstance(pause, int) and value >= pause:
+            raise ValueError(f"must be below PLATFORM_MARKETING_PAUSE_DEPTH ({pause}), got {value}")
+        return value
+
+    @field_validator("resend_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("https://", "http://")) or "@" in value:
+            raise ValueError("must be an http(s):// URL without credentials")
+        return value.rstrip("/")
 
     @property
     def effective_broker_url(self) -> str:
