@@ -135,6 +135,8 @@ def periodic_task_job(pk: int) -> str:
     (:class:`JobKeys` builds the marker and lease keys from it). The primary key, not
     the task's name: names are editable in Django admin."""
     return f"periodic-task-{pk}"
+
+
 # --- notification rate limits (issue 13) ---------------------------------------------
 
 

@@ -126,6 +126,7 @@ def _option_problem(options: Mapping[str, str]) -> str | None:
             return f"{name}={options[name]!r} is not an integer"
     return None
 
+
 _CHANNEL_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
