@@ -13,7 +13,7 @@ from typing import Any
 
 from celery import Celery
 
-from platform_tasks.retry import RetryPolicy, resolve_policies
+from platform_tasks.consumer.retry import RetryPolicy, resolve_policies
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.transport.selection import transport_conf
 
@@ -39,11 +39,12 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     Explicit installation (no import-time ``connect``) keeps importing the package free of
     side effects; each line belongs to the module that owns the concern.
     """
-    from platform_tasks.consumer import install as install_consumer
+    from platform_tasks.consumer.dropped_messages import install as install_consumer
+    from platform_tasks.consumer.hooks import install as install_pipeline_hooks
+    from platform_tasks.consumer.task import install as install_platform_task
     from platform_tasks.delay_promoter import install as install_delay_promoter
     from platform_tasks.jobs.worker import install as install_scheduled_jobs
     from platform_tasks.metrics import install as install_metrics
-    from platform_tasks.task import install as install_platform_task
     from platform_tasks.worker_queues import install as install_worker_queues
 
     return [
@@ -51,6 +52,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
         install_scheduled_jobs,
         install_consumer,
         install_platform_task,
+        install_pipeline_hooks,
         install_metrics,
         install_worker_queues,
     ]

@@ -1,6 +1,7 @@
 """A PlatformTask app whose tasks choose their own queues, as Celery users write them.
 
-- ``billing.charge`` declares ``queue="billing"`` on the task itself;
+- ``billing.charge`` declares ``queue="billing"`` on the task itself (the app lists its
+  queues in ``task_queues``, so ``billing`` is among them: Celery consumes only those);
 - ``ledger.post`` is routed to queue ``ledger``, whose binding uses routing key
   ``ledger.entries`` (a queue name that differs from its routing key);
 - ``secrets.leak`` returns and raises values that carry its payload data, so tests can
@@ -36,6 +37,7 @@ app = create_app(
     task_queues=[
         Queue("default", Exchange("default"), routing_key="default"),
         Queue("ledger", Exchange("ledger"), routing_key="ledger.entries"),
+        Queue("billing", Exchange("billing"), routing_key="billing"),
     ],
     task_routes={"ledger.post": {"queue": "ledger"}},
 )

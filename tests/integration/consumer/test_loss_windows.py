@@ -9,6 +9,7 @@ delivery to settle.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -19,8 +20,8 @@ from typing import Any
 import psycopg2
 import pytest
 import redis
-from pydantic import BaseModel
 from prometheus_client import REGISTRY
+from pydantic import BaseModel
 
 from platform_tasks import PlatformTask, RetryPolicy, create_app
 from platform_tasks.app import PlatformCelery
@@ -84,14 +85,16 @@ def build(settings: PlatformSettings) -> Pipeline:
         settings=settings,
         retry_policies={
             QUEUE: RetryPolicy(
-                max_attempts=MAX_ATTEMPTS, base=timedelta(seconds=30), cap=timedelta(seconds=60),
+                max_attempts=MAX_ATTEMPTS,
+                base=timedelta(seconds=30),
+                cap=timedelta(seconds=60),
                 rationale="tests: three attempts are enough to see the accounting",
-            )  # fmt: skip
+            )
         },
     )
     box: dict[str, Pipeline] = {}
 
-    @app.task(name="tests.losses.step", base=PlatformTask, data_model=Step)
+    @app.task(name="tests.losses.step", base=PlatformTask, data_model=Step, shared=False)
     def step(envelope: Any, tx: Any) -> str:
         box["p"].calls.append(str(envelope.job_id))
         data = envelope.data
@@ -100,10 +103,9 @@ def build(settings: PlatformSettings) -> Pipeline:
             (str(envelope.job_id), data.key.replace("\x00", "")),
         )
         if data.swallow_sql_error:
-            try:
+            # the handler "handles" it; the transaction is aborted all the same
+            with contextlib.suppress(psycopg2.Error):
                 tx.execute("SELECT * FROM public.no_such_table")
-            except psycopg2.Error:
-                pass  # the handler "handles" it; the transaction is aborted all the same
         if data.close_cursor:
             tx.close()
         if data.close_connection:
