@@ -199,7 +199,13 @@ class DeliveryPipeline:
                 if error is None:
                     return Applied(attempt, result, tracked=state.tracked)
             return self._failed(task, tx, envelope, delivery, policy, attempt, error)
-        except INFRASTRUCTURE_ERRORS as exc:
+        except Exception as exc:
+            # the platform's own steps (not the handler: its errors are caught above).
+            # An outage waits; anything else waits too, loudly, rather than ack the job
+            if not isinstance(exc, INFRASTRUCTURE_ERRORS):
+                logger.error("a consumer step failed (%s); the delivery waits", describe(exc),
+                             exc_info=True, extra={"event": "consumer.step_failed",
+                                                   "job_id": job})  # fmt: skip
             self.database.discard()
             if counted:
                 self._undo_count(delivery, job)
