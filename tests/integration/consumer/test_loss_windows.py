@@ -312,3 +312,22 @@ def test_metric_labels_come_only_from_declared_queues(pipeline: Pipeline) -> Non
     labels = poison_labels()
     assert not any(queue == junk_queue for queue, _ in labels), labels
     assert ("unknown", "tests.losses.step") in labels
+
+
+# -- the one size rule --------------------------------------------------------------------
+
+
+def test_consume_applies_the_configured_payload_limit_once(settings: PlatformSettings) -> None:
+    """The consumer measures with the envelope's own rule and the current setting."""
+    p = build(settings.model_copy(update={"max_payload_bytes": 1024}))
+    try:
+        big = payload("x" * 2000)
+        result = p.apply(big)
+        assert result.state == "FAILURE"
+        assert p.calls == []
+        ((job_id, reason, _, _, _),) = dead_letters(p)
+        assert (job_id, reason) == (big["job_id"], "poison")
+        small = payload("fits")
+        assert p.apply(small).state == "SUCCESS"
+    finally:
+        p.app.close()
