@@ -198,7 +198,7 @@ class TenantsQueryCheckStep(bootsteps.Step):  # type: ignore[misc]
 
 def install_consumer(app: Any) -> None:
     """Register the fan-out consumer task, its queue and the tenant source check."""
-    from platform_tasks.task import PlatformTask
+    from platform_tasks.consumer.task import PlatformTask
 
     settings: PlatformSettings = app.platform_settings
 

@@ -19,20 +19,19 @@ The task's queue defaults to ``notification_queue(channel, rail)``.
 
 from __future__ import annotations
 
-import types
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from platform_tasks.consumer.task import PlatformTask
 from platform_tasks.errors import ConfigurationError, PermanentError
 from platform_tasks.notifications.message import EmailMessage
 from platform_tasks.notifications.rails import RAILS, TRANSACTIONAL, notification_queue
 from platform_tasks.notifications.setup import dispatcher_for
-from platform_tasks.task import PlatformTask, check_declaration
 
 __all__ = ["NOTIFICATION_OPTIONS", "NotificationTask"]
 
 NOTIFICATION_OPTIONS = frozenset({"channel", "rail", "provider"})
-"""Task options NotificationTask owns, besides PlatformTask's."""
+"""Task options NotificationTask owns, besides PlatformTask's (``platform_options``)."""
 
 
 class NotificationTask(PlatformTask):
@@ -42,18 +41,13 @@ class NotificationTask(PlatformTask):
     rail: ClassVar[str] = TRANSACTIONAL
     provider: ClassVar[str] = "resend"
 
+    #: PlatformTask's declaration check accepts these too (and refuses any other unknown one)
+    platform_options: ClassVar[frozenset[str]] = (
+        PlatformTask.platform_options | NOTIFICATION_OPTIONS
+    )
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        # PlatformTask's check refuses options it does not know: check ours here and
-        # everything else with PlatformTask's rules, on the declaration minus our options.
-        super(PlatformTask, cls).__init_subclass__(**kwargs)
-        namespace = {k: v for k, v in vars(cls).items() if k not in NOTIFICATION_OPTIONS}
-        view = {
-            **namespace,
-            "data_model": cls.data_model,
-            "permanent_errors": cls.permanent_errors,
-            "__name__": cls.__name__,
-        }
-        check_declaration(types.SimpleNamespace(**view))  # type: ignore[arg-type]
+        super().__init_subclass__(**kwargs)
         _check_notification_options(cls)
 
     def execute(self, envelope: Any, tx: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Delivery counting per ``(consumer, job_id)``: how crash loops end.
+"""Attempts and delivery counting per ``(consumer, job_id)``: how crash loops end.
 
 A job whose handler kills its worker (OOM kill, segfault, SIGKILL) never reaches the code
 that would count a failed attempt; the broker just redelivers it, forever. Both Redis
@@ -22,7 +22,33 @@ from typing import Any, cast
 
 import redis
 
+from platform_tasks.consumer.retry import RetryPolicy
 from platform_tasks.keys import DeliveryKeys
+
+
+def attempt_number(header_attempt: Any, spent: int) -> int:
+    """The attempt this delivery is: the header, or one past the attempts already spent.
+
+    The header (``platform_attempt``) travels with the message and survives redelivery;
+    ``spent`` (failed attempts plus redeliveries after a worker died, counted in Redis)
+    also sees attempts of duplicate copies of the job and crashes that never published a
+    retry.
+    """
+    try:
+        header = int(header_attempt)
+    except (TypeError, ValueError):
+        header = 1
+    return max(1, header, max(0, spent) + 1)
+
+
+def delivery_ttl_seconds(policy: RetryPolicy, visibility_timeout_seconds: int) -> int:
+    """How long a delivery count must live: the longest a job can stay in flight, plus an hour.
+
+    Each attempt waits at most ``cap`` before it and can be held at most one visibility
+    timeout by a worker that dies.
+    """
+    per_attempt = policy.cap.total_seconds() + visibility_timeout_seconds
+    return int(policy.max_attempts * per_attempt) + 3600
 
 
 @dataclass(frozen=True)

@@ -9,17 +9,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from platform_tasks.dead_lettering import raw_payload
-from platform_tasks.errors import ConfigurationError, PermanentError
-from platform_tasks.failure_policy import (
+from platform_tasks.consumer.attempts import attempt_number, delivery_ttl_seconds
+from platform_tasks.consumer.dead_letter_records import raw_payload
+from platform_tasks.consumer.retry import (
     EXHAUSTED,
     PERMANENT,
     RETRY,
-    attempt_number,
+    RetryPolicy,
+    compute_backoff,
     decide,
-    delivery_ttl_seconds,
+    resolve_policies,
 )
-from platform_tasks.retry import RetryPolicy, compute_backoff, resolve_policies
+from platform_tasks.errors import ConfigurationError, PermanentError
 
 policies = st.builds(
     lambda attempts, base, extra: RetryPolicy(

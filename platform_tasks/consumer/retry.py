@@ -1,7 +1,12 @@
-"""Retry policy: how many attempts a job gets and how long it waits between them.
+"""Retry policy and its decision: how many attempts a job gets, how long it waits between.
 
-The policy is a value object and :func:`compute_backoff` a pure function of the attempt
-number and a random source, so the jitter bounds can be tested exhaustively.
+The policy is a value object, :func:`compute_backoff` a pure function of the attempt
+number and a random source, and :func:`decide` a pure function of policy, attempt and
+error returning a :class:`RetryDecision` (procrastinate's ``RetryDecision``), free of
+Celery, Redis and PostgreSQL so the rules can be tested exhaustively: a job runs at most
+``policy.max_attempts`` times whatever Celery's own ``max_retries`` says,
+:class:`~platform_tasks.errors.PermanentError` and the task's ``permanent_errors`` never
+retry, and every retry waits the jittered backoff.
 
 Backoff formula (documented in the README): before attempt ``n + 1`` (``n >= 1`` attempts
 made so far) the nominal delay is ``d = min(cap, base * 2**(n - 1))`` and the actual delay
@@ -14,8 +19,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Final
 
-from platform_tasks.errors import ConfigurationError
+from platform_tasks.errors import ConfigurationError, PermanentError
 
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_BASE = timedelta(seconds=30)
@@ -91,3 +97,38 @@ def resolve_policies(
         policy.check_rationale(queue)
         resolved[queue] = policy
     return resolved
+
+
+RETRY: Final = "retry"
+PERMANENT: Final = "permanent_error"
+EXHAUSTED: Final = "retries_exhausted"
+CRASH_LOOP: Final = "crash_loop"
+POISON: Final = "poison"
+"""Dead-letter reasons the pipeline writes (``RETRY`` is the one decision that is not)."""
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    """Retry after ``delay``, or dead-letter with ``reason`` (``delay`` is then ``None``)."""
+
+    reason: str
+    delay: timedelta | None = None
+
+    @property
+    def retry(self) -> bool:
+        return self.reason == RETRY
+
+
+def decide(
+    policy: RetryPolicy,
+    attempt: int,
+    exc: BaseException,
+    permanent_errors: tuple[type[BaseException], ...] = (),
+    rng: random.Random | None = None,
+) -> RetryDecision:
+    """The decision for attempt ``attempt`` (1-based) that failed with ``exc``."""
+    if isinstance(exc, PermanentError) or (permanent_errors and isinstance(exc, permanent_errors)):
+        return RetryDecision(PERMANENT)
+    if attempt >= policy.max_attempts:
+        return RetryDecision(EXHAUSTED)
+    return RetryDecision(RETRY, compute_backoff(policy, attempt, rng))

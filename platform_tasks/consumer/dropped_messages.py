@@ -4,9 +4,14 @@ Stock Celery logs and rejects (or acks) a message it cannot turn into a task: an
 task name, a body that does not decode, a content type outside ``accept_content``, a
 message without the headers of Celery's protocol. With the Redis transport a rejected
 message is gone. Here each one is written to ``core.dead_letters`` with its raw body,
-content type and headers (``job_id`` when it can be read, else null), an alert is sent,
-and only then is the message acked. When PostgreSQL does not answer, the message is put
-back on its queue instead and comes round again.
+content type and headers (``job_id`` when it can be read, else null), the pipeline's
+hooks log, alert and count it, and only then is the message acked. When PostgreSQL does
+not answer, the message is put back on its queue instead and comes round again.
+
+A record that PostgreSQL refuses (NUL characters anywhere) is made storable first; if a
+write still fails for another reason, the record is written once more in its barest
+form (the whole message in base64). The callback never raises: an error escaping it
+would stop the worker, and the message would stop the next one.
 
 Installed through Celery's ``worker_consumer`` setting, the public way to replace the
 consumer blueprint; the overridden methods are the consumer's documented callbacks.
@@ -14,6 +19,7 @@ consumer blueprint; the overridden methods are the consumer's documented callbac
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import time
@@ -23,20 +29,20 @@ from typing import Any
 
 from celery.worker.consumer import Consumer
 
-from platform_tasks import metrics
-from platform_tasks.database import Database, require_database_url
-from platform_tasks.dead_lettering import (
+from platform_tasks.consumer.dead_letter_records import (
     DeadLetterRecord,
     describe_error,
     error_type_name,
     raw_payload,
 )
+from platform_tasks.consumer.hooks import Hooks, hooks_of
+from platform_tasks.consumer.servers import INFRASTRUCTURE_ERRORS
+from platform_tasks.database import Database, require_database_url
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.runner import INFRA_ERRORS
 
 logger = logging.getLogger(__name__)
 
-CONSUMER_PATH = "platform_tasks.consumer:PlatformConsumer"
+CONSUMER_PATH = "platform_tasks.consumer.dropped_messages:PlatformConsumer"
 
 UNKNOWN_TASK = "unknown_task"
 UNDECODABLE = "undecodable_body"
@@ -87,19 +93,34 @@ class PlatformConsumer(Consumer):  # type: ignore[misc]
 
     def _dead_letter(self, message: Any, reason: str, exc: BaseException | None,
                      *, body: Any = None) -> None:  # fmt: skip
+        try:
+            self._dead_letter_or_requeue(message, reason, exc)
+        except Exception:  # never out of the consumer callback: that stops the worker
+            logger.exception("a dropped message could not be handled; putting it back",
+                             extra={"event": "consumer.dropped_message_requeued",
+                                    "reason": reason})  # fmt: skip
+            try:
+                message.reject(requeue=True)
+            except Exception:
+                logger.exception(
+                    "could not put a dropped message back",
+                    extra={"event": "consumer.dropped_message_not_requeued"},
+                )
+
+    def _dead_letter_or_requeue(self, message: Any, reason: str, exc: BaseException | None
+                                ) -> None:  # fmt: skip
         record = dropped_message_record(message, reason, exc)
         deadline = time.monotonic() + WRITE_BUDGET_SECONDS
         delay = 0.25
         while True:
             try:
-                dead_letter_id = self._write(record)
+                dead_letter_id = self._write_any_form(message, record)
                 break
             except Exception as err:
-                if not isinstance(err, (ConfigurationError, *INFRA_ERRORS)):
-                    raise
                 if isinstance(err, ConfigurationError) or time.monotonic() >= deadline:
                     logger.error(
-                        "cannot dead-letter a dropped message (%s); putting it back", err,
+                        "cannot dead-letter a dropped message (%s); putting it back",
+                        type(err).__name__,
                         extra={"event": "consumer.dropped_message_requeued", "reason": reason},
                     )  # fmt: skip
                     message.reject(requeue=True)
@@ -107,15 +128,25 @@ class PlatformConsumer(Consumer):  # type: ignore[misc]
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
         message.ack()
-        metrics.poison(record.queue, record.kind)
-        metrics.dead_lettered(record.queue, record.kind, reason)
         logger.error(
             "message Celery would drop was dead-lettered (%s) as row %s", reason, dead_letter_id,
             extra={"event": "consumer.dropped_message_dead_lettered", "reason": reason,
                    "dead_letter_id": dead_letter_id, "queue": record.queue, "kind": record.kind,
                    "job_id": str(record.job_id) if record.job_id else None},
         )  # fmt: skip
-        record.alert(dead_letter_id, exc)
+        Hooks(hooks_of(self.app)).emit("on_dead_lettered", record, dead_letter_id, exc)
+
+    def _write_any_form(self, message: Any, record: DeadLetterRecord) -> int:
+        """Write the record; if PostgreSQL refuses it (not an outage), its barest form."""
+        try:
+            return self._write(record)
+        except Exception as err:
+            if isinstance(err, (ConfigurationError, *INFRASTRUCTURE_ERRORS)):
+                raise
+            logger.warning("dead letter of a dropped message refused (%s); storing it in "
+                           "base64", type(err).__name__,
+                           extra={"event": "consumer.dropped_message_stored_raw"})  # fmt: skip
+            return self._write(bare_record(message, record))
 
     def _write(self, record: DeadLetterRecord) -> int:
         database = self._database()
@@ -125,10 +156,33 @@ class PlatformConsumer(Consumer):  # type: ignore[misc]
                 dead_letter_id = record.write(cur)
             conn.commit()
             return dead_letter_id
-        except Exception as err:
-            if isinstance(err, INFRA_ERRORS):
-                database.discard()
+        except BaseException:
+            database.discard()  # rolled back with it; the next write starts clean
             raise
+
+
+def bare_record(message: Any, record: DeadLetterRecord) -> DeadLetterRecord:
+    """The least a dead letter can hold: the raw body and headers, all in base64."""
+    body = getattr(message, "body", b"")
+    raw = body if isinstance(body, bytes) else str(body).encode("utf-8", "backslashreplace")
+    headers = json.dumps(_headers(message), default=repr).encode("utf-8")
+    return DeadLetterRecord(
+        job_id=record.job_id,
+        queue=None,
+        kind=None,
+        tenant_id=None,
+        correlation_id=None,
+        payload={
+            "raw": base64.b64encode(raw).decode("ascii"),
+            "raw_encoding": "base64",
+            "content_type": None,
+            "headers": {"base64": base64.b64encode(headers).decode("ascii")},
+        },
+        attempts=0,
+        last_error=f"{record.reason}: the full record could not be stored",
+        error_type=None,
+        reason=record.reason,
+    )
 
 
 def dropped_message_record(message: Any, reason: str, exc: BaseException | None
