@@ -70,9 +70,8 @@ def test_the_six_example_jobs_do_their_work_per_tenant(
         "PLATFORM_EXAMPLE_JOBS_INTERVAL_SECONDS": "3",
         "EXAMPLE_EXPORT_DIR": str(exports),
     })  # fmt: skip
-    queues = "default,maintenance,platform.fanout,platform.jobs"
     with celery_processes() as started:
-        worker = CeleryProcess(worker_argv("celery_app", queues=queues), env=env, cwd=REPO_ROOT,
+        worker = CeleryProcess(worker_argv("celery_app"), env=env, cwd=REPO_ROOT,
                                log_path=tmp_path / "worker.log").start()  # fmt: skip
         started.append(worker)
         beat = CeleryProcess(

@@ -65,7 +65,7 @@ def test_job_runs_send_check_ins_and_one_failure_event(redis_url: str, tmp_path:
                            extra={"PLATFORM_JOBS_DIR": str(jobs), "SENTRY_DSN": sentry.dsn,
                                   "E2E_SECRET": "token-must-not-leave"})  # fmt: skip
         worker = CeleryProcess(
-            worker_argv(APP, queues="platform.jobs", concurrency=2), env=env, cwd=REPO_ROOT,
+            worker_argv(APP, concurrency=2), env=env, cwd=REPO_ROOT,
             log_path=tmp_path / "worker.log",
         ).start()  # fmt: skip
         started.append(worker)

@@ -19,11 +19,10 @@ import psycopg2
 import pytest
 
 from platform_tasks import QueuePort
-from platform_tasks.fanout import FANOUT_QUEUE
 from platform_tasks.jobs.runner import JobContext
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing import create_test_app
-from tests.apps.fanout_app import SCHEMA_SQL, WORK_QUEUE
+from tests.apps.fanout_app import SCHEMA_SQL
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CeleryProcess, worker_argv
 
@@ -73,9 +72,7 @@ def ctx() -> JobContext:
 
 
 def fanout_worker(env: dict[str, str], log: Path, name: str) -> CeleryProcess:
-    argv = worker_argv(
-        "tests.apps.fanout_app", hostname=f"{name}@%h", queues=f"{WORK_QUEUE},{FANOUT_QUEUE}"
-    )
+    argv = worker_argv("tests.apps.fanout_app", hostname=f"{name}@%h")
     return CeleryProcess(argv,
                          env=env, cwd=REPO_ROOT, log_path=log)  # fmt: skip
 

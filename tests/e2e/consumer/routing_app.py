@@ -37,7 +37,6 @@ app = create_app(
     task_queues=[
         Queue("default", Exchange("default"), routing_key="default"),
         Queue("ledger", Exchange("ledger"), routing_key="ledger.entries"),
-        Queue("billing", Exchange("billing"), routing_key="billing"),
     ],
     task_routes={"ledger.post": {"queue": "ledger"}},
 )

@@ -46,7 +46,7 @@ def test_dead_letter_alerts_carry_tags_and_one_fingerprint(
     port = QueuePort(create_app("sentry_producer", settings=settings))
     with celery_processes() as started:
         worker = CeleryProcess(
-            worker_argv("tests.apps.consumer_app", queues=QUEUE, concurrency=2),
+            worker_argv("tests.apps.consumer_app", concurrency=2),
             env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log",
         ).start()  # fmt: skip
         started.append(worker)
@@ -167,12 +167,6 @@ def test_host_initialised_sentry_is_used_and_alerts_are_not_logged_twice(
     assert "alert: job dead-lettered" in log, "the alert is still logged"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PlatformTask must list DeadLettered in Celery's `throws` (consumer rebuild), so "
-    "CeleryIntegration does not capture a dead-lettered task again; remove this marker "
-    "when that lands",
-)
 def test_one_event_per_dead_letter_under_celery_integration(
     redis_url: str, database_url: str, tmp_path: Path
 ) -> None:

@@ -49,7 +49,7 @@ def worker(redis_url: str, database_url: str, tmp_path: Path) -> Any:
     env = platform_env(redis_url=redis_url, database_url=database_url)
     with celery_processes() as started:
         proc = CeleryProcess(
-            worker_argv("tests.apps.consumer_app", queues=QUEUE, concurrency=1),
+            worker_argv("tests.apps.consumer_app", concurrency=1),
             env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log",
         ).start()  # fmt: skip
         started.append(proc)
