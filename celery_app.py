@@ -13,14 +13,17 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+import example_maintenance
 from platform_tasks import PlatformTask, QueuePort, RetryPolicy, create_app
+from platform_tasks.fanout import install as install_fanout
+from platform_tasks.notifications import EmailMessage, NotificationTask
 
 logger = logging.getLogger(__name__)
 
 app = create_app(
     "celery_app",
     retry_policies={
-        "notifications.transactional": RetryPolicy(
+        "notif.email.transactional": RetryPolicy(
             max_attempts=8,
             base=timedelta(seconds=5),
             cap=timedelta(minutes=10),
@@ -29,6 +32,8 @@ app = create_app(
     },
 )
 queue_port = QueuePort(app)
+install_fanout(app, queue_port)
+example_maintenance.install(app)
 
 
 class Greeting(BaseModel):
@@ -42,6 +47,25 @@ def greet(envelope: Any, tx: Any) -> None:
     """A consumer: runs inside the transaction that also records the job as processed."""
     tx.execute("SELECT now()")
     logger.info("greeted %s", envelope.data.name, extra={"event": "demo.greeted"})
+
+
+class Receipt(BaseModel):
+    """Data of a ``demo.send_receipt`` job."""
+
+    email: str = Field(min_length=3, max_length=254)
+    order_id: str = Field(min_length=1, max_length=64)
+
+
+@app.task(base=NotificationTask, data_model=Receipt, name="demo.send_receipt",
+          channel="email", rail="transactional", provider="resend")  # fmt: skip
+def send_receipt(envelope: Any, tx: Any) -> EmailMessage:
+    """A send: render the email; the platform rate-limits, sends through Resend, commits."""
+    return EmailMessage(
+        sender="Demo Shop <shop@example.com>",
+        to=envelope.data.email,
+        subject=f"Your order {envelope.data.order_id}",
+        text=f"Thank you for order {envelope.data.order_id}.",
+    )
 
 
 def publish_samples(count: int) -> list[str]:

@@ -1,15 +1,19 @@
-"""Alert when dead letters wait in pending_review longer than the alert age, hourly."""
+"""Alert when dead letters wait in pending_review longer than the alert age, hourly.
+
+Hourly at :05 UTC unless ``PLATFORM_DEAD_LETTER_REPORT_CRON`` says otherwise (read, like
+every setting, from the environment beat and workers share).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from platform_tasks.jobs import define_job
+from platform_tasks.settings import PlatformSettings
 
 
 def run(ctx: Any) -> None:
     from platform_tasks.maintenance import report_stale_dead_letters
-    from platform_tasks.settings import PlatformSettings
 
     stale = report_stale_dead_letters(PlatformSettings.from_env())
     ctx.logger.info(
@@ -19,4 +23,8 @@ def run(ctx: Any) -> None:
     )
 
 
-job = define_job(handler=run, name="platform.dead_letter_age_report", cron="5 * * * *")
+job = define_job(
+    handler=run,
+    name="platform.dead_letter_age_report",
+    cron=PlatformSettings.from_env().dead_letter_report_cron,
+)

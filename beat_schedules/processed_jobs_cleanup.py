@@ -1,15 +1,19 @@
-"""Purge idempotency rows older than PLATFORM_PROCESSED_JOBS_TTL_DAYS, every night."""
+"""Purge idempotency rows older than PLATFORM_PROCESSED_JOBS_TTL_DAYS, every night.
+
+Nightly at 03:17 UTC unless ``PLATFORM_PROCESSED_JOBS_PURGE_CRON`` says otherwise (read, like
+every setting, from the environment beat and workers share).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from platform_tasks.jobs import define_job
+from platform_tasks.settings import PlatformSettings
 
 
 def run(ctx: Any) -> None:
     from platform_tasks.maintenance import purge_expired_processed_jobs
-    from platform_tasks.settings import PlatformSettings
 
     deleted = purge_expired_processed_jobs(PlatformSettings.from_env())
     ctx.logger.info(
@@ -19,4 +23,8 @@ def run(ctx: Any) -> None:
     )
 
 
-job = define_job(handler=run, name="platform.processed_jobs_cleanup", cron="17 3 * * *")
+job = define_job(
+    handler=run,
+    name="platform.processed_jobs_cleanup",
+    cron=PlatformSettings.from_env().processed_jobs_purge_cron,
+)

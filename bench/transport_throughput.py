@@ -1,12 +1,16 @@
-"""Throughput and worker main-process CPU per task: platform transport vs stock kombu.
+"""Throughput and worker main-process CPU per task: the platform app vs plain Celery.
 
-Same run, same machine, same worker command (``celery worker -P prefork -c 2``, acks
-late from the platform defaults). Each variant drains a queue pre-filled with
+Same run, same machine, same worker command (``celery worker -P prefork -c 2``). The
+baseline is what a user starts from: a plain Celery app with Celery's defaults (stock
+kombu transport, task events off, prefetch multiplier 4) and late acks. The other rows
+are the platform app with its own defaults (events on, prefetch 1), on kombu's stock
+transport and on the platform transport. Each variant drains a queue pre-filled with
 ``--messages`` tasks; the clock and the main process's CPU time (utime + stime from
 ``/proc/<pid>/stat``) are read when the queue starts shrinking and when it is empty with
 nothing left unacked. Variants run interleaved for ``--rounds`` rounds; each round's
-ratio is against stock Celery's no-op of the same round, and the median and range over
-rounds are reported.
+ratio is against the plain Celery no-op of the same round, and the median and range over
+rounds are reported. ``bench/celery_baselines.py`` compares more baselines (events on,
+Dramatiq) at one prefetch multiplier for every row.
 
     .venv/bin/python bench/transport_throughput.py --messages 2000 --rounds 5
 """
@@ -42,10 +46,15 @@ class Variant:
     name: str
     transport: str
     task: str
+    app: str = "bench.transport_bench_app"
+    queue: str = QUEUE
 
 
 VARIANTS = [
-    Variant("stock no-op", "stock", "bench.noop"),
+    Variant(
+        "plain Celery no-op (events off)", "stock", "bench.noop", "bench.plain_celery_app", "celery"
+    ),
+    Variant("platform app, stock transport", "stock", "bench.noop"),
     Variant("platform no-op", "platform", "bench.noop"),
     Variant("platform PlatformTask", "platform", "bench.platform_noop"),
 ]
@@ -77,6 +86,14 @@ def publish(variant: Variant, redis_url: str, database_url: str, count: int) -> 
         redis_url=redis_url, database_url=database_url, profile="bench",
         transport=variant.transport,
     )  # fmt: skip
+    if variant.app == "bench.plain_celery_app":
+        os.environ["PLATFORM_REDIS_URL"] = redis_url  # the plain app's broker, as its worker's
+        from bench.plain_celery_app import app as plain_app
+
+        with plain_app.producer_or_acquire() as producer:
+            for _ in range(count):
+                plain_app.send_task(variant.task, producer=producer)
+        return
     app = create_app(f"bench-publisher-{variant.transport}", settings=settings)
     if variant.task == "bench.platform_noop":
         port = QueuePort(app)
@@ -92,20 +109,21 @@ def measure(variant: Variant, redis_url: str, database_url: str, count: int, log
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     publish(variant, redis_url, database_url, count)
-    assert client.llen(QUEUE) == count, "messages were not all published"
+    queue = variant.queue
+    assert client.llen(queue) == count, "messages were not all published"
     env = platform_env(redis_url=redis_url, database_url=database_url,
                        extra={"PLATFORM_TRANSPORT": variant.transport},
                        pythonpath=[REPO])  # fmt: skip
-    argv = worker_argv("bench.transport_bench_app", concurrency=2, extra=["--without-heartbeat"])
+    argv = worker_argv(variant.app, concurrency=2, extra=["--without-heartbeat"])
     log = logs / f"{variant.name.replace(' ', '-')}-{time.monotonic_ns()}.log"
     worker = CeleryProcess(argv, env=env, cwd=REPO, log_path=log).start()
     try:
-        wait_until(lambda: client.llen(QUEUE) < count, timeout=60, interval=0.002,
+        wait_until(lambda: client.llen(queue) < count, timeout=60, interval=0.002,
                    message="worker to start consuming")  # fmt: skip
-        start, cpu_start, left = time.monotonic(), cpu_seconds(worker.pid), client.llen(QUEUE)
+        start, cpu_start, left = time.monotonic(), cpu_seconds(worker.pid), client.llen(queue)
 
         def drained() -> bool:
-            return client.llen(QUEUE) == 0 and client.hlen("unacked") == 0
+            return client.llen(queue) == 0 and client.hlen("unacked") == 0
 
         wait_until(drained, timeout=300, interval=0.002, message="queue drained and acked")
         end, cpu_end = time.monotonic(), cpu_seconds(worker.pid)
@@ -136,14 +154,14 @@ def main() -> None:
             for variant in VARIANTS:
                 result = measure(variant, redis_server.url, postgres.url, args.messages, base)
                 results[variant.name] = result
-                stock = results[VARIANTS[0].name]
+                baseline = results[VARIANTS[0].name]
                 line = (f"round {round_no + 1} {variant.name:24s} {result.rate:8.1f} tasks/s "
-                        f"({result.rate / stock.rate:.2f}x stock of this round) "
+                        f"({result.rate / baseline.rate:.2f}x plain Celery of this round) "
                         f"{result.cpu_ms_per_task:6.3f} ms CPU/task (main process)")  # fmt: skip
                 print(line, flush=True)
             rounds.append(results)
-        print("\n| variant | tasks/s median (min-max) | ratio vs stock no-op, median of rounds "
-              "(min-max) | main-process CPU ms/task median (min-max) |")  # fmt: skip
+        print("\n| variant | tasks/s median (min-max) | ratio vs plain Celery no-op, median of "
+              "rounds (min-max) | main-process CPU ms/task median (min-max) |")  # fmt: skip
         print("|---|---|---|---|")
         for variant in VARIANTS:
             rates = [r[variant.name].rate for r in rounds]

@@ -16,12 +16,12 @@ from platform_tasks.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from platform_tasks.app import PlatformCelery, create_app
+    from platform_tasks.consumer.retry import RetryPolicy
+    from platform_tasks.consumer.task import PlatformTask
     from platform_tasks.envelope import Envelope
     from platform_tasks.errors import PermanentError, PlatformError
     from platform_tasks.queue_port import QueuePort
-    from platform_tasks.retry import RetryPolicy
     from platform_tasks.settings import PlatformSettings
-    from platform_tasks.task import PlatformTask
 
 __all__ = [
     "Envelope",
@@ -41,9 +41,9 @@ _HOMES: dict[str, str] = {
     "PlatformCelery": "platform_tasks.app",
     "PlatformError": "platform_tasks.errors",
     "PlatformSettings": "platform_tasks.settings",
-    "PlatformTask": "platform_tasks.task",
+    "PlatformTask": "platform_tasks.consumer.task",
     "QueuePort": "platform_tasks.queue_port",
-    "RetryPolicy": "platform_tasks.retry",
+    "RetryPolicy": "platform_tasks.consumer.retry",
     "create_app": "platform_tasks.app",
 }
 """Where each public name lives; the module is imported when the name is first used."""

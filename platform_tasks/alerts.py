@@ -1,13 +1,25 @@
-"""Alerts for operators: dead letters, poison messages and dropped messages.
+"""Alerts for operators: dead letters, poison messages, dropped messages, failed jobs.
 
-Alerts go to Sentry when ``SENTRY_DSN`` is set and are logged either way, so a deployment
-without Sentry still sees them in its log pipeline. Every alert carries a ``fingerprint``
-(e.g. queue + kind + error type) so a storm of one failure groups into one Sentry issue
-instead of thousands.
+Alerts go to Sentry when Sentry is on and are logged either way, so a deployment without
+Sentry still sees them in its log pipeline. Every alert carries a ``fingerprint`` (e.g.
+queue + kind + error type) so a storm of one failure groups into one Sentry issue instead
+of thousands.
 
-Sentry is initialised once per process by :func:`configure_alerts` (the consumer installs
-it for workers); :func:`send_alert` never raises, because an alert that fails must not turn
-a handled failure into a lost message.
+The platform is a library inside someone's application, so it uses Sentry the way a
+library should:
+
+* when the application already initialised sentry-sdk, its client is used as it is (its
+  DSN, its options); the platform never calls ``sentry_sdk.init`` over it;
+* only when no client is active and ``SENTRY_DSN`` is set does the platform initialise
+  one itself (no default integrations, no local variables);
+* one problem is one event: the alert logger is ignored by Sentry's logging integration,
+  and a log line the platform writes next to a problem it reports itself (its ``event``
+  is in :data:`REPORTED_LOG_EVENTS`) is not turned into a second event;
+* the platform's own events never carry the local variables of frames (they hold the
+  envelope and its data), whatever the application configured.
+
+:func:`send_alert` never raises, because an alert that fails must not turn a handled
+failure into a lost message.
 """
 
 from __future__ import annotations
@@ -16,8 +28,28 @@ import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-logger = logging.getLogger(__name__)
+__all__ = [
+    "ALERT_LOGGER",
+    "REPORTED_LOG_EVENTS",
+    "configure_alerts",
+    "flush_alerts",
+    "report_exception",
+    "send_alert",
+    "sentry_enabled",
+]
+
+ALERT_LOGGER = "platform_tasks.alerts"
+"""The logger every alert is written to; Sentry's logging integration ignores it."""
+
+REPORTED_LOG_EVENTS = frozenset(
+    {"consumer.dead_lettered", "consumer.dropped_message_dead_lettered", "jobs.run_failed"}
+)
+"""``event`` values of platform log lines written next to a problem the platform reports
+to Sentry itself (as an alert); Sentry's logging integration must not report them again."""
+
+logger = logging.getLogger(ALERT_LOGGER)
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -28,40 +60,72 @@ _LEVELS = {
 }
 
 _lock = threading.Lock()
-_configured_dsn: str | None = None
-_configured_pid: int | None = None
+_hooks_installed = False
+
+
+def _install_hooks() -> None:
+    """Register, once per process, what keeps one problem to one event."""
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    from sentry_sdk.integrations.logging import ignore_logger
+    from sentry_sdk.scope import add_global_event_processor
+
+    ignore_logger(ALERT_LOGGER)
+    add_global_event_processor(_drop_reported_log_events)
+    _hooks_installed = True
+
+
+def _drop_reported_log_events(event: Any, hint: Any) -> Any:
+    """Drop the logging integration's event for a log line of an already reported problem."""
+    record = hint.get("log_record") if isinstance(hint, Mapping) else None
+    if (
+        record is not None
+        and record.name.startswith("platform_tasks")
+        and getattr(record, "event", None) in REPORTED_LOG_EVENTS
+    ):
+        return None
+    return event
 
 
 def configure_alerts(dsn: str | None) -> bool:
-    """Initialise sentry-sdk for this process when ``dsn`` is set; return whether it is on.
+    """Make Sentry usable for the platform; return whether it is on.
 
-    Safe to call more than once and after a fork: a pool child re-initialises, because the
-    SDK's transport thread does not survive ``fork``.
+    An active client (the application's, or one made here before) is used as it is.
+    Otherwise a client is initialised from ``dsn`` when it is set. Safe to call often and
+    after a fork (the SDK restarts its transport thread in the child by itself).
     """
-    global _configured_dsn, _configured_pid
-    if not dsn:
-        return False
     with _lock:
-        if _configured_dsn == dsn and _configured_pid == os.getpid():
-            return True
         import sentry_sdk
 
+        if sentry_sdk.get_client().is_active():
+            _install_hooks()
+            return True
+        if not dsn:
+            return False
+        from sentry_sdk.integrations.atexit import AtexitIntegration
+
+        _install_hooks()
         # Local variables of the failing frames hold the envelope and its data: payload
         # data must not leave the process unless a task opts in, so they are not sent.
+        # The only integration: send what is queued when a command exits (quietly).
         sentry_sdk.init(
             dsn=dsn,
             default_integrations=False,
+            integrations=[AtexitIntegration(callback=_quiet_exit)],
             send_default_pii=False,
             include_local_variables=False,
         )
-        _configured_dsn = dsn
-        _configured_pid = os.getpid()
         return True
 
 
-def _sentry_enabled() -> bool:
-    dsn = _configured_dsn or os.environ.get("SENTRY_DSN")
-    return configure_alerts(dsn)
+def _quiet_exit(pending: int, timeout: float) -> None:
+    """Flush at exit without the SDK's message on stderr (it is not ours to print)."""
+
+
+def sentry_enabled() -> bool:
+    """Whether Sentry is on: a client is active, or ``SENTRY_DSN`` lets one be made."""
+    return configure_alerts(os.environ.get("SENTRY_DSN"))
 
 
 def send_alert(
@@ -72,25 +136,52 @@ def send_alert(
     level: str = "error",
     exc: BaseException | None = None,
 ) -> None:
-    """Report ``message`` to Sentry (when configured) and to the log; never raises.
+    """Report ``message`` to Sentry (when on) and to the log; never raises.
 
     ``tags`` with a ``None`` value are left out of Sentry (it rejects them) but logged.
     ``fingerprint`` decides grouping; pass the few fields that identify *the same* problem.
     """
     clean_tags = {key: str(value) for key, value in tags.items() if value is not None}
-    log_level = _LEVELS.get(level, logging.ERROR)
+    try:
+        enabled = sentry_enabled()  # first: the hooks must be in place before we log
+    except Exception:
+        enabled = False
+        logger.exception("Sentry could not be initialised", extra={"event": "alert.failed"})
     logger.log(
-        log_level,
+        _LEVELS.get(level, logging.ERROR),
         "alert: %s",
         message,
         extra={"event": "alert.sent", "alert_tags": clean_tags, "fingerprint": list(fingerprint)},
     )
-    try:
-        if not _sentry_enabled():
-            return
+    if enabled:
         _capture(message, clean_tags, list(fingerprint), level, exc)
-    except Exception:  # an alert must never break the failure path that raised it
-        logger.exception("alert could not be sent to Sentry", extra={"event": "alert.failed"})
+
+
+def report_exception(
+    exc: BaseException, *, message: str, tags: Mapping[str, str], fingerprint: Sequence[str]
+) -> None:
+    """Send ``exc`` to Sentry (when on) without logging it; never raises.
+
+    For a failure the caller has already logged (with its own ``event``, listed in
+    :data:`REPORTED_LOG_EVENTS`), so it reaches Sentry once and the log once.
+    """
+    try:
+        enabled = sentry_enabled()
+    except Exception:
+        logger.exception("Sentry could not be initialised", extra={"event": "alert.failed"})
+        return
+    if enabled:
+        _capture(message, dict(tags), list(fingerprint), "error", exc)
+
+
+def _strip_local_variables(event: Any, hint: Any) -> Any:
+    """Remove frame ``vars`` from a platform event, even if the client would send them."""
+    exceptions = event.get("exception", {}).get("values", [])
+    threads = event.get("threads", {}).get("values", [])
+    for holder in (*exceptions, *threads):
+        for frame in (holder.get("stacktrace") or {}).get("frames", []):
+            frame.pop("vars", None)
+    return event
 
 
 def _capture(
@@ -100,24 +191,29 @@ def _capture(
     level: str,
     exc: BaseException | None,
 ) -> None:
-    import sentry_sdk
+    try:
+        import sentry_sdk
 
-    with sentry_sdk.new_scope() as scope:
-        for key, value in tags.items():
-            scope.set_tag(key, value)
-        scope.fingerprint = fingerprint
-        scope.set_level(level)  # type: ignore[arg-type]
-        if exc is not None:
-            scope.set_extra("alert_message", message)
-            sentry_sdk.capture_exception(exc)
-        else:
-            sentry_sdk.capture_message(message, level=level)  # type: ignore[arg-type]
+        with sentry_sdk.new_scope() as scope:
+            for key, value in tags.items():
+                scope.set_tag(key, value)
+            scope.fingerprint = fingerprint
+            scope.set_level(level)  # type: ignore[arg-type]
+            scope.add_event_processor(_strip_local_variables)
+            if exc is not None:
+                scope.set_extra("alert_message", message)
+                sentry_sdk.capture_exception(exc)
+            else:
+                sentry_sdk.capture_message(message, level=level)  # type: ignore[arg-type]
+    except Exception:  # an alert must never break the failure path that raised it
+        logger.exception("alert could not be sent to Sentry", extra={"event": "alert.failed"})
 
 
 def flush_alerts(timeout: float = 2.0) -> None:
     """Wait for queued Sentry events (worker shutdown); a no-op without Sentry."""
-    if _configured_dsn is None:
+    if not _hooks_installed:
         return
     import sentry_sdk
 
-    sentry_sdk.flush(timeout=timeout)
+    if sentry_sdk.get_client().is_active():
+        sentry_sdk.flush(timeout=timeout)

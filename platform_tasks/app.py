@@ -14,7 +14,7 @@ from typing import Any
 from celery import Celery
 
 from platform_tasks.brokers import refuse_cluster_broker
-from platform_tasks.retry import RetryPolicy, resolve_policies
+from platform_tasks.consumer.retry import RetryPolicy, resolve_policies
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.transport.selection import transport_conf
 
@@ -25,7 +25,10 @@ class PlatformCelery(Celery):  # type: ignore[misc]
     """A Celery app that carries its platform settings and retry policies explicitly.
 
     Collaborators read settings from here instead of ambient ``app.conf`` lookups.
+    Task events go through the platform's batching dispatcher (``event_batching``).
     """
+
+    events_cls = "platform_tasks.event_batching:PlatformEvents"
 
     platform_settings: PlatformSettings
     retry_policies: dict[str, RetryPolicy]
@@ -41,11 +44,14 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     side effects; each line belongs to the module that owns the concern.
     """
     from platform_tasks.brokers import install as install_broker_checks
-    from platform_tasks.consumer import install as install_consumer
+    from platform_tasks.consumer.dropped_messages import install as install_consumer
+    from platform_tasks.consumer.hooks import install as install_pipeline_hooks
+    from platform_tasks.consumer.task import install as install_platform_task
     from platform_tasks.delay_promoter import install as install_delay_promoter
+    from platform_tasks.event_batching import install as install_task_events
     from platform_tasks.jobs.worker import install as install_scheduled_jobs
     from platform_tasks.metrics import install as install_metrics
-    from platform_tasks.task import install as install_platform_task
+    from platform_tasks.notifications.setup import install as install_notification_rails
     from platform_tasks.worker_queues import install as install_worker_queues
 
     return [
@@ -53,9 +59,12 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
         install_scheduled_jobs,
         install_consumer,
         install_platform_task,
+        install_pipeline_hooks,
         install_metrics,
         install_worker_queues,
         install_broker_checks,
+        install_task_events,
+        install_notification_rails,
     ]
 
 

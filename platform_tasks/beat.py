@@ -34,6 +34,7 @@ from platform_tasks.jobs.points import to_ms
 from platform_tasks.jobs.runtime import JobRuntime, app_name, runtime_mode, start_jobs
 from platform_tasks.jobs.trigger import PointOutcome, PointResult, TriggerEngine
 from platform_tasks.jobs.worker import RUN_TASK
+from platform_tasks.scheduler_metrics import BeatMetrics, MetricsServer, serve
 
 __all__ = ["LeaseScheduler"]
 
@@ -70,21 +71,27 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
         self._closed = False
         self._dispatching = False
         self._queues: dict[str, str] = {}  # job -> queue its triggers go to
+        self.metrics_server: MetricsServer | None = None
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         super().__init__(app, *args, **kwargs)
 
     # -- Celery hooks ------------------------------------------------------------------
 
     def setup_schedule(self) -> None:
-        """Validate everything before the first tick; start the delay promoter."""
+        """Validate everything before the first tick; start the delay promoter (and the
+        metrics endpoint when ``PLATFORM_METRICS_PORT`` is set)."""
         settings = self.app.platform_settings
         self.runtime = start_jobs(
             settings, app_name=app_name(self.app), mode=runtime_mode(self.app), role="beat"
         )
+        port = settings.metrics_port
+        if port is not None:
+            self.metrics_server = serve(port, role="beat")
         if self.runtime.leases is not None:
             self.engine = TriggerEngine(
                 self.runtime.jobs, self.runtime.leases, owner=self.owner,
                 started_at=self.runtime.ready_at,
+                on_result=BeatMetrics(self.owner).observe if port is not None else None,
             )  # fmt: skip
             self._clock_seen_ms = _local_ms()
             self._offset_ms = to_ms(self.runtime.ready_at) - self._clock_seen_ms
@@ -245,6 +252,9 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
         if self.promoter is not None:
             self.promoter.stop()
             self.promoter = None
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+            self.metrics_server = None
         if self.runtime is not None and not self.runtime.closed:
             self.runtime.close()
             logger.info("beat scheduler closed owner=%s", self.owner,

@@ -16,6 +16,7 @@ from celery import bootsteps
 
 from platform_tasks.delay_store import DelayStore
 from platform_tasks.keys import delay_keys
+from platform_tasks.scheduler_metrics import delay_promoted, observe_delay_store
 from platform_tasks.settings import PlatformSettings
 
 logger = logging.getLogger(__name__)
@@ -32,12 +33,25 @@ class DelayPromoter:
         self._thread: threading.Thread | None = None
         self.moved_total = 0
 
+    def measure(self, store: DelayStore) -> None:
+        """Set the delay gauges: entries waiting and how overdue the oldest due one is,
+        judged by Redis time (one round trip)."""
+        with store.client.pipeline(transaction=False) as pipe:
+            pipe.zcard(store.keys.schedule)
+            pipe.zrange(store.keys.schedule, 0, 0, withscores=True)
+            pipe.time()
+            waiting, first, (seconds, micros) = pipe.execute()
+        oldest = int(first[0][1]) if first else None
+        observe_delay_store(int(waiting), oldest, int(seconds) * 1000 + int(micros) // 1000)
+
     def run_once(self, store: DelayStore) -> int:
         """Promote until nothing more is due; return how many entries were moved."""
         moved = 0
         while not self._stop.is_set():
             result = store.promote_due(self.settings.delay_batch_size)
             moved += result.moved
+            if result.moved:
+                delay_promoted(result.moved)
             if not result.more_due:
                 break
         return moved
@@ -48,10 +62,13 @@ class DelayPromoter:
         )
         store = DelayStore(client, delay_keys(self.settings.profile))
         interval = self.settings.delay_poll_interval_seconds
+        measured = self.settings.metrics_port is not None
         failures = 0
         try:
             while not self._stop.is_set():
                 try:
+                    if measured:
+                        self.measure(store)  # before promoting: the lag promotion leaves
                     moved = self.run_once(store)
                     failures = 0
                     if moved:

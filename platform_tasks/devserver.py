@@ -22,6 +22,7 @@ from pathlib import Path
 
 from platform_tasks.harness import PostgresServer, RedisServer, free_port, wait_until
 from platform_tasks.migrations import migrate
+from platform_tasks.settings import PlatformSettings, redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +99,9 @@ class DevPlatform:
         return self.options.data_dir / "logs"
 
     def start_servers(self) -> None:
+        # Validate what the operator set before starting anything: a bad URL fails here,
+        # naming its variable with the password masked, instead of inside a child process.
+        PlatformSettings.from_env()
         redis_url = os.environ.get("PLATFORM_REDIS_URL")
         database_url = os.environ.get("PLATFORM_DATABASE_URL")
         data = self.options.data_dir
@@ -108,13 +112,13 @@ class DevPlatform:
             redis_url = self.redis.url
             self.say(f"Redis       {redis_url} (embedded, files in {data / 'redis'})")
         else:
-            self.say(f"Redis       {redis_url} (from PLATFORM_REDIS_URL)")
+            self.say(f"Redis       {redact_url(redis_url)} (from PLATFORM_REDIS_URL)")
         if not database_url:
             self.postgres = PostgresServer(data / "postgres" / "data").start()
             database_url = self.postgres.url
             self.say(f"PostgreSQL  {database_url} (embedded, files in {self.postgres.data_dir})")
         else:
-            self.say(f"PostgreSQL  {database_url} (from PLATFORM_DATABASE_URL)")
+            self.say(f"PostgreSQL  {redact_url(database_url)} (from PLATFORM_DATABASE_URL)")
         applied = migrate(database_url)
         self.say(f"Migrations  {'applied ' + str(applied) if applied else 'up to date'}")
         self.env = {k: v for k, v in os.environ.items()}
@@ -140,16 +144,20 @@ class DevPlatform:
         process.start()
         return process
 
+    def worker_argv(self) -> list[str]:
+        """The worker command, as a user types it: no ``-Q``, so it consumes ``default``
+        and every queue the platform routes to (the jobs' queues among them)."""
+        return self._celery("worker", "--loglevel", "INFO", "-n", "dev-worker@%h", "-c", "2")
+
+    def beat_argv(self) -> list[str]:
+        return self._celery("beat", "--loglevel", "INFO")
+
     def start_workers_and_beat(self) -> None:
         """(Re)start worker and beat replicas from scratch: a cold start, no old timers."""
         self.generation += 1
-        worker = self._process(
-            "worker",
-            self._celery("worker", "--loglevel", "INFO", "-n", "dev-worker@%h", "-c", "2"),
-        )
-        self.workers = [worker]
+        self.workers = [self._process("worker", self.worker_argv())]
         self.beats = [
-            self._process(f"beat-{n}", self._celery("beat", "--loglevel", "INFO"))
+            self._process(f"beat-{n}", self.beat_argv())
             for n in range(1, self.options.beat_replicas + 1)
         ]
 
@@ -218,6 +226,19 @@ class DevPlatform:
             self.redis = None
 
 
+def definition_changes(paths: Iterable[str]) -> set[str]:
+    """The changed paths that can change a job definition.
+
+    Python's bytecode cache is written by the very processes a restart starts (beat and
+    the worker import the job files), so ``__pycache__`` and ``.pyc`` changes are left
+    out; otherwise adding a job would restart everything twice. Editor backups too.
+    """
+    return {
+        path for path in paths
+        if not path.endswith((".pyc", "~")) and "__pycache__" not in Path(path).parts
+    }  # fmt: skip
+
+
 def watch_for_changes(jobs_dir: Path, on_change: Callable[[set[str]], None],
                       stop: threading.Event) -> None:  # fmt: skip
     """Call ``on_change`` with changed paths whenever a file under ``jobs_dir`` changes."""
@@ -227,6 +248,6 @@ def watch_for_changes(jobs_dir: Path, on_change: Callable[[set[str]], None],
         return
     for changes in watch(jobs_dir, stop_event=stop, debounce=400, step=100,
                          raise_interrupt=False, rust_timeout=500):  # fmt: skip
-        paths = {path for _, path in changes if not path.endswith((".pyc", "~"))}
+        paths = definition_changes(path for _, path in changes)
         if paths:
             on_change(paths)

@@ -85,6 +85,38 @@ class Throttled(PlatformError):
         super().__init__(f"throttled ({reason}) until {retry_at.isoformat()}")
 
 
+class DeadLettered(PlatformError):
+    """The job was written to ``core.dead_letters``; raised so Celery records a failure.
+
+    Its message is composed by the platform (reason, attempts, error type), never the
+    handler's error text, because Celery puts it in task events and Flower shows them.
+    ``dead_letter_id`` is the row's id (``None`` when another delivery had written it).
+    Listed in ``PlatformTask.throws``: Sentry's Celery integration does not report it a
+    second time (the dead-letter alert already did).
+    """
+
+    def __init__(self, message: str, dead_letter_id: int | None = None) -> None:
+        self.dead_letter_id = dead_letter_id
+        super().__init__(message)
+
+
+class ServersUnavailable(PlatformError):
+    """PostgreSQL or Redis did not answer (or refused a write); the delivery waits.
+
+    Internal control flow of the consumer: never raised to a handler, never dead-lettered,
+    and the message stays unacked while it lasts.
+    """
+
+
+class TransactionBroken(PlatformError):
+    """The handler ended, closed or aborted the transaction it was given.
+
+    A failed attempt like any error the handler raises (retried with backoff, within the
+    budget): for example a SQL error caught inside the handler, after which PostgreSQL
+    answers ``COMMIT`` with ``ROLLBACK``.
+    """
+
+
 class JobDefinitionError(ConfigurationError):
     """A scheduled job file or definition is invalid (bad cron, unknown zone, duplicate name...).
 

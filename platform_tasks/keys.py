@@ -119,3 +119,58 @@ TRANSPORT_QUARANTINE = "platform:transport:v1:unreadable"
 """List of broker messages that are not readable kombu messages (not JSON, no delivery
 tag). The fetch script moves them here instead of dropping them; an operator inspects
 them with ``LRANGE``."""
+
+
+# --- django-celery-beat periodic tasks (issue 15) ---------------------------------------
+
+
+def django_beat_namespace(*, app_name: str, profile: str) -> str:
+    """Namespace of the keys ``LeaseDatabaseScheduler`` admits periodic tasks under:
+    ``platform:<app>:<profile>:django-celery-beat``, apart from the file jobs' keys."""
+    return f"{ROOT}:{app_name}:{profile}:django-celery-beat"
+
+
+def periodic_task_job(pk: int) -> str:
+    """The job name of django-celery-beat periodic task ``pk`` inside that namespace
+    (:class:`JobKeys` builds the marker and lease keys from it). The primary key, not
+    the task's name: names are editable in Django admin."""
+    return f"periodic-task-{pk}"
+
+
+# --- notification rate limits (issue 13) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class RateLimitKeys:
+    """Rate-limit keys of one provider, all under one ``{hash tag}`` (one Cluster slot).
+
+    ``bucket`` is the provider's token bucket (hash: ``tokens``, ``ts`` of the last
+    refill in ms, ``until`` before which nobody may send after a 429, ``learned`` rate per
+    ms the provider's headers reported and ``learned_until``, ``paused_until`` and
+    ``pause_reason`` of a quota pause, ``next_t``/``next_m`` the next slot given to a
+    refused transactional/marketing caller); ``tenant(t)`` is tenant ``t``'s bucket of
+    messages for this provider (``tokens``, ``ts``, ``next_*``; expires when full);
+    ``pause_alerted`` exists while a pause lasts, so the pause alerts once.
+    """
+
+    namespace: str
+    provider: str
+
+    @property
+    def tag(self) -> str:
+        return f"{{{self.namespace}:ratelimit:{self.provider}}}"
+
+    @property
+    def bucket(self) -> str:
+        return f"{self.tag}:v1:bucket"
+
+    @property
+    def pause_alerted(self) -> str:
+        return f"{self.tag}:v1:pause_alerted"
+
+    def tenant(self, tenant_id: str) -> str:
+        return f"{self.tag}:v1:tenant:{tenant_id}"
+
+
+def rate_limit_keys(profile: str, provider: str) -> RateLimitKeys:
+    return RateLimitKeys(base_namespace(profile), provider)

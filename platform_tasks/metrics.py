@@ -7,6 +7,13 @@ Counters (all labelled by ``queue`` and ``task``):
 - ``platform_jobs_retried_total`` — failed attempt rescheduled through the delay store
 - ``platform_jobs_dead_lettered_total`` — written to core.dead_letters (label ``reason``)
 - ``platform_jobs_poison_total`` — schema-invalid envelope or a message Celery would drop
+- ``platform_jobs_throttled_total`` — rescheduled without spending an attempt (label ``reason``)
+
+Labels come only from what the application declared: a task label is a registered task
+name and a queue label a queue the app knows (declared queues, retry policies, the
+default queue, tasks' own ``queue`` options); anything else, such as the kind or routing
+key of a poison or dropped message, is counted as ``unknown``, so producers cannot create
+unbounded series.
 
 Prefork workers: set ``PROMETHEUS_MULTIPROC_DIR`` to an empty, writable directory in the
 worker's environment (before it starts; prometheus-client reads it at import) and set
@@ -21,10 +28,19 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps, signals
 from prometheus_client import CollectorRegistry, Counter, start_http_server
+
+from platform_tasks.consumer.hooks import PipelineHook
+
+if TYPE_CHECKING:
+    from platform_tasks.consumer.dead_letter_records import DeadLetterRecord
+    from platform_tasks.consumer.delivery import Delivery
+    from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt, ThrottledUntil
+    from platform_tasks.envelope import Envelope
 
 logger = logging.getLogger(__name__)
 
@@ -43,28 +59,71 @@ POISON = Counter(
 )
 
 
-def _labels(queue: str | None, task: str | None) -> dict[str, str]:
-    return {"queue": queue or "", "task": task or ""}
+THROTTLED = Counter(
+    "platform_jobs_throttled", "Jobs rescheduled without spending an attempt.",
+    (*_LABELS, "reason"),
+)  # fmt: skip
+
+UNKNOWN = "unknown"
+POISON_REASONS = frozenset(
+    {"poison", "unknown_task", "undecodable_body", "invalid_message", "missing_celery_headers"}
+)
+"""Dead-letter reasons that also count as poison (never a handler's failure)."""
 
 
-def processed(queue: str | None, task: str | None) -> None:
-    PROCESSED.labels(**_labels(queue, task)).inc()
+class MetricsHook(PipelineHook):
+    """Prometheus counters for every outcome, labelled only with declared names."""
 
+    def __init__(self, app: Any) -> None:
+        self.app = app
 
-def duplicate_skipped(queue: str | None, task: str | None) -> None:
-    DUPLICATE_SKIPPED.labels(**_labels(queue, task)).inc()
+    def queue_label(self, queue: str | None) -> str:
+        app = self.app
+        if not queue:
+            return UNKNOWN
+        declared = (
+            queue in app.amqp.queues
+            or queue in (getattr(app, "retry_policies", None) or {})
+            or queue == app.conf.task_default_queue
+            or any(getattr(task, "queue", None) == queue for task in self._tasks().values())
+        )
+        return queue if declared else UNKNOWN
 
+    def task_label(self, task: str | None) -> str:
+        return task if task and task in self._tasks() else UNKNOWN
 
-def retried(queue: str | None, task: str | None) -> None:
-    RETRIED.labels(**_labels(queue, task)).inc()
+    def _tasks(self) -> Mapping[str, Any]:
+        try:
+            tasks: Mapping[str, Any] = self.app.tasks
+        except Exception:  # a task that fails to build on finalize: label nothing by it
+            return {}
+        return tasks
 
+    def labels(self, queue: str | None, task: str | None) -> dict[str, str]:
+        return {"queue": self.queue_label(queue), "task": self.task_label(task)}
 
-def dead_lettered(queue: str | None, task: str | None, reason: str) -> None:
-    DEAD_LETTERED.labels(reason=reason, **_labels(queue, task)).inc()
+    def on_applied(self, delivery: Delivery, envelope: Envelope[Any], verdict: Applied) -> None:
+        PROCESSED.labels(**self.labels(delivery.queue, delivery.consumer)).inc()
 
+    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate
+                     ) -> None:  # fmt: skip
+        DUPLICATE_SKIPPED.labels(**self.labels(delivery.queue, delivery.consumer)).inc()
 
-def poison(queue: str | None, task: str | None) -> None:
-    POISON.labels(**_labels(queue, task)).inc()
+    def on_retry_scheduled(self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
+                           ) -> None:  # fmt: skip
+        RETRIED.labels(**self.labels(delivery.queue, delivery.consumer)).inc()
+
+    def on_throttled(self, delivery: Delivery, envelope: Envelope[Any],
+                     verdict: ThrottledUntil) -> None:  # fmt: skip
+        THROTTLED.labels(reason=verdict.reason,
+                         **self.labels(delivery.queue, delivery.consumer)).inc()  # fmt: skip
+
+    def on_dead_lettered(self, record: DeadLetterRecord, dead_letter_id: int,
+                         error: BaseException | None) -> None:  # fmt: skip
+        labels = self.labels(record.queue, record.kind)
+        if record.reason in POISON_REASONS:
+            POISON.labels(**labels).inc()
+        DEAD_LETTERED.labels(reason=record.reason, **labels).inc()
 
 
 def registry_for_exposition() -> CollectorRegistry | None:

@@ -13,10 +13,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from platform_tasks.errors import SettingsError
+from platform_tasks.notifications.rate_limits import RateLimit, parse_rate_limits
 
 ENV_PREFIX = "PLATFORM_"
 SECRET_MASK = "***"
@@ -126,6 +127,9 @@ def _option_problem(options: Mapping[str, str]) -> str | None:
     return None
 
 
+_CHANNEL_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
 def _split_globs(value: Any) -> Any:
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
@@ -170,6 +174,35 @@ class PlatformSettings(BaseSettings):
     delay_poll_interval_seconds: float = Field(default=0.5, gt=0, le=60)
     delay_batch_size: int = Field(default=500, ge=1, le=10_000)
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    processed_jobs_purge_cron: str = "17 3 * * *"
+    """When the shipped ``platform.processed_jobs_cleanup`` job runs (5-field cron, UTC)."""
+    dead_letter_report_cron: str = "5 * * * *"
+    """When the shipped ``platform.dead_letter_age_report`` job runs (5-field cron, UTC)."""
+
+    @field_validator("processed_jobs_purge_cron", "dead_letter_report_cron")
+    @classmethod
+    def _five_field_cron(cls, value: str) -> str:
+        from croniter import croniter
+
+        fields = value.split()
+        if len(fields) != 5 or not croniter.is_valid(value):
+            raise ValueError(f"{value!r} is not a 5-field cron expression (e.g. '17 3 * * *')")
+        return " ".join(fields)
+
+    tenants_query: str | None = None
+    fanout_batch_size: int = Field(default=500, ge=1, le=10_000)
+    example_jobs_interval_seconds: int | None = Field(default=None, ge=1)
+
+    # --- notification rails ---------------------------------------------------------
+    notification_channels: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["email"])
+    provider_rate_limits: Annotated[dict[str, RateLimit], NoDecode] = Field(
+        default_factory=lambda: {"resend": RateLimit(5, 1)}
+    )
+    tenant_rate_limits: Annotated[dict[str, RateLimit], NoDecode] = Field(default_factory=dict)
+    marketing_pause_depth: int = Field(default=100, ge=1)
+    marketing_resume_depth: int = Field(default=10, ge=0)
+    resend_api_key: SecretStr | None = None
+    resend_base_url: str = "https://api.resend.com"
 
     @field_validator("jobs_include", "jobs_exclude", mode="before")
     @classmethod
@@ -199,6 +232,43 @@ class PlatformSettings(BaseSettings):
             raise ValueError(f"{redact_url(value)} is not a valid PostgreSQL URL: {problem}")
         return value
 
+    @field_validator("notification_channels", mode="before")
+    @classmethod
+    def _channels(cls, value: Any) -> Any:
+        names = _split_globs(value)
+        if isinstance(names, list):
+            if not names:
+                raise ValueError("at least one channel is needed (e.g. email)")
+            for name in names:
+                if not isinstance(name, str) or not _CHANNEL_NAME.fullmatch(name):
+                    raise ValueError(
+                        f"channel {name!r} must be lower-case letters, digits and _ "
+                        "(it becomes part of a queue name)"
+                    )
+        return names
+
+    @field_validator("provider_rate_limits", "tenant_rate_limits", mode="before")
+    @classmethod
+    def _rate_limits(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_rate_limits(value)
+        return value
+
+    @field_validator("marketing_resume_depth")
+    @classmethod
+    def _resume_below_pause(cls, value: int, info: ValidationInfo) -> int:
+        pause = info.data.get("marketing_pause_depth")
+        if isinstance(pause, int) and value >= pause:
+            raise ValueError(f"must be below PLATFORM_MARKETING_PAUSE_DEPTH ({pause}), got {value}")
+        return value
+
+    @field_validator("resend_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("https://", "http://")) or "@" in value:
+            raise ValueError("must be an http(s):// URL without credentials")
+        return value.rstrip("/")
+
     @property
     def effective_broker_url(self) -> str:
         """The broker Celery connects to: ``broker_url`` or, by default, ``redis_url``."""
@@ -226,6 +296,15 @@ class PlatformSettings(BaseSettings):
             return cls.model_validate(values)
         except ValidationError as exc:
             raise _settings_error(exc) from None
+
+    @field_validator("tenants_query")
+    @classmethod
+    def _tenants_query(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if not value.strip().lower().startswith(("select", "with", "values", "table")):
+            raise ValueError("must be a SELECT returning tenant_id, freshness_tier")
+        return value
 
 
 def variable_name(field: str) -> str:

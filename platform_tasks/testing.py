@@ -3,21 +3,37 @@
 ``JobTestScheduler`` discovers a jobs folder exactly like beat and runs the production
 rule code (points, the admission script, the runner with its start check and lease) with
 one deliberate seam: the scripts judge by the tick's ``at`` instead of Redis ``TIME``.
+Each ``tick(at=...)`` considers every job's current point at ``at`` (the newest point at
+or before ``at``), so ticking an admitted point again reports it ``skipped_duplicate``;
+no point at or before the scheduler's start-up is ever admitted, and nothing missed is
+caught up (older points of a period already over are reported ``skipped_late``).
 
-    def test_nightly(job_scheduler):
-        scheduler = job_scheduler("beat_schedules", started_at=datetime(2025, 1, 1, tzinfo=UTC))
-        results = scheduler.tick(at=datetime(2025, 1, 2, tzinfo=UTC))
-        assert [r.outcome for r in results] == ["admitted"]
+    def test_nightly(job_scheduler):          # the project's jobs, started now
+        point = job_scheduler.next_point("billing.nightly")
+        [result] = job_scheduler.tick(at=point)
+        assert (result.outcome, result.run) == ("admitted", "succeeded")
+        [again] = job_scheduler.tick(at=point)
+        assert again.outcome == "skipped_duplicate"
 
-The ``job_scheduler`` fixture (registered through the ``pytest11`` entry point) is a
-factory; it connects to ``job_scheduler_redis_url`` (override that fixture, default
-``PLATFORM_REDIS_URL``) and closes every scheduler at teardown. Apps built with
-:func:`create_test_app` schedule nothing, in beat or in a worker.
+Fixtures (registered through the ``pytest11`` entry point):
+
+* ``job_scheduler``: a ready :class:`JobTestScheduler` for the project's jobs
+  (``PLATFORM_JOBS_DIR``, default ``beat_schedules``, with ``PLATFORM_JOBS_INCLUDE`` /
+  ``PLATFORM_JOBS_EXCLUDE``), started at ``job_scheduler_started_at`` (default: now).
+* ``job_scheduler_factory``: ``job_scheduler_factory(jobs_dir, started_at=..., ...)``
+  for other folders and start times; the schedulers of one test share a namespace, so
+  two of them behave as two beat replicas.
+
+Both connect to ``job_scheduler_redis_url`` (override that fixture, default
+``PLATFORM_REDIS_URL``), use a key namespace of their own per test and delete their keys
+at teardown. Apps built with :func:`create_test_app` schedule nothing, in beat or in a
+worker.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -33,7 +49,14 @@ from platform_tasks.jobs.trigger import PointOutcome, PointResult, TriggerEngine
 from platform_tasks.keys import jobs_namespace
 from platform_tasks.leases import JobLeases
 
-__all__ = ["JobTestScheduler", "TickResult", "create_test_app", "job_scheduler"]
+__all__ = [
+    "JobTestScheduler",
+    "TickResult",
+    "create_test_app",
+    "job_scheduler",
+    "job_scheduler_factory",
+    "job_scheduler_started_at",
+]
 
 
 def create_test_app(name: str, **kwargs: Any) -> Any:
@@ -61,9 +84,10 @@ class TickResult:
 class JobTestScheduler:
     """One beat replica driven by explicit ticks (see the module docstring).
 
-    ``started_at`` is the start-up instant (only points strictly after it are due);
-    ``run=False`` on :meth:`tick` admits without running, holding the leases until
-    :meth:`finish` runs them, which is how overlapping runs are tested.
+    ``started_at`` (default now) is the start-up instant: only points strictly after it
+    are ever considered. Ticks move forward in time. ``run=False`` on :meth:`tick` admits
+    without running, holding the leases until :meth:`finish` runs them, which is how
+    overlapping runs are tested.
     """
 
     def __init__(
@@ -87,15 +111,26 @@ class JobTestScheduler:
         ns = namespace or jobs_namespace(app_name="tests", profile="test", mode="test")
         self.leases = JobLeases(redis, namespace=ns, prefix=key_prefix)
         self.engine = TriggerEngine(
-            self.jobs, self.leases, owner=owner, started_at=start, explicit_now=True
-        )
+            self.jobs, self.leases, owner=owner, started_at=start, explicit_now=True,
+            reconsider_current=True,
+        )  # fmt: skip
+        self.started_at = start
         self.held: list[PointResult] = []
         self._last: datetime = start
 
     def tick(self, *, at: datetime, run: bool = True) -> list[TickResult]:
-        """Consider every point due at ``at``; run admitted handlers inline."""
+        """Consider every job's current point at ``at``; run admitted handlers inline.
+
+        One result per considered point: the current point of each job whose current
+        point is after start-up (``admitted``, ``skipped_overlap``, ``skipped_duplicate``
+        when an earlier tick or another replica consumed it, ``skipped_redis_error``),
+        preceded by ``skipped_late`` for the points between the previous tick and it.
+        """
         if at.tzinfo is None:
             raise ValueError("at must be timezone-aware")
+        if at < self._last:
+            raise ValueError(f"ticks move forward: {at.isoformat()} is before "
+                             f"{self._last.isoformat()}")  # fmt: skip
         self._last = at
         results: list[TickResult] = []
         for result in self.engine.tick(at):
@@ -125,12 +160,23 @@ class JobTestScheduler:
         )  # fmt: skip
 
     def next_point(self, job: str) -> datetime:
+        """The job's next point not yet considered (the first after start-up, at first)."""
         return self.engine.pending[job]
+
+    def delete_keys(self) -> None:
+        """Delete the markers and leases of this scheduler's jobs from Redis."""
+        names = [key for job in self.jobs for key in self._keys_of(job.name)]
+        if names:
+            self.leases.client.delete(*names)
+
+    def _keys_of(self, job: str) -> tuple[str, str]:
+        keys = self.leases.keys(job)
+        return keys.marker, keys.lease
 
 
 @pytest.fixture
 def job_scheduler_redis_url() -> str:
-    """Redis for :func:`job_scheduler`; override to point at your test Redis."""
+    """Redis for the job scheduler fixtures; override to point at your test Redis."""
     url = os.environ.get("PLATFORM_REDIS_URL")
     if not url:
         pytest.fail("job_scheduler needs PLATFORM_REDIS_URL or a job_scheduler_redis_url fixture")
@@ -138,16 +184,56 @@ def job_scheduler_redis_url() -> str:
 
 
 @pytest.fixture
-def job_scheduler(
+def job_scheduler_started_at() -> datetime:
+    """Start-up instant of :func:`job_scheduler` (default now); override for a fixed one."""
+    return datetime.now(UTC)
+
+
+@pytest.fixture
+def job_scheduler_factory(
     job_scheduler_redis_url: str,
 ) -> Iterator[Callable[..., JobTestScheduler]]:
-    """Factory ``job_scheduler(jobs_dir, **options)`` of :class:`JobTestScheduler`."""
+    """``job_scheduler_factory(jobs_dir, **options)``: a :class:`JobTestScheduler` for
+    any folder and start time (``started_at=``, ``owner=``, ``include=``...).
+
+    The schedulers of one test share a key namespace of their own (two of them act as
+    two replicas of one deployment); their keys are deleted at teardown.
+    """
     client = redis.Redis.from_url(job_scheduler_redis_url)
+    namespace = f"{jobs_namespace(app_name='tests', profile='test', mode='test')}:{uuid.uuid4()}"
+    made: list[JobTestScheduler] = []
 
     def make(jobs_dir: str | Path, **options: Any) -> JobTestScheduler:
-        return JobTestScheduler(jobs_dir=jobs_dir, redis=client, **options)
+        options.setdefault("namespace", namespace)
+        scheduler = JobTestScheduler(jobs_dir=jobs_dir, redis=client, **options)
+        made.append(scheduler)
+        return scheduler
 
     try:
         yield make
     finally:
-        client.close()
+        try:
+            for scheduler in made:
+                scheduler.delete_keys()
+        finally:
+            client.close()
+
+
+@pytest.fixture
+def job_scheduler(
+    job_scheduler_factory: Callable[..., JobTestScheduler], job_scheduler_started_at: datetime
+) -> JobTestScheduler:
+    """A ready :class:`JobTestScheduler` for the project's jobs: ``PLATFORM_JOBS_DIR``
+    (default ``beat_schedules``, relative to the working directory, as beat reads it)
+    with ``PLATFORM_JOBS_INCLUDE`` / ``PLATFORM_JOBS_EXCLUDE``, started at
+    ``job_scheduler_started_at``."""
+    from platform_tasks.settings import PlatformSettings
+
+    settings = PlatformSettings.from_env()
+    if not settings.jobs_dir.is_dir():
+        pytest.fail(f"job_scheduler: jobs folder {settings.jobs_dir} not found (the working "
+                    "directory is the project root, or set PLATFORM_JOBS_DIR)")  # fmt: skip
+    return job_scheduler_factory(
+        settings.jobs_dir, started_at=job_scheduler_started_at,
+        include=tuple(settings.jobs_include), exclude=tuple(settings.jobs_exclude),
+    )  # fmt: skip

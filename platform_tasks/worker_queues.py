@@ -6,7 +6,8 @@ triggers, notification rails, fan-out), and a job on a queue nobody consumes nev
 So every concern that routes to a queue of its own registers a *queue source* here, and a
 worker started without ``-Q`` consumes all of them besides the default queue. With ``-Q``
 (or ``-X``) the user's choice stands, and the worker logs once which platform queues it
-does not consume.
+does not consume. A queue the application already declared itself (in ``task_queues``, or
+added as routing-only) keeps the application's declaration.
 """
 
 from __future__ import annotations
@@ -46,30 +47,41 @@ def platform_queues(app: Any) -> list[str]:
     return list(names)
 
 
+def _narrowed_by_q(queues: Any) -> bool:
+    """True when ``-Q`` selected the queues to consume.
+
+    Celery keeps that selection in ``Queues._consume_from`` (``None`` until ``select``
+    is called with a non-empty list); there is no public accessor for the distinction.
+    """
+    return getattr(queues, "_consume_from", None) is not None
+
+
 class WorkerQueuesStep(bootsteps.Step):  # type: ignore[misc]
-    """Before the consumer starts: add the platform's queues, or report the ones left out."""
+    """After Celery applied ``-Q``/``-X`` and before the consumer starts: add the
+    platform's queues, or report the ones the user's selection leaves out."""
 
     label = "platform worker queues"
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
-        app = worker.app
-        queues = app.amqp.queues
-        selected = queues.consume_from is not queues  # -Q or -X narrowed the selection
-        wanted = platform_queues(app)
-        if not selected:
-            for name in wanted:
-                if name not in queues:
-                    # The same declaration a publisher's route creates (quorum queue and
-                    # topic exchange on RabbitMQ), so worker and publisher never disagree.
-                    queues.add(queues.new_missing(name))
-            return
-        consumed = set(queues.consume_from)
-        missing = [name for name in wanted if name not in consumed]
+        queues = worker.app.amqp.queues
+        narrowed = _narrowed_by_q(queues)
+        missing: list[str] = []
+        for name in platform_queues(worker.app):
+            if name in queues.consume_from:
+                continue
+            if narrowed or name in queues:
+                # -Q picked others, or the app knows the queue and -X (or the app's own
+                # routing-only declaration) keeps it out: the user's choice stands.
+                missing.append(name)
+            else:
+                # The same declaration a publisher's route creates (quorum queue and
+                # topic exchange on RabbitMQ), so worker and publisher never disagree.
+                queues.select_add(queues.new_missing(name))
         if missing:
             logger.warning(
-                "this worker does not consume platform queue(s) %s (selected with -Q/-X); "
-                "jobs routed there wait for another worker",
+                "this worker does not consume platform queue(s) %s (its -Q/-X selection "
+                "leaves them out); jobs routed there wait for another worker",
                 ", ".join(missing),
                 extra={"event": "worker.platform_queues_not_consumed", "queues": missing},
             )

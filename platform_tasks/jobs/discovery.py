@@ -133,6 +133,20 @@ def _import_definitions(root: Path, file: Path) -> list[JobDefinition]:
     return found
 
 
+def _make_importable(folder: Path) -> None:
+    """Put the folder that holds the jobs folder on ``sys.path`` (at the end).
+
+    Job files share helpers through absolute imports (``from beat_schedules._common
+    import X``). ``celery -A`` has the working directory on ``sys.path`` only while it
+    imports the app, and discovery runs later (a worker bootstep, beat's set-up), so
+    without this such an import fails in exactly the deployments the README describes.
+    Appended, so it never shadows an installed module.
+    """
+    entry = str(folder)
+    if entry not in sys.path:
+        sys.path.append(entry)
+
+
 def _check_has_future_point(job: DiscoveredJob, now: datetime) -> None:
     try:
         job.schedule.next_after(now)
@@ -154,6 +168,7 @@ def discover_jobs(
     point after ``now``.
     """
     base = root.absolute()
+    _make_importable(base.parent)
     jobs: list[DiscoveredJob] = []
     seen: dict[str, Path] = {}
     for file in select_job_files(base, include, exclude):

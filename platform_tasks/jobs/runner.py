@@ -18,11 +18,12 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 import redis
-import sentry_sdk
 
+from platform_tasks.jobs import monitoring
 from platform_tasks.jobs.discovery import JobSet
 from platform_tasks.jobs.points import from_ms
 from platform_tasks.leases import JobLeases, LeaseOutcome
+from platform_tasks.scheduler_metrics import lease_renewal_failed
 
 __all__ = ["JobContext", "RunOutcome", "RunRegistry", "run_point"]
 
@@ -105,8 +106,11 @@ class _Renewer(threading.Thread):
                 )
             except redis.RedisError as exc:
                 outcome, reason = LeaseOutcome.LOST, f"redis error: {exc}"
+                lease_renewal_failed(self.run_.job, "redis_error")
             else:
                 reason = outcome.value
+                if outcome is not LeaseOutcome.RENEWED:
+                    lease_renewal_failed(self.run_.job, "lost")
             if outcome is not LeaseOutcome.RENEWED:
                 logger.warning(
                     "lease of %s could not be renewed (%s); cancellation requested",
@@ -169,6 +173,7 @@ def run_point(
     )  # fmt: skip
     outcome = RunOutcome.SUCCEEDED
     _log_run("jobs.run_started", job, point_ms, "started")
+    check_in = monitoring.run_started(job, found.definition)
     try:
         found.definition.handler(ctx)
     except Exception as exc:
@@ -177,12 +182,13 @@ def run_point(
             "job %s failed: %s", job, exc, exc_info=True,
             extra={"event": "jobs.run_failed", "job": job},
         )  # fmt: skip
-        sentry_sdk.capture_exception(exc)
+        monitoring.run_failed(job, exc)
     finally:
         renewer.stopped.set()
         renewer.join(timeout=5)
         _release(leases, job, token)
         registry.remove(run)
+    monitoring.run_finished(check_in, succeeded=outcome is RunOutcome.SUCCEEDED)
     _log_run("jobs.run_finished", job, point_ms, outcome)
     return outcome
 

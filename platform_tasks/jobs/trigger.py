@@ -100,12 +100,14 @@ class PointResult:
 
 @dataclass
 class _Due:
-    """A job's newest due point, waiting for its admission in this tick."""
+    """A job's newest due point, waiting for its admission in this tick. ``again``: the
+    point was considered by an earlier tick and is asked about once more."""
 
     job: DiscoveredJob
     point_ms: int
     period_end_ms: int
     lease_ttl_ms: int
+    again: bool = False
 
 
 class TriggerEngine:
@@ -113,6 +115,13 @@ class TriggerEngine:
 
     ``explicit_now`` makes the admission script judge by the tick's ``now`` instead of
     Redis ``TIME``: the one seam explicit-tick tests use, off in production.
+
+    ``reconsider_current`` (explicit-tick tests only) makes every tick consider each
+    job's *current* point, the newest one at or before ``now`` that is after start-up,
+    even when an earlier tick already considered it: the script then answers for it
+    again (an admitted point comes back ``skipped_duplicate``), except that a point
+    skipped for a Redis error is reported so again without asking, as it is never
+    retried. Beat considers each point once.
     """
 
     def __init__(
@@ -123,11 +132,17 @@ class TriggerEngine:
         owner: str,
         started_at: datetime,
         explicit_now: bool = False,
+        reconsider_current: bool = False,
         on_result: Callable[[PointResult], None] | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        if reconsider_current and not explicit_now:
+            raise ValueError("reconsider_current needs explicit_now (explicit-tick tests)")
+        self.reconsider_current = reconsider_current
+        # Newest considered point of each job and its outcome (kept when reconsidering).
+        self._considered: dict[str, tuple[_Due, PointOutcome]] = {}
         self.jobs = {job.name: job for job in jobs.active}
         self.leases = leases
         self.owner = owner
@@ -178,12 +193,17 @@ class TriggerEngine:
         while self._heap and self._heap[0][0] <= now_ms:
             point_ms, name = heapq.heappop(self._heap)
             due.append(self._newest_due(self.jobs[name], point_ms, now_ms, late))
-        if not due:
+        again: list[PointResult] = []
+        if self.reconsider_current:
+            due += self._current_again(now_ms, {d.job.name for d in due}, again)
+            due.sort(key=lambda d: (d.point_ms, d.job.name))
+        if not due and not again:
             return
         counts: Counter[str] = Counter()
-        if late:
-            self._finish(late, counts)
-            yield late
+        if late or again:
+            local = sorted([*late, *again], key=lambda r: (r.point_ms, r.job))
+            self._finish(local, counts)
+            yield local
         redis_down = False
         for start in range(0, len(due), self.batch_size):
             chunk = due[start : start + self.batch_size]
@@ -193,6 +213,10 @@ class TriggerEngine:
                 results = self._admit(chunk, now_ms)
                 redis_down = any(r.outcome is PointOutcome.SKIPPED_REDIS_ERROR for r in results)
             for item, result in zip(chunk, results, strict=True):
+                if item.again:
+                    continue  # its job's next point is still on the heap
+                if self.reconsider_current:
+                    self._considered[item.job.name] = (item, result.outcome)
                 pending = item.point_ms if result.outcome is PointOutcome.NOT_YET else (
                     item.period_end_ms
                 )  # fmt: skip
@@ -217,6 +241,20 @@ class TriggerEngine:
             point_ms = following
             following = schedule.next_after_ms(point_ms)
         return _Due(job, point_ms, following, schedule.lease_ttl_ms(point_ms, following))
+
+    def _current_again(self, now_ms: int, taken: set[str], local: list[PointResult]) -> list[_Due]:
+        """The already considered points that are still current at ``now_ms``: those to
+        ask the script about again; those skipped for a Redis error go to ``local``."""
+        ask: list[_Due] = []
+        for name, (item, outcome) in self._considered.items():
+            if name in taken or not item.point_ms <= now_ms < item.period_end_ms:
+                continue
+            if outcome is PointOutcome.SKIPPED_REDIS_ERROR:
+                local.append(self._result(item, outcome))
+            else:
+                ask.append(_Due(item.job, item.point_ms, item.period_end_ms, item.lease_ttl_ms,
+                                again=True))  # fmt: skip
+        return ask
 
     def _result(
         self, due: _Due, outcome: PointOutcome, token: str | None = None,

@@ -86,8 +86,7 @@ def test_three_replicas_two_workers_kill_and_redis_restart(tmp_path: Path, serve
 
     with celery_processes() as started:
         workers = [
-            CeleryProcess(worker_argv(APP, queues="platform.jobs", concurrency=4,
-                                      hostname=f"w{i}@%h"),
+            CeleryProcess(worker_argv(APP, concurrency=4, hostname=f"w{i}@%h"),
                           env=env, cwd=REPO, log_path=tmp_path / f"worker{i}.log").start()
             for i in range(2)
         ]  # fmt: skip

@@ -281,7 +281,7 @@ def test_replayed_job_is_consumed_by_a_real_worker(
     assert result.returncode == 0, result.stderr
     with celery_processes() as started:
         worker = CeleryProcess(
-            worker_argv(APP, queues="default", concurrency=1, pool="solo"),
+            worker_argv(APP, concurrency=1, pool="solo"),
             env=cli.env,
             cwd=REPO_ROOT,
             log_path=tmp_path / "worker.log",
@@ -438,7 +438,7 @@ def test_replay_needs_no_application_and_sends_what_the_app_would(
 
     with celery_processes() as started:
         worker = CeleryProcess(
-            worker_argv(APP, queues="default", concurrency=1, pool="solo"),
+            worker_argv(APP, concurrency=1, pool="solo"),
             env=cli.env,
             cwd=REPO_ROOT,
             log_path=tmp_path / "worker.log",

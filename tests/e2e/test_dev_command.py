@@ -1,4 +1,5 @@
-"""``platform-tasks dev``: all starts, samples run, a job change restarts, Ctrl-C cleans up."""
+"""``platform-tasks dev``: all starts, samples run, a job file added while it runs restarts
+worker and beat cold and then runs, Ctrl-C cleans up."""
 
 from __future__ import annotations
 
@@ -47,6 +48,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
+HELLO_JOB = """
+from datetime import timedelta
+from platform_tasks.jobs import define_job
+
+def run(ctx):
+    ctx.logger.info("hello from the dev platform at %s", ctx.scheduled_for.isoformat())
+
+job = define_job(handler=run, interval=timedelta(seconds=2))
+"""
+
+
 def test_dev_runs_everything_and_stops_everything(tmp_path: Path) -> None:
     jobs_dir = tmp_path / "jobs"
     jobs_dir.mkdir()
@@ -79,13 +91,18 @@ def test_dev_runs_everything_and_stops_everything(tmp_path: Path) -> None:
         assert len(seen) >= 6, "redis, postgres, worker (+pool), two beats, flower"
 
         before = _descendants(proc.pid)
-        (jobs_dir / "NOTES.md").write_text("a change under the jobs directory\n")
+        # a new user adds a job while the platform runs, as in the README
+        (jobs_dir / "hello.py").write_text(HELLO_JOB)
         wait_until(lambda: "Restarted   generation 2" in out.text(), timeout=60,
                    message="cold restart after a change")  # fmt: skip
         after = _descendants(proc.pid)
         seen |= after
         replaced = before - after
         assert replaced, "worker and beat processes were replaced, not reused"
+        # the restarted beat admits its points and the worker (no -Q) runs the handler
+        wait_until(lambda: "hello from the dev platform" in worker_log.read_text(), timeout=90,
+                   message="the added job's handler log line in worker.log")  # fmt: skip
+        seen |= _descendants(proc.pid)
 
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 0, out.text()

@@ -111,7 +111,7 @@ def test_worker_sigterm_cancels_kills_after_budget_and_releases_leases(
                                                                  profile="test"))  # fmt: skip
 
     with celery_processes() as started:
-        argv = worker_argv(APP, queues="platform.jobs", concurrency=2)
+        argv = worker_argv(APP, concurrency=2)
         worker = CeleryProcess(argv, env=env, cwd=REPO, log_path=tmp_path / "worker.log").start()
         started.append(worker)
         worker.wait_for_log("ready.", timeout=90)

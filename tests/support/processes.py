@@ -134,6 +134,9 @@ def platform_env(
 def worker_argv(app: str, *, queues: str | None = None, concurrency: int = 2,
                 pool: str = "prefork", hostname: str = "w1@%h",
                 extra: Sequence[str] = ()) -> list[str]:  # fmt: skip
+    """``celery -A app worker`` as a user starts it: no ``-Q``, so it consumes every queue
+    the platform routes to. ``queues`` narrows it with ``-Q`` (a test passing it says
+    why). Mingle and gossip are off only to save start-up time; they change no routing."""
     argv = [CELERY, "-A", app, "worker", "-P", pool, "-c", str(concurrency), "-n", hostname,
             "--loglevel", "INFO", "--without-mingle", "--without-gossip"]  # fmt: skip
     if queues:

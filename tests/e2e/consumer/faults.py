@@ -54,7 +54,7 @@ def start_worker(started: list[CeleryProcess], *, redis_url: str, database_url: 
         "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1",
         **(extra_env or {}),
     })  # fmt: skip
-    argv = worker_argv("tests.apps.fault_app", queues=QUEUE, concurrency=concurrency)
+    argv = worker_argv("tests.apps.fault_app", concurrency=concurrency)
     proc = CeleryProcess(argv, env=env, cwd=REPO_ROOT, log_path=log_path).start()
     started.append(proc)
     proc.wait_for_log("ready.", timeout=60)

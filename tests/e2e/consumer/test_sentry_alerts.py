@@ -1,17 +1,16 @@
-"""Dead-letter alerts reach Sentry with their tags, grouped so a storm is one issue.
+"""Alerts reach Sentry with their tags, grouped so a storm is one issue, once per problem.
 
 A real worker sends to a Sentry DSN served by a small HTTP receiver on loopback, which
-decodes the envelopes exactly as Sentry would receive them.
+decodes the envelopes exactly as Sentry would receive them. The second case is a host
+application that initialised sentry-sdk itself (its own DSN, default integrations and
+``CeleryIntegration``): the platform must use that client and report each dead letter once.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
-import threading
-import zlib
+from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,52 +23,7 @@ from platform_tasks.settings import PlatformSettings
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
-
-
-class SentryReceiver:
-    """Collects the events of Sentry envelopes POSTed to ``/api/<project>/envelope/``."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                encoding = self.headers.get("Content-Encoding", "")
-                if encoding == "gzip":
-                    body = gzip.decompress(body)
-                elif encoding == "deflate":
-                    body = zlib.decompress(body)
-                elif encoding == "br":
-                    import brotli  # type: ignore[import-not-found]
-
-                    body = brotli.decompress(body)
-                lines = body.split(b"\n")
-                for header, payload in zip(lines[1::2], lines[2::2], strict=False):
-                    if json.loads(header).get("type") == "event":
-                        receiver.events.append(json.loads(payload))
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def dsn(self) -> str:
-        return f"http://publickey@127.0.0.1:{self.server.server_address[1]}/1"
-
-    def __enter__(self) -> SentryReceiver:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+from tests.support.sentry_receiver import SentryReceiver
 
 
 @pytest.fixture
@@ -92,7 +46,7 @@ def test_dead_letter_alerts_carry_tags_and_one_fingerprint(
     port = QueuePort(create_app("sentry_producer", settings=settings))
     with celery_processes() as started:
         worker = CeleryProcess(
-            worker_argv("tests.apps.consumer_app", queues=QUEUE, concurrency=2),
+            worker_argv("tests.apps.consumer_app", concurrency=2),
             env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log",
         ).start()  # fmt: skip
         started.append(worker)
@@ -127,3 +81,97 @@ def test_dead_letter_alerts_carry_tags_and_one_fingerprint(
         text = json.dumps(event)
         assert "Work(key=" not in text and "permanent=True" not in text, "data sent to Sentry"
         assert '"vars"' not in text, "local variables of frames were sent to Sentry"
+
+
+HOST_APP = "tests.apps.sentry_host_app"
+
+
+def _dead_letters_under_host_sentry(
+    redis_url: str, database_url: str, tmp_path: Path, count: int
+) -> tuple[set[str], SentryReceiver, SentryReceiver, str]:
+    """Publish ``count`` permanently failing jobs to a worker of the host app; return the
+    job ids, the host's receiver, the receiver behind ``SENTRY_DSN`` and the worker log.
+
+    Both DSNs are set, as in a deployment that exports ``SENTRY_DSN`` for the platform
+    while the application initialises Sentry with its own.
+    """
+    conn = psycopg2.connect(database_url)
+    with conn, conn.cursor() as cur:
+        cur.execute(WORK_TABLE_SQL)
+    conn.close()
+    settings = PlatformSettings.build(redis_url=redis_url, database_url=database_url,
+                                      profile="test")  # fmt: skip
+    port = QueuePort(create_app("sentry_host_producer", settings=settings))
+    with SentryReceiver() as host, SentryReceiver() as platform, celery_processes() as started:
+        env = platform_env(
+            redis_url=redis_url, database_url=database_url,
+            extra={"SENTRY_DSN": platform.dsn, "HOST_SENTRY_DSN": host.dsn},
+        )  # fmt: skip
+        worker = CeleryProcess(
+            worker_argv(HOST_APP, concurrency=2), env=env, cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+        ).start()  # fmt: skip
+        started.append(worker)
+        worker.wait_for_log("ready.")
+        job_ids = {
+            str(port.publish(QUEUE, {"tenant_id": f"tenant-{n}", "kind": "tests.consumer.apply",
+                                     "correlation_id": f"corr-{n}",
+                                     "data": {"key": f"k{n}", "permanent": True}}))
+            for n in range(count)
+        }  # fmt: skip
+
+        def dead_lettered() -> bool:
+            return worker.log().count("job dead-lettered") >= count
+
+        try:
+            wait_until(dead_lettered, timeout=60, message=f"{count} dead letters")
+            wait_until(lambda: len(host.events) >= count, timeout=30, message="host events")
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n{worker.log()[-4000:]}") from exc
+        # Stopping the worker flushes its Sentry client: whatever it was going to send
+        # has arrived when the receivers are read below.
+        worker.stop(timeout=30)
+        log = worker.log()
+    port.close()
+    return job_ids, host, platform, log
+
+
+def _origin(event: dict[str, Any]) -> str:
+    if event.get("tags", {}).get("job_id"):
+        return "platform alert"
+    if event.get("logger"):
+        return f"logging integration ({event['logger']})"
+    mechanism = [v.get("mechanism", {}).get("type") for v in event.get("exception", {}).get(
+        "values", [])]  # fmt: skip
+    return f"exception ({','.join(str(m) for m in mechanism)})"
+
+
+def test_host_initialised_sentry_is_used_and_alerts_are_not_logged_twice(
+    redis_url: str, database_url: str, tmp_path: Path
+) -> None:
+    job_ids, host, platform, log = _dead_letters_under_host_sentry(
+        redis_url, database_url, tmp_path, count=2
+    )
+    assert platform.events == [], "the platform initialised its own client over the host's"
+    origins = Counter(_origin(event) for event in host.events)
+    alerts = [e for e in host.events if _origin(e) == "platform alert"]
+    assert sorted(e["tags"]["job_id"] for e in alerts) == sorted(job_ids), origins
+    assert not [o for o in origins if o.startswith("logging integration")], (
+        f"a platform log line of an alerted problem became a second event: {origins}"
+    )
+    for event in alerts:
+        text = json.dumps(event)
+        # the host sends local variables by default; the platform's events never do
+        assert '"vars"' not in text, "local variables of frames were sent to Sentry"
+        assert "Work(key=" not in text and "permanent=True" not in text, "data sent to Sentry"
+    assert "alert: job dead-lettered" in log, "the alert is still logged"
+
+
+def test_one_event_per_dead_letter_under_celery_integration(
+    redis_url: str, database_url: str, tmp_path: Path
+) -> None:
+    job_ids, host, _, _ = _dead_letters_under_host_sentry(
+        redis_url, database_url, tmp_path, count=1
+    )
+    origins = Counter(_origin(event) for event in host.events)
+    assert len(host.events) == len(job_ids), f"one dead letter, events: {dict(origins)}"

@@ -55,7 +55,7 @@ def worker(
         "PLATFORM_TRANSPORT": request.param,
     })  # fmt: skip
     with celery_processes() as started:
-        argv = worker_argv("tests.apps.consumer_app", queues=QUEUE, concurrency=1)
+        argv = worker_argv("tests.apps.consumer_app", concurrency=1)
         proc = CeleryProcess(argv, env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log")
         proc.start()
         started.append(proc)

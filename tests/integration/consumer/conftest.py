@@ -77,7 +77,7 @@ def harness(settings: PlatformSettings) -> Iterator[Harness]:
     )
     box: dict[str, Harness] = {}
 
-    @app.task(name="tests.it.apply", base=PlatformTask, data_model=Work)
+    @app.task(name="tests.it.apply", base=PlatformTask, data_model=Work, shared=False)
     def apply_work(envelope: Any, tx: Any) -> str:
         h = box["h"]
         h.calls.append(str(envelope.job_id))

@@ -7,7 +7,7 @@ from typing import Any
 
 import redis
 
-from platform_tasks.deliveries import DeliveryCounter
+from platform_tasks.consumer.attempts import DeliveryCounter
 from platform_tasks.keys import delay_keys, delivery_keys
 from tests.integration.consumer.conftest import MAX_ATTEMPTS, Harness
 from tests.integration.consumer.test_idempotency import envelope

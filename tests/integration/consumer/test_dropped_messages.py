@@ -49,7 +49,7 @@ def worker(redis_url: str, database_url: str, tmp_path: Path) -> Any:
     env = platform_env(redis_url=redis_url, database_url=database_url)
     with celery_processes() as started:
         proc = CeleryProcess(
-            worker_argv("tests.apps.consumer_app", queues=QUEUE, concurrency=1),
+            worker_argv("tests.apps.consumer_app", concurrency=1),
             env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log",
         ).start()  # fmt: skip
         started.append(proc)
@@ -117,3 +117,25 @@ def test_each_dropped_message_case_is_dead_lettered_with_its_raw_body(
     # every message was acked: nothing left on the queue or in the unacked index
     assert redis_client.llen(QUEUE) == 0
     wait_until(lambda: redis_client.hlen("unacked") == 0, timeout=10, message="all acked")
+
+
+def test_dropped_message_whose_dead_letter_cannot_be_written_as_is_keeps_the_worker_alive(
+    worker: CeleryProcess, redis_url: str, database_url: str, redis_client: redis.Redis
+) -> None:
+    """NUL in a header: jsonb and text columns refuse it; the row is stored in a safe form."""
+    unknown = valid_envelope("tests.not_registered")
+    body = json.dumps([[unknown], {}, {}])
+    headers = dict(celery_headers("tests.not\x00registered", unknown["job_id"]),
+                   note="nul\x00inside")  # fmt: skip
+    publish(redis_url, body, content_type="application/json", headers=headers)
+    wait_until(lambda: len(rows(database_url)) == 1, timeout=60,
+               message="the dropped message is dead-lettered")  # fmt: skip
+    ((reason, job_id, kind, _, payload, _, _),) = rows(database_url)
+    assert (reason, job_id) == ("unknown_task", unknown["job_id"])
+    assert "\x00" not in json.dumps(payload) and "\x00" not in (kind or "")
+    wait_until(lambda: redis_client.hlen("unacked") == 0, timeout=10, message="acked")
+    # the worker still consumes: a second dropped message is dead-lettered too
+    publish(redis_url, "plain words", content_type="text/plain",
+            headers=celery_headers("tests.consumer.apply", str(uuid.uuid4())))  # fmt: skip
+    wait_until(lambda: len(rows(database_url)) == 2, timeout=60, message="worker alive")
+    assert worker.running

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from platform_tasks import PlatformTask
-from platform_tasks.errors import ConfigurationError
+from platform_tasks.errors import ConfigurationError, DeadLettered
 from platform_tasks.keys import delay_keys
 from tests.integration.consumer.conftest import MAX_ATTEMPTS, Harness
 from tests.integration.consumer.test_idempotency import envelope
@@ -107,7 +107,9 @@ def test_poison_envelope_is_dead_lettered_at_once_and_never_handled(harness: Har
 def test_unknown_platform_option_is_rejected_at_declaration(harness: Harness) -> None:
     with pytest.raises(ConfigurationError, match="unknown task option 'data_modle'"):
 
-        @harness.app.task(name="tests.it.typo", base=PlatformTask, data_modle=dict, lazy=False)
+        @harness.app.task(
+            name="tests.it.typo", base=PlatformTask, data_modle=dict, lazy=False, shared=False
+        )
         def typo(envelope: Any, tx: Any) -> None: ...
 
 
@@ -115,7 +117,11 @@ def test_celery_autoretry_is_rejected_at_declaration(harness: Harness) -> None:
     with pytest.raises(ConfigurationError, match="autoretry_for"):
 
         @harness.app.task(
-            name="tests.it.auto", base=PlatformTask, autoretry_for=(Exception,), lazy=False
+            name="tests.it.auto",
+            base=PlatformTask,
+            autoretry_for=(Exception,),
+            lazy=False,
+            shared=False,
         )
         def auto(envelope: Any, tx: Any) -> None: ...
 
@@ -123,5 +129,57 @@ def test_celery_autoretry_is_rejected_at_declaration(harness: Harness) -> None:
 def test_data_model_must_be_a_model(harness: Harness) -> None:
     with pytest.raises(ConfigurationError, match="data_model"):
 
-        @harness.app.task(name="tests.it.model", base=PlatformTask, data_model=42, lazy=False)
+        @harness.app.task(
+            name="tests.it.model", base=PlatformTask, data_model=42, lazy=False, shared=False
+        )
         def model(envelope: Any, tx: Any) -> None: ...
+
+
+CELERY_OPTIONS: dict[str, Any] = {
+    "queue": "billing", "routing_key": "billing.charge", "exchange": "billing",
+    "priority": 5, "time_limit": 60, "soft_time_limit": 30, "rate_limit": "10/s",
+    "ignore_result": True, "acks_late": True, "expires": 3600, "serializer": "json",
+    "track_started": True, "reject_on_worker_lost": True, "store_errors_even_if_ignored": False,
+}  # fmt: skip
+
+
+def test_celery_task_options_keep_their_meaning_on_a_platform_task(harness: Harness) -> None:
+    @harness.app.task(name="billing.charge", base=PlatformTask, lazy=False, shared=False,
+                      **CELERY_OPTIONS)  # fmt: skip
+    def charge(envelope: Any, tx: Any) -> None: ...
+
+    for option, value in CELERY_OPTIONS.items():
+        assert getattr(charge, option) == value, option
+    assert charge._get_exec_options()["queue"] == "billing"
+
+
+@pytest.mark.parametrize("option", ["max_retries", "default_retry_delay", "retry_backoff"])
+def test_retry_options_the_platform_owns_stay_refused_with_the_reason(
+    harness: Harness, option: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=f"{option}.*RetryPolicy"):
+
+        @harness.app.task(name=f"tests.it.{option}", base=PlatformTask, lazy=False, shared=False,
+                          **{option: 3})  # fmt: skip
+        def refused(envelope: Any, tx: Any) -> None: ...
+
+
+def test_a_subclass_declares_the_options_it_owns(harness: Harness) -> None:
+    class ChannelTask(PlatformTask):
+        platform_options = PlatformTask.platform_options | {"channel"}
+        channel: str = "email"
+
+    @harness.app.task(name="tests.it.channel", base=ChannelTask, channel="sms", lazy=False,
+                      shared=False)  # fmt: skip
+    def send(envelope: Any, tx: Any) -> None: ...
+
+    assert send.channel == "sms"
+    with pytest.raises(ConfigurationError, match="unknown task option 'channel'"):
+
+        @harness.app.task(name="tests.it.nochannel", base=PlatformTask, channel="sms",
+                          lazy=False, shared=False)  # fmt: skip
+        def plain(envelope: Any, tx: Any) -> None: ...
+
+
+def test_dead_lettered_is_an_expected_error_for_celery_and_sentry(harness: Harness) -> None:
+    assert DeadLettered in harness.task.throws

@@ -8,9 +8,9 @@ from typing import Any
 
 import psycopg2
 
+from platform_tasks.consumer.pipeline import pipeline_for
 from platform_tasks.envelope import uuid7
 from platform_tasks.harness import wait_until
-from platform_tasks.runner import runner_for
 from tests.integration.consumer.conftest import Harness
 
 
@@ -129,7 +129,7 @@ def test_work_and_idempotency_row_share_one_commit(harness: Harness) -> None:
         before = commits()
         for n in range(jobs):
             assert harness.apply(envelope(f"counted-{n}")).state == "SUCCESS"
-        runner_for(harness.app).database.discard()  # a closing backend reports its counters
+        pipeline_for(harness.app).database.discard()  # a closing backend reports its counters
         wait_until(settled(), timeout=30, interval=0.5, message="commit counter settled")
         delta = commits() - before
     finally:

@@ -11,7 +11,7 @@ import threading
 
 import psycopg2
 
-from platform_tasks.dead_lettering import latest_dead_letter
+from platform_tasks.consumer.dead_letter_records import latest_dead_letter
 from platform_tasks.dead_letters import insert_dead_letter
 from platform_tasks.envelope import uuid7
 from platform_tasks.harness import wait_until

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import pytest
 import redis
 
 from platform_tasks.jobs.points import to_ms
@@ -196,9 +197,61 @@ def test_marker_survives_completion_and_lease_expiry(jobs_dir, redis_url, redis_
     assert keys.marker.startswith("{") and keys.lease.startswith(keys.tag)
 
 
-def test_job_scheduler_fixture(job_scheduler, jobs_dir, redis_url) -> None:
-    scheduler = job_scheduler(minutely(jobs_dir, redis_url), started_at=START)
+def test_job_scheduler_factory_fixture(job_scheduler_factory, jobs_dir, redis_url) -> None:
+    scheduler = job_scheduler_factory(minutely(jobs_dir, redis_url), started_at=START)
     assert [r.outcome for r in scheduler.tick(at=utc(2025, 1, 1, 12, 1))] == ["admitted"]
+
+
+def test_ticking_an_admitted_point_again_reports_a_duplicate(
+    jobs_dir, redis_url, redis_client
+) -> None:
+    scheduler = JobTestScheduler(
+        jobs_dir=minutely(jobs_dir, redis_url), redis=redis_client, started_at=START
+    )
+    point = utc(2025, 1, 1, 12, 1)
+    assert [(r.point, r.outcome, r.run) for r in scheduler.tick(at=point)] == [
+        (point, "admitted", "succeeded")
+    ]
+    for at in (point, utc(2025, 1, 1, 12, 1, 30), utc(2025, 1, 1, 12, 1, 59, 999000)):
+        assert [(r.point, r.outcome, r.run) for r in scheduler.tick(at=at)] == [
+            (point, "skipped_duplicate", None)
+        ]
+    assert len(runs(redis_client)) == 1
+    assert [(r.point, r.outcome) for r in scheduler.tick(at=utc(2025, 1, 1, 12, 2))] == [
+        (utc(2025, 1, 1, 12, 2), "admitted")
+    ]
+
+
+def test_an_overlapped_point_ticked_again_is_a_duplicate(jobs_dir, redis_url, redis_client) -> None:
+    scheduler = JobTestScheduler(
+        jobs_dir=minutely(jobs_dir, redis_url), redis=redis_client, started_at=START
+    )
+    scheduler.tick(at=utc(2025, 1, 1, 12, 1), run=False)
+    assert [r.outcome for r in scheduler.tick(at=utc(2025, 1, 1, 12, 2))] == ["skipped_overlap"]
+    assert [r.outcome for r in scheduler.tick(at=utc(2025, 1, 1, 12, 2, 5))] == [
+        "skipped_duplicate"
+    ]
+
+
+def test_nothing_at_or_before_start_up_is_considered_even_when_ticked_again(
+    jobs_dir, redis_url, redis_client
+) -> None:
+    scheduler = JobTestScheduler(
+        jobs_dir=minutely(jobs_dir, redis_url), redis=redis_client, started_at=START
+    )
+    # 12:00 is the current point until 12:01, but it is not after start-up (12:00:07)
+    for second in (7, 30, 59):
+        assert scheduler.tick(at=utc(2025, 1, 1, 12, 0, second)) == []
+    assert redis_client.keys("*marker*") == []
+
+
+def test_ticks_move_forward(jobs_dir, redis_url, redis_client) -> None:
+    scheduler = JobTestScheduler(
+        jobs_dir=minutely(jobs_dir, redis_url), redis=redis_client, started_at=START
+    )
+    scheduler.tick(at=utc(2025, 1, 1, 12, 3))
+    with pytest.raises(ValueError, match="ticks move forward"):
+        scheduler.tick(at=utc(2025, 1, 1, 12, 2))
 
 
 def test_redis_error_skips_the_point_and_resumes_with_future_periods(
@@ -211,8 +264,11 @@ def test_redis_error_skips_the_point_and_resumes_with_future_periods(
     server.stop()
     assert [r.outcome for r in scheduler.tick(at=utc(2025, 1, 1, 12, 1))] == ["skipped_redis_error"]
     server.start()
-    # 12:01's period is not over at 12:01:30, yet it is not retried.
-    assert scheduler.tick(at=utc(2025, 1, 1, 12, 1, 30)) == []
+    # 12:01's period is not over at 12:01:30, yet it is not retried: it stays skipped.
+    assert [(r.point, r.outcome) for r in scheduler.tick(at=utc(2025, 1, 1, 12, 1, 30))] == [
+        (utc(2025, 1, 1, 12, 1), "skipped_redis_error")
+    ]
+    assert scheduler.leases.marker("tick") is None
     assert [(r.point, r.outcome) for r in scheduler.tick(at=utc(2025, 1, 1, 12, 2))] == [
         (utc(2025, 1, 1, 12, 2), "admitted")
     ]
@@ -285,6 +341,8 @@ def test_redis_down_skips_every_due_point_of_the_tick_with_one_round_trip(
     assert [r.outcome for r in results] == ["skipped_redis_error"] * 12
     assert scheduler.engine.round_trips == 1
     server.start()
-    assert scheduler.tick(at=utc(2025, 1, 1, 12, 1, 30)) == []  # not retried
+    again = scheduler.tick(at=utc(2025, 1, 1, 12, 1, 30))  # not retried: still skipped
+    assert [r.outcome for r in again] == ["skipped_redis_error"] * 12
+    assert scheduler.engine.round_trips == 1
     assert {r.outcome for r in scheduler.tick(at=utc(2025, 1, 1, 12, 2))} == {"admitted"}
     client.close()

@@ -1,15 +1,20 @@
-"""The job-testing example of the README runs as written."""
+"""The job-testing example of the README runs as written, in a real pytest run.
+
+A temporary project holds ``beat_schedules/billing/nightly.py``, a ``conftest.py`` that
+points the plugin at the suite's Redis (as a user's conftest would point at theirs) and
+a test module that is the README's code block, verbatim. ``pytest`` runs in a subprocess
+with the plugin loaded through its entry point, as in a user's project.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import pytest
+import redis
 
 from tests.conftest import REPO_ROOT
+from tests.integration.jobs.pytest_project import run_pytest, write_project
 
 JOB = """
 from platform_tasks.jobs import define_job
@@ -21,21 +26,23 @@ job = define_job(handler=run, cron="30 2 * * *", timezone="Europe/Berlin")
 """
 
 
-@pytest.fixture
-def job_scheduler_redis_url(redis_url: str) -> str:
-    return redis_url
+def readme_example() -> str:
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = re.search(
+        r"```python\n(from datetime import UTC, datetime\n\ndef test_nightly_runs_once.*?)```",
+        readme, re.S,
+    )  # fmt: skip
+    assert block, "the README example is gone"
+    return block.group(1)
 
 
 def test_readme_job_testing_example(
-    job_scheduler: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis
 ) -> None:
-    (tmp_path / "beat_schedules" / "billing").mkdir(parents=True)
-    (tmp_path / "beat_schedules" / "billing" / "nightly.py").write_text(JOB)
-    monkeypatch.chdir(tmp_path)
-    readme = (REPO_ROOT / "README.md").read_text()
-    example = re.search(r"def test_nightly_runs_once_at_its_point.*?```", readme, re.S)
-    assert example, "the README example is gone"
-    source = "from datetime import UTC, datetime\n" + example.group(0).removesuffix("```")
-    namespace: dict[str, Any] = {}
-    exec(compile(source, "README.md", "exec"), namespace)
-    namespace["test_nightly_runs_once_at_its_point"](job_scheduler)
+    project = write_project(
+        tmp_path, redis_url=redis_url, jobs={"billing/nightly.py": JOB},
+        tests={"test_readme.py": readme_example()},
+    )  # fmt: skip
+    outcome = run_pytest(project)
+    assert outcome.passed == 2 and outcome.failed == 0, outcome.output
+    assert redis_client.keys("*") == [], "the fixtures delete their keys"

@@ -1,0 +1,74 @@
+"""What a message says about itself apart from the payload, and where it was consumed from.
+
+Retries and replays must go back to the queue the job was consumed from. Celery's
+``delivery_info`` carries the exchange and routing key, not the queue, and a queue's name
+need not be its routing key (``Queue("ledger", routing_key="ledger.entries")``), so the
+queue is found among the app's declared queues by exchange and routing key, then by the
+task's own ``queue`` option, and only then taken to be the routing key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from platform_tasks.queue_port import ATTEMPT_HEADER
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One delivery of a job to one consumer (a task name)."""
+
+    consumer: str
+    queue: str | None
+    header_attempt: Any
+    priority: int | None
+    payload: Any = None
+    """The envelope exactly as received: what a dead letter keeps for replay."""
+    redelivered: bool = False
+    """The broker put this message back after an earlier delivery (its worker died)."""
+
+    @classmethod
+    def from_request(cls, task: Any, request: Any) -> Delivery:
+        info = getattr(request, "delivery_info", None) or {}
+        headers = getattr(request, "headers", None) or {}
+        attempt = getattr(request, ATTEMPT_HEADER, None)
+        if attempt is None and isinstance(headers, Mapping):
+            attempt = headers.get(ATTEMPT_HEADER)
+        priority = info.get("priority")
+        redelivered = bool(info.get("redelivered")) or bool(
+            getattr(request, "redelivered", None)
+            or (isinstance(headers, Mapping) and headers.get("redelivered"))
+        )
+        return cls(
+            consumer=task.name,
+            queue=consumed_queue(task, info),
+            header_attempt=attempt,
+            priority=priority if isinstance(priority, int) else None,
+            redelivered=redelivered,
+        )
+
+
+def consumed_queue(task: Any, info: Mapping[str, Any]) -> str | None:
+    """The declared queue this delivery came from (see the module docstring)."""
+    routing_key = info.get("routing_key") or None
+    exchange = info.get("exchange")
+    queues: Mapping[str, Any] = getattr(getattr(task.app, "amqp", None), "queues", None) or {}
+    if routing_key is not None:
+        same_name = queues.get(routing_key) if routing_key in queues else None
+        if same_name is not None and _same_exchange(same_name, exchange):
+            return str(routing_key)
+        for name, queue in queues.items():
+            if queue.routing_key == routing_key and _same_exchange(queue, exchange):
+                return str(name)
+    own = getattr(task, "queue", None)
+    if isinstance(own, str) and own:
+        return own
+    return routing_key
+
+
+def _same_exchange(queue: Any, exchange: Any) -> bool:
+    """Whether ``queue`` is bound to ``exchange`` (an unnamed exchange matches any)."""
+    name = getattr(getattr(queue, "exchange", None), "name", None)
+    return not exchange or not name or name == exchange

@@ -1,0 +1,252 @@
+"""A worker Consumer that dead-letters the messages stock Celery would drop.
+
+Stock Celery logs and rejects (or acks) a message it cannot turn into a task: an unknown
+task name, a body that does not decode, a content type outside ``accept_content``, a
+message without the headers of Celery's protocol. With the Redis transport a rejected
+message is gone. Here each one is written to ``core.dead_letters`` with its raw body,
+content type and headers (``job_id`` when it can be read, else null), the pipeline's
+hooks log, alert and count it, and only then is the message acked. When PostgreSQL does
+not answer, the message is put back on its queue instead and comes round again.
+
+A record that PostgreSQL refuses (NUL characters anywhere) is made storable first; if a
+write still fails for another reason, the record is written once more in its barest
+form (the whole message in base64). The callback never raises: an error escaping it
+would stop the worker, and the message would stop the next one.
+
+Installed through Celery's ``worker_consumer`` setting, the public way to replace the
+consumer blueprint; the overridden methods are the consumer's documented callbacks.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from celery.worker.consumer import Consumer
+
+from platform_tasks.consumer.dead_letter_records import (
+    DeadLetterRecord,
+    describe_error,
+    error_type_name,
+    raw_payload,
+)
+from platform_tasks.consumer.hooks import Hooks, hooks_of
+from platform_tasks.consumer.servers import INFRASTRUCTURE_ERRORS
+from platform_tasks.database import Database, require_database_url
+from platform_tasks.errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+CONSUMER_PATH = "platform_tasks.consumer.dropped_messages:PlatformConsumer"
+
+UNKNOWN_TASK = "unknown_task"
+UNDECODABLE = "undecodable_body"
+INVALID_MESSAGE = "invalid_message"
+UNKNOWN_FORMAT = "missing_celery_headers"
+
+WRITE_BUDGET_SECONDS = 10.0
+"""How long the consumer waits for PostgreSQL before putting the message back."""
+
+
+class PlatformConsumer(Consumer):  # type: ignore[misc]
+    """Celery's consumer, with every "drop this message" path ending in a dead letter."""
+
+    _platform_db: Database | None = None
+
+    def on_decode_error(self, message: Any, exc: Exception) -> None:
+        self._dead_letter(message, UNDECODABLE, exc)
+
+    def on_unknown_message(self, body: Any, message: Any) -> None:
+        self._dead_letter(message, UNKNOWN_FORMAT, None, body=body)
+
+    def on_unknown_task(self, body: Any, message: Any, exc: Exception) -> None:
+        self._dead_letter(message, UNKNOWN_TASK, exc, body=body)
+
+    def on_invalid_task(self, body: Any, message: Any, exc: Exception) -> None:
+        self._dead_letter(message, INVALID_MESSAGE, exc, body=body)
+
+    def create_task_handler(self, *args: Any, **kwargs: Any) -> Callable[[Any], Any]:
+        """Celery's handler, plus a last net for messages that break it (e.g. no ``id``)."""
+        handler: Callable[[Any], Any] = super().create_task_handler(*args, **kwargs)
+
+        def on_task_received(message: Any) -> Any:
+            try:
+                return handler(message)
+            except Exception as exc:
+                if getattr(message, "acknowledged", False):
+                    raise
+                return self._dead_letter(message, INVALID_MESSAGE, exc)
+
+        return on_task_received
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _database(self) -> Database:
+        if self._platform_db is None:
+            self._platform_db = Database(require_database_url(self.app.platform_settings))
+        return self._platform_db
+
+    def _dead_letter(self, message: Any, reason: str, exc: BaseException | None,
+                     *, body: Any = None) -> None:  # fmt: skip
+        try:
+            self._dead_letter_or_requeue(message, reason, exc)
+        except Exception:  # never out of the consumer callback: that stops the worker
+            logger.exception("a dropped message could not be handled; putting it back",
+                             extra={"event": "consumer.dropped_message_requeued",
+                                    "reason": reason})  # fmt: skip
+            try:
+                message.reject(requeue=True)
+            except Exception:
+                logger.exception(
+                    "could not put a dropped message back",
+                    extra={"event": "consumer.dropped_message_not_requeued"},
+                )
+
+    def _dead_letter_or_requeue(self, message: Any, reason: str, exc: BaseException | None
+                                ) -> None:  # fmt: skip
+        record = dropped_message_record(message, reason, exc)
+        deadline = time.monotonic() + WRITE_BUDGET_SECONDS
+        delay = 0.25
+        while True:
+            try:
+                dead_letter_id = self._write_any_form(message, record)
+                break
+            except Exception as err:
+                if isinstance(err, ConfigurationError) or time.monotonic() >= deadline:
+                    logger.error(
+                        "cannot dead-letter a dropped message (%s); putting it back",
+                        type(err).__name__,
+                        extra={"event": "consumer.dropped_message_requeued", "reason": reason},
+                    )  # fmt: skip
+                    message.reject(requeue=True)
+                    return
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        message.ack()
+        logger.error(
+            "message Celery would drop was dead-lettered (%s) as row %s", reason, dead_letter_id,
+            extra={"event": "consumer.dropped_message_dead_lettered", "reason": reason,
+                   "dead_letter_id": dead_letter_id, "queue": record.queue, "kind": record.kind,
+                   "job_id": str(record.job_id) if record.job_id else None},
+        )  # fmt: skip
+        Hooks(hooks_of(self.app)).emit("on_dead_lettered", record, dead_letter_id, exc)
+
+    def _write_any_form(self, message: Any, record: DeadLetterRecord) -> int:
+        """Write the record; if PostgreSQL refuses it (not an outage), its barest form."""
+        try:
+            return self._write(record)
+        except Exception as err:
+            if isinstance(err, (ConfigurationError, *INFRASTRUCTURE_ERRORS)):
+                raise
+            logger.warning("dead letter of a dropped message refused (%s); storing it in "
+                           "base64", type(err).__name__,
+                           extra={"event": "consumer.dropped_message_stored_raw"})  # fmt: skip
+            return self._write(bare_record(message, record))
+
+    def _write(self, record: DeadLetterRecord) -> int:
+        database = self._database()
+        try:
+            conn = database.connection()
+            with conn.cursor() as cur:
+                dead_letter_id = record.write(cur)
+            conn.commit()
+            return dead_letter_id
+        except BaseException:
+            database.discard()  # rolled back with it; the next write starts clean
+            raise
+
+
+def bare_record(message: Any, record: DeadLetterRecord) -> DeadLetterRecord:
+    """The least a dead letter can hold: the raw body and headers, all in base64."""
+    body = getattr(message, "body", b"")
+    raw = body if isinstance(body, bytes) else str(body).encode("utf-8", "backslashreplace")
+    headers = json.dumps(_headers(message), default=repr).encode("utf-8")
+    return DeadLetterRecord(
+        job_id=record.job_id,
+        queue=None,
+        kind=None,
+        tenant_id=None,
+        correlation_id=None,
+        payload={
+            "raw": base64.b64encode(raw).decode("ascii"),
+            "raw_encoding": "base64",
+            "content_type": None,
+            "headers": {"base64": base64.b64encode(headers).decode("ascii")},
+        },
+        attempts=0,
+        last_error=f"{record.reason}: the full record could not be stored",
+        error_type=None,
+        reason=record.reason,
+    )
+
+
+def dropped_message_record(message: Any, reason: str, exc: BaseException | None
+                           ) -> DeadLetterRecord:  # fmt: skip
+    """What can be read of a message Celery cannot run, as a dead-letter record."""
+    headers = _headers(message)
+    info = getattr(message, "delivery_info", None) or {}
+    payload = raw_payload(getattr(message, "body", b""), getattr(message, "content_type", None),
+                          headers)  # fmt: skip
+    envelope = _readable_envelope(message)
+    job_id = _uuid(headers.get("id")) or _uuid(envelope.get("job_id"))
+    kind = headers.get("task") if isinstance(headers.get("task"), str) else None
+    if exc is None:
+        last_error = "message has no Celery task headers (not Celery protocol 1 or 2)"
+        error_type = reason
+    else:
+        last_error = describe_error(exc)
+        error_type = error_type_name(exc)
+    return DeadLetterRecord(
+        job_id=job_id,
+        queue=info.get("routing_key") or None,
+        kind=kind or _str(envelope.get("kind")),
+        tenant_id=_str(envelope.get("tenant_id")),
+        correlation_id=_str(envelope.get("correlation_id")),
+        payload=payload,
+        attempts=0,
+        last_error=f"{reason}: {last_error}",
+        error_type=error_type,
+        reason=reason,
+    )
+
+
+def _headers(message: Any) -> dict[str, Any]:
+    headers = getattr(message, "headers", None)
+    return dict(headers) if isinstance(headers, dict) else {}
+
+
+def _readable_envelope(message: Any) -> dict[str, Any]:
+    """The envelope inside a Celery protocol-2 JSON body, or ``{}`` when unreadable."""
+    body = getattr(message, "body", None)
+    try:
+        text = body.decode("utf-8") if isinstance(body, bytes) else body
+        decoded = json.loads(text) if isinstance(text, str) else None
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    if isinstance(decoded, list) and decoded and isinstance(decoded[0], list) and decoded[0]:
+        first = decoded[0][0]
+        return first if isinstance(first, dict) else {}
+    return {}
+
+
+def _uuid(value: Any) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def install(app: Any) -> None:
+    """Make :class:`PlatformConsumer` the worker's consumer unless the caller chose one."""
+    current = app.conf.get("worker_consumer")
+    if current in (None, "celery.worker.consumer:Consumer"):
+        app.conf.worker_consumer = CONSUMER_PATH

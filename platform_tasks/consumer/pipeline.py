@@ -1,0 +1,466 @@
+"""One delivery of a :class:`~platform_tasks.consumer.task.PlatformTask`: decide, then settle.
+
+:meth:`DeliveryPipeline.decide` turns a delivery into exactly one
+:mod:`verdict <platform_tasks.consumer.verdicts>`, and :meth:`DeliveryPipeline.settle`
+acts on it. Deciding, in order:
+
+1. validate the envelope; invalid → a poison :class:`DeadLetter`, the handler never runs;
+2. open a transaction and claim ``(job_id, consumer)`` in ``core.processed_jobs`` (the
+   ``BEGIN`` travels with the claim: one round trip); no row inserted → :class:`Duplicate`
+   (or wait for a concurrent delivery of the same job to finish);
+3. ask Redis about the job before the handler runs: a redelivery (its worker died) is
+   counted there, so crash loops end; a first delivery only reads the attempts already
+   spent and whether the job was dead-lettered meanwhile. Past ``max_attempts`` the job
+   is a crash-loop :class:`DeadLetter`, not run;
+4. run ``task.execute(envelope, tx)`` in that transaction; a handler that broke the
+   transaction (closed it, ended it, or caught a SQL error so that ``COMMIT`` answers
+   ``ROLLBACK``) failed its attempt like one that raised;
+5. commit → :class:`Applied`; a failure is counted in Redis while the claim still holds a
+   duplicate copy back, then :func:`~platform_tasks.consumer.retry.decide` gives
+   :class:`RetryAt` or :class:`DeadLetter`; :class:`~platform_tasks.errors.Throttled` gives
+   :class:`ThrottledUntil` (the same attempt again, nothing spent).
+
+Whatever is raised, the transaction ends in a commit or a rollback before the verdict
+leaves step 2 (a ``finally``; a connection in an unknown state is discarded). When
+PostgreSQL or Redis cannot do its part the verdict is :class:`Wait`: the message stays
+unacked and the delivery starts over once they answer. Settling stores retries, writes
+dead letters, and calls the hooks (logs, alerts, metrics); a step that must happen before
+the ack is retried until it succeeds, so nothing is acked that is not applied,
+rescheduled or dead-lettered.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from celery.exceptions import Retry
+
+from platform_tasks import idempotency
+from platform_tasks.alerts import configure_alerts
+from platform_tasks.consumer.attempts import (
+    DeliveryCounter,
+    DeliveryState,
+    attempt_number,
+    delivery_ttl_seconds,
+)
+from platform_tasks.consumer.dead_letter_records import (
+    DeadLetterRecord,
+    describe_error,
+    error_type_name,
+    latest_dead_letter,
+    raw_payload,
+)
+from platform_tasks.consumer.delivery import Delivery
+from platform_tasks.consumer.hooks import Hooks, hooks_of
+from platform_tasks.consumer.retry import CRASH_LOOP, POISON, RetryPolicy, decide
+from platform_tasks.consumer.servers import INFRASTRUCTURE_ERRORS, Backoff, describe, until_done
+from platform_tasks.consumer.transaction import JobTransaction
+from platform_tasks.consumer.verdicts import (
+    Applied,
+    DeadLetter,
+    Duplicate,
+    RetryAt,
+    ThrottledUntil,
+    Verdict,
+    Wait,
+)
+from platform_tasks.context import current_correlation_id
+from platform_tasks.database import Database, require_database_url
+from platform_tasks.envelope import Envelope, parse_envelope
+from platform_tasks.errors import DeadLettered, EnvelopeError, Throttled
+from platform_tasks.keys import delivery_keys
+from platform_tasks.queue_port import QueuePort
+
+logger = logging.getLogger(__name__)
+
+
+class DeliveryPipeline:
+    """Decides and settles deliveries for one app in one process (its collaborators)."""
+
+    def __init__(
+        self,
+        app: Any,
+        database: Database,
+        deliveries: DeliveryCounter,
+        *,
+        hooks: Hooks | None = None,
+        clock: Callable[[], datetime] | None = None,
+        sleep: Callable[[float], None] | None = None,
+        port: QueuePort | None = None,
+    ) -> None:
+        self.app = app
+        self.settings = app.platform_settings
+        self.database = database
+        self.deliveries = deliveries
+        self.hooks = hooks if hooks is not None else Hooks(hooks_of(app))
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self._sleep = sleep
+        self._port = port
+
+    @classmethod
+    def for_app(cls, app: Any, database_url: str) -> DeliveryPipeline:
+        settings = app.platform_settings
+        client = redis.Redis.from_url(
+            settings.redis_url, socket_timeout=10, socket_connect_timeout=5
+        )
+        return cls(
+            app,
+            Database(database_url, autocommit=True),
+            DeliveryCounter(client, delivery_keys(settings.profile)),
+        )
+
+    def port(self) -> QueuePort:
+        if self._port is None:
+            self._port = QueuePort(self.app)
+        return self._port
+
+    def _backoff(self) -> Backoff:
+        return Backoff(self._sleep) if self._sleep is not None else Backoff()
+
+    # -- entry point ---------------------------------------------------------------------
+
+    def process(self, task: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                request: Any) -> Any:  # fmt: skip
+        """Decide and settle one delivery; what Celery gets back (or the raise it sees)."""
+        delivery = Delivery.from_request(task, request)
+        payload = args[0] if len(args) == 1 and not kwargs else None
+        try:
+            if payload is None:
+                raise EnvelopeError(
+                    [("<arguments>", "a PlatformTask takes exactly one positional argument, "
+                      f"the envelope; got {len(args)} positional and {len(kwargs)} keyword")]
+                )  # fmt: skip
+            envelope = parse_envelope(
+                payload, task.data_model, max_bytes=self.settings.max_payload_bytes
+            )
+        except EnvelopeError as exc:
+            return self.settle(task, delivery, None, self._poison(delivery, args, kwargs, exc))
+        delivery = replace(delivery, payload=_json_safe(payload))
+        token = current_correlation_id.set(envelope.correlation_id)
+        try:
+            backoff = self._backoff()
+            while True:
+                verdict = self.decide(task, envelope, delivery)
+                if not isinstance(verdict, Wait):
+                    break
+                self.hooks.emit("on_waiting", delivery, verdict.cause)
+                backoff.wait(verdict.cause)
+            return self.settle(task, delivery, envelope, verdict)
+        finally:
+            current_correlation_id.reset(token)
+
+    # -- deciding ---------------------------------------------------------------------
+
+    def decide(self, task: Any, envelope: Envelope[Any], delivery: Delivery) -> Verdict:
+        """One try at the delivery; the job's transaction has ended when this returns."""
+        policy = self._policy(delivery)
+        job = str(envelope.job_id)
+        counted = False
+        tx: JobTransaction | None = None
+        try:
+            tx = JobTransaction(self.database)
+            if not tx.claim(envelope.job_id, delivery.consumer):
+                return Duplicate("applied")
+            state = self.deliveries.observe(delivery.consumer, job,
+                                            redelivered=delivery.redelivered,
+                                            ttl_seconds=self._ttl(policy))  # fmt: skip
+            counted = delivery.redelivered
+            attempt = attempt_number(delivery.header_attempt, state.spent)
+            if state.exhausted or attempt > policy.max_attempts:
+                over = self._over_budget(tx, envelope, delivery, policy, state, attempt)
+                if not isinstance(over, int):
+                    return over
+                attempt = over
+            error: Exception | None = None
+            try:
+                result = task.execute(envelope, tx.cursor)
+            except Throttled as exc:
+                tx.rollback()
+                if counted:
+                    self._undo_count(delivery, job)
+                return ThrottledUntil(exc.retry_at, attempt, exc.reason)
+            except Exception as exc:
+                if tx.server_gone(exc):
+                    raise
+                error = exc
+            if error is None:
+                error = tx.broken()
+            if error is None:
+                error = tx.commit()
+                if error is None:
+                    return Applied(attempt, result, tracked=state.tracked)
+            return self._failed(task, tx, envelope, delivery, policy, attempt, error)
+        except Exception as exc:
+            # the platform's own steps (not the handler: its errors are caught above).
+            # An outage waits; anything else waits too, loudly, rather than ack the job
+            if not isinstance(exc, INFRASTRUCTURE_ERRORS):
+                logger.error("a consumer step failed (%s); the delivery waits", describe(exc),
+                             exc_info=True, extra={"event": "consumer.step_failed",
+                                                   "job_id": job})  # fmt: skip
+            self.database.discard()
+            if counted:
+                self._undo_count(delivery, job)
+            return Wait(describe(exc))
+        finally:
+            if tx is not None:
+                tx.end()
+
+    def _failed(self, task: Any, tx: JobTransaction, envelope: Envelope[Any],
+                delivery: Delivery, policy: RetryPolicy, attempt: int, exc: Exception
+                ) -> Verdict:  # fmt: skip
+        """A failed attempt: count it (while the claim holds copies back), roll back, decide."""
+        # a Redis refusal here raises out to the caller's Wait, before the rollback
+        self.deliveries.failed(delivery.consumer, str(envelope.job_id),
+                               ttl_seconds=self._ttl(policy))  # fmt: skip
+        tx.rollback()
+        decision = decide(policy, attempt, exc, tuple(task.permanent_errors or ()))
+        if decision.retry:
+            assert decision.delay is not None
+            return RetryAt(self.clock() + decision.delay, attempt, exc)
+        return DeadLetter(
+            self._record(envelope, delivery, attempts=attempt, reason=decision.reason,
+                         last_error=describe_error(exc), error_type=error_type_name(exc)),
+            exc,
+        )  # fmt: skip
+
+    def _over_budget(self, tx: JobTransaction, envelope: Envelope[Any], delivery: Delivery,
+                     policy: RetryPolicy, state: DeliveryState, attempt: int
+                     ) -> int | Verdict:  # fmt: skip
+        """A delivery past the budget: a replay starts over (its attempt), else a verdict."""
+        job = str(envelope.job_id)
+        latest = latest_dead_letter(tx.cursor, envelope.job_id, envelope.kind)
+        if latest is not None:
+            dead_letter_id, status = latest
+            if status == "replayed" and state.generation != dead_letter_id:
+                self.deliveries.restart(delivery.consumer, job, generation=dead_letter_id,
+                                        ttl_seconds=self._ttl(policy))  # fmt: skip
+                _log_replay(envelope, delivery, dead_letter_id)
+                return 1
+            if status != "replayed":
+                return Duplicate("dead_lettered", dead_letter_id)
+        attempts = max(0, attempt - 1)
+        record = self._record(
+            envelope, delivery, attempts=attempts, reason=CRASH_LOOP, error_type="CrashLoop",
+            last_error=(
+                f"crash loop: delivered {attempt} times, {attempts} of them started the "
+                f"handler without finishing (worker killed?); max_attempts is "
+                f"{policy.max_attempts}"
+            ),
+        )  # fmt: skip
+        return DeadLetter(record, None)
+
+    def _poison(self, delivery: Delivery, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                exc: EnvelopeError) -> DeadLetter:  # fmt: skip
+        payload: Any = args[0] if len(args) == 1 and not kwargs else None
+        if payload is None:
+            payload = {"args": list(args), "kwargs": dict(kwargs)}
+        readable = payload if isinstance(payload, Mapping) else {}
+        if not isinstance(payload, Mapping):
+            payload = raw_payload(json.dumps(payload, default=repr), "application/json", {})
+        record = DeadLetterRecord(
+            job_id=_uuid_or_none(readable.get("job_id")),
+            queue=delivery.queue,
+            kind=_str_or_none(readable.get("kind")) or delivery.consumer,
+            tenant_id=_str_or_none(readable.get("tenant_id")),
+            correlation_id=_str_or_none(readable.get("correlation_id")),
+            payload=_json_safe(dict(payload)),
+            attempts=1,
+            last_error=str(exc),
+            error_type=error_type_name(exc),
+            reason=POISON,
+        )
+        return DeadLetter(record, exc, claim=False)
+
+    # -- settling ---------------------------------------------------------------------
+
+    def settle(self, task: Any, delivery: Delivery, envelope: Envelope[Any] | None,
+               verdict: Verdict) -> Any:  # fmt: skip
+        """Act on the verdict: what Celery sees is the return value or the raise."""
+        if isinstance(verdict, Applied):
+            assert envelope is not None
+            if verdict.tracked:  # most jobs never had a hash: nothing to clear
+                self._forget(delivery, envelope)
+            self.hooks.emit("on_applied", delivery, envelope, verdict)
+            return verdict.result
+        if isinstance(verdict, Duplicate):
+            assert envelope is not None
+            self.hooks.emit("on_duplicate", delivery, envelope, verdict)
+            return None
+        if isinstance(verdict, RetryAt | ThrottledUntil):
+            assert envelope is not None
+            attempt = verdict.attempt + 1 if isinstance(verdict, RetryAt) else verdict.attempt
+            self._store_retry(delivery, envelope, verdict.at, attempt)
+            if isinstance(verdict, RetryAt):
+                self.hooks.emit("on_retry_scheduled", delivery, envelope, verdict)
+                what = f"attempt {verdict.attempt} failed ({error_type_name(verdict.error)})"
+            else:
+                self.hooks.emit("on_throttled", delivery, envelope, verdict)
+                what = f"throttled ({verdict.reason})"
+            raise Retry(f"{what}; attempt {attempt} at {verdict.at.isoformat()}",
+                        when=verdict.at)  # fmt: skip
+        if isinstance(verdict, DeadLetter):
+            return self._settle_dead_letter(delivery, envelope, verdict)
+        raise AssertionError(f"unsettled verdict {verdict!r}")  # Wait never reaches here
+
+    def _settle_dead_letter(self, delivery: Delivery, envelope: Envelope[Any] | None,
+                            verdict: DeadLetter) -> Any:  # fmt: skip
+        record = verdict.record
+        if envelope is not None:
+            self._exhaust(delivery, envelope)
+        if verdict.claim and envelope is not None:
+            dead_letter_id = until_done(lambda: self._write_claimed(record, envelope, delivery),
+                                        "write the dead letter", self._sleep_fn())  # fmt: skip
+            if dead_letter_id is None:
+                duplicate = Duplicate("applied_by_other")
+                self.hooks.emit("on_duplicate", delivery, envelope, duplicate)
+                return None
+        else:
+            dead_letter_id = until_done(lambda: self._write_alone(record),
+                                        "write the dead letter", self._sleep_fn())  # fmt: skip
+        self.hooks.emit("on_dead_lettered", record, dead_letter_id, verdict.error)
+        raise DeadLettered(
+            f"dead-lettered as row {dead_letter_id} ({record.reason} after {record.attempts} "
+            f"attempt(s)): {record.error_type or 'error'}",
+            dead_letter_id,
+        ) from None
+
+    def _write_claimed(self, record: DeadLetterRecord, envelope: Envelope[Any],
+                       delivery: Delivery) -> int | None:  # fmt: skip
+        """Claim the job again, write the dead letter, release the claim, commit.
+
+        ``None`` when another delivery applied the job in the meantime: nothing to write.
+        """
+        tx = JobTransaction(self.database)
+        try:
+            if not tx.claim(envelope.job_id, delivery.consumer):
+                return None
+            dead_letter_id = record.write(tx.cursor)
+            idempotency.release(tx.cursor, envelope.job_id, delivery.consumer)
+            problem = tx.commit()
+            if problem is not None:
+                raise problem
+            return dead_letter_id
+        finally:
+            tx.end()
+
+    def _write_alone(self, record: DeadLetterRecord) -> int:
+        tx = JobTransaction(self.database)
+        try:
+            tx.begin()
+            dead_letter_id = record.write(tx.cursor)
+            problem = tx.commit()
+            if problem is not None:
+                raise problem
+            return dead_letter_id
+        finally:
+            tx.end()
+
+    def _store_retry(self, delivery: Delivery, envelope: Envelope[Any], run_at: datetime,
+                     attempt: int) -> None:  # fmt: skip
+        opts: dict[str, Any] = {"attempt": attempt}
+        if delivery.priority is not None:
+            opts["priority"] = delivery.priority
+        queue = delivery.queue or self.app.conf.task_default_queue or "default"
+        until_done(lambda: self.port().schedule(queue, envelope.to_message(), run_at, opts),
+                   "store the retry", self._sleep_fn())  # fmt: skip
+
+    def _sleep_fn(self) -> Callable[[float], None]:
+        return self._sleep or time.sleep
+
+    # -- small helpers --------------------------------------------------------------------
+
+    def _record(self, envelope: Envelope[Any], delivery: Delivery, *, attempts: int,
+                reason: str, last_error: str, error_type: str) -> DeadLetterRecord:  # fmt: skip
+        return DeadLetterRecord(
+            job_id=envelope.job_id,
+            queue=delivery.queue,
+            kind=envelope.kind,
+            tenant_id=envelope.tenant_id,
+            correlation_id=envelope.correlation_id,
+            payload=delivery.payload or envelope.to_message(),
+            attempts=attempts,
+            last_error=last_error,
+            error_type=error_type,
+            reason=reason,
+        )
+
+    def _forget(self, delivery: Delivery, envelope: Envelope[Any]) -> None:
+        try:
+            self.deliveries.forget(delivery.consumer, str(envelope.job_id))
+        except redis.RedisError:
+            _warn("could not clear the delivery count", "consumer.count_not_cleared")
+
+    def _undo_count(self, delivery: Delivery, job: str) -> None:
+        try:
+            self.deliveries.undo(delivery.consumer, job)
+        except redis.RedisError:
+            _warn("could not take back a delivery count", "consumer.count_not_undone")
+
+    def _exhaust(self, delivery: Delivery, envelope: Envelope[Any]) -> None:
+        """Spend the rest of the budget so a duplicate still in flight is not run again."""
+        try:
+            self.deliveries.exhaust(delivery.consumer, str(envelope.job_id),
+                                    ttl_seconds=self._ttl(self._policy(delivery)))  # fmt: skip
+        except redis.RedisError:
+            _warn("could not mark the delivery budget spent", "consumer.budget_not_marked")
+
+    def _policy(self, delivery: Delivery) -> RetryPolicy:
+        policy: RetryPolicy = self.app.retry_policy_for(delivery.queue)
+        return policy
+
+    def _ttl(self, policy: RetryPolicy) -> int:
+        return delivery_ttl_seconds(policy, self.settings.visibility_timeout_seconds)
+
+
+def _warn(message: str, event: str) -> None:
+    logger.warning(message, exc_info=True, extra={"event": event})
+
+
+def _log_replay(envelope: Envelope[Any], delivery: Delivery, dead_letter_id: int) -> None:
+    logger.info(
+        "replay of a dead letter: attempts start over: %s", envelope.redacted(),
+        extra={"event": "consumer.replay_started", "job_id": str(envelope.job_id),
+               "queue": delivery.queue, "kind": envelope.kind, "dead_letter_id": dead_letter_id},
+    )  # fmt: skip
+
+
+def _uuid_or_none(value: Any) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value)) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _json_safe(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=repr))
+
+
+_pipelines: dict[tuple[int, int], DeliveryPipeline] = {}
+
+
+def pipeline_for(app: Any) -> DeliveryPipeline:
+    """This process's pipeline for ``app`` (created on first use, again after a fork).
+
+    Raises :class:`~platform_tasks.errors.ConfigurationError` naming
+    ``PLATFORM_DATABASE_URL`` when it is not set.
+    """
+    key = (id(app), os.getpid())
+    pipeline = _pipelines.get(key)
+    if pipeline is None or pipeline.app is not app:  # an id can be reused by a later app
+        pipeline = DeliveryPipeline.for_app(app, require_database_url(app.platform_settings))
+        configure_alerts(app.platform_settings.sentry_dsn)
+        _pipelines[key] = pipeline
+    return pipeline

@@ -1,0 +1,194 @@
+"""Worker side of ``LeaseDatabaseScheduler``: hold a periodic task's lease while it runs.
+
+Beat admits a point only while no lease of the task is held, takes the lease with the
+admission and puts it in the message headers (``platform_lease``). In the worker, the
+handlers below renew it every ``ttl / 3`` while the task runs and release it when the
+task ends (success or failure) or is revoked before it ran (an expired trigger). A worker
+that dies stops renewing, so the lease expires after its TTL (the task's period, at most
+an hour) and the next point runs again.
+
+Nothing here imports Django: a worker needs only the platform's Redis setting. Install
+it in the Celery app module the workers load::
+
+    from platform_tasks.contrib.beat_leases import install_lease_renewal
+    install_lease_renewal(app)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from celery.signals import task_postrun, task_prerun, task_revoked
+
+from platform_tasks.leases import JobLeases, LeaseOutcome
+from platform_tasks.redis_client import ManagedRedis
+from platform_tasks.settings import PlatformSettings
+
+__all__ = ["LEASE_HEADER", "LeaseGrant", "install_lease_renewal"]
+
+logger = logging.getLogger("platform_tasks.contrib.beat_leases")
+
+LEASE_HEADER = "platform_lease"
+"""Message header carrying the lease of an admitted point (a JSON object)."""
+
+
+@dataclass(frozen=True)
+class LeaseGrant:
+    """The lease of one admitted point, as it travels in the message headers."""
+
+    namespace: str
+    prefix: str
+    job: str
+    token: str
+    ttl_ms: int
+    point_ms: int
+
+    def to_header(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "prefix": self.prefix, "job": self.job,
+                "token": self.token, "ttl_ms": self.ttl_ms, "point_ms": self.point_ms}  # fmt: skip
+
+    @classmethod
+    def from_request(cls, request: Any) -> LeaseGrant | None:
+        """The grant in a task request's headers, or ``None`` (not a leased trigger)."""
+        value = None
+        # a task's request context, then a worker Request (revoked before it ran)
+        for holder in (getattr(request, "headers", None), getattr(request, "request_dict", None)):
+            if isinstance(holder, Mapping) and holder.get(LEASE_HEADER) is not None:
+                value = holder[LEASE_HEADER]
+                break
+        if value is None:
+            value = getattr(request, LEASE_HEADER, None)
+        if not isinstance(value, Mapping):
+            return None
+        try:
+            return cls(str(value["namespace"]), str(value.get("prefix") or ""),
+                       str(value["job"]), str(value["token"]), int(value["ttl_ms"]),
+                       int(value["point_ms"]))  # fmt: skip
+        except (KeyError, TypeError, ValueError):
+            logger.warning("ignoring a malformed %s header", LEASE_HEADER,
+                           extra={"event": "beat_leases.bad_header"})  # fmt: skip
+            return None
+
+
+class _Renewer(threading.Thread):
+    def __init__(self, leases: JobLeases, grant: LeaseGrant) -> None:
+        super().__init__(name=f"platform-lease-{grant.job}", daemon=True)
+        self.leases = leases
+        self.grant = grant
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.grant.ttl_ms / 3000.0):
+            try:
+                outcome, _ = self.leases.renew(
+                    self.grant.job, token=self.grant.token, lease_ttl_ms=self.grant.ttl_ms
+                )
+            except redis.RedisError as exc:
+                logger.warning("lease renewal of %s failed: %s", self.grant.job, exc,
+                               extra={"event": "beat_leases.renew_error"})  # fmt: skip
+                continue
+            if outcome is not LeaseOutcome.RENEWED:
+                holder = self.leases.lease_holder(self.grant.job)
+                logger.warning(
+                    "lease of %s was lost while the task runs (now held by %s); its next "
+                    "point may overlap", self.grant.job, holder or "nobody",
+                    extra={"event": "beat_leases.lease_lost"},
+                )  # fmt: skip
+                return
+
+
+class _LeaseKeeper:
+    """One per worker process: the Redis client and the renewers of running tasks."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._redis: ManagedRedis | None = None
+        self._leases: dict[tuple[str, str], JobLeases] = {}
+        self._running: dict[str, _Renewer] = {}
+        self.settings: PlatformSettings | None = None
+
+    def _leases_for(self, grant: LeaseGrant) -> JobLeases:
+        with self._lock:
+            if self._redis is None:
+                self._redis = ManagedRedis(self.settings or PlatformSettings())
+            key = (grant.namespace, grant.prefix)
+            leases = self._leases.get(key)
+            if leases is None:
+                leases = self._leases[key] = JobLeases(
+                    self._redis.client, namespace=grant.namespace, prefix=grant.prefix
+                )
+            return leases
+
+    def started(self, task_id: str, request: Any) -> None:
+        grant = LeaseGrant.from_request(request)
+        if grant is None:
+            return
+        leases = self._leases_for(grant)
+        try:
+            # At once, not after ttl / 3: the trigger may have waited in the queue for
+            # most of its lease. Taken back if it lapsed meanwhile and nobody holds it.
+            outcome, _ = leases.renew(grant.job, token=grant.token, lease_ttl_ms=grant.ttl_ms,
+                                      reacquire=True)  # fmt: skip
+        except redis.RedisError as exc:
+            logger.warning("lease renewal of %s failed: %s", grant.job, exc,
+                           extra={"event": "beat_leases.renew_error"})  # fmt: skip
+        else:
+            if outcome is not LeaseOutcome.RENEWED:
+                logger.warning(
+                    "%s starts without its lease (another point holds it): runs may overlap",
+                    grant.job, extra={"event": "beat_leases.lease_lost"},
+                )  # fmt: skip
+        renewer = _Renewer(leases, grant)
+        with self._lock:
+            self._running[task_id] = renewer
+        renewer.start()
+
+    def ended(self, task_id: str, request: Any) -> None:
+        with self._lock:
+            renewer = self._running.pop(task_id, None)
+        if renewer is not None:
+            renewer.stopped.set()
+        grant = renewer.grant if renewer is not None else LeaseGrant.from_request(request)
+        if grant is None:
+            return
+        try:
+            self._leases_for(grant).release(grant.job, token=grant.token)
+        except redis.RedisError as exc:
+            logger.warning(
+                "could not release the lease of %s (it expires by itself): %s", grant.job, exc,
+                extra={"event": "beat_leases.release_error"},
+            )  # fmt: skip
+
+
+_KEEPER = _LeaseKeeper()
+
+
+def _on_prerun(task_id: str | None = None, task: Any = None, **_: Any) -> None:
+    if task_id is not None and task is not None:
+        _KEEPER.started(task_id, task.request)
+
+
+def _on_postrun(task_id: str | None = None, task: Any = None, **_: Any) -> None:
+    if task_id is not None and task is not None:
+        _KEEPER.ended(task_id, task.request)
+
+
+def _on_revoked(request: Any = None, **_: Any) -> None:
+    if request is not None:
+        _KEEPER.ended(str(getattr(request, "id", "")), request)
+
+
+def install_lease_renewal(app: Any | None = None) -> None:
+    """Renew and release the leases of triggers sent by ``LeaseDatabaseScheduler`` in
+    this app's workers (Redis from ``app.platform_settings`` or ``PLATFORM_REDIS_URL``)."""
+    settings = getattr(app, "platform_settings", None)
+    if isinstance(settings, PlatformSettings):
+        _KEEPER.settings = settings
+    task_prerun.connect(_on_prerun, weak=False, dispatch_uid="platform_tasks.lease.prerun")
+    task_postrun.connect(_on_postrun, weak=False, dispatch_uid="platform_tasks.lease.postrun")
+    task_revoked.connect(_on_revoked, weak=False, dispatch_uid="platform_tasks.lease.revoked")

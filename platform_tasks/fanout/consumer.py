@@ -1,0 +1,211 @@
+"""The fan-out consumer: one delivery of a fan-out job publishes its tenants' envelopes.
+
+Tenants are streamed from PostgreSQL in ``tenant_id`` order (:mod:`.sources`), each gets
+an envelope with a job id derived from (job, point, kind, tenant) (:mod:`.ids`), and the
+envelopes go to the target queue in batches over one connection (:mod:`.publisher`).
+After each batch the progress marker (:mod:`.progress`) records the last tenant, so a
+delivery killed halfway is resumed by the next one; re-publishing the one batch that was
+on the queue but not yet marked is harmless, since its ids are the same.
+
+The task is a :class:`~platform_tasks.task.PlatformTask` on ``platform.fanout``: a
+fan-out that keeps failing is retried with the queue's policy, then dead-lettered, and a
+replayed dead letter (same job id) resumes from the marker.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from celery import bootsteps
+
+from platform_tasks.database import require_database_url
+from platform_tasks.envelope import Envelope, parse_envelope
+from platform_tasks.errors import EnvelopeError
+from platform_tasks.fanout import metrics
+from platform_tasks.fanout.ids import tenant_job_id
+from platform_tasks.fanout.progress import Progress, ProgressStore
+from platform_tasks.fanout.publisher import BatchPublisher
+from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FanOutRequest
+from platform_tasks.fanout.sources import TenantSource, check_tenants_query
+from platform_tasks.fanout.tiers import due_tiers
+from platform_tasks.settings import PlatformSettings
+from platform_tasks.worker_queues import add_queue_source
+
+__all__ = ["FanOutResult", "TenantsQueryCheckStep", "install_consumer", "run_fan_out"]
+
+logger = logging.getLogger("platform_tasks.fanout")
+
+PROGRESS_LOG_EVERY = 10_000
+"""Tenants between two ``fanout.progress`` log lines of one delivery."""
+
+
+@dataclass(frozen=True)
+class FanOutResult:
+    """What one delivery did: tenants published now, in total, and where it resumed."""
+
+    published_now: int
+    published_total: int
+    resumed_after: str | None
+    invalid: int
+    already_finished: bool = False
+
+
+def _log_fields(envelope: Envelope[Any], request: FanOutRequest) -> dict[str, Any]:
+    return {
+        "fanout_job_id": str(envelope.job_id),
+        "job": request.job,
+        "point": request.point.isoformat(),
+        "kind": request.kind,
+        "queue": request.queue,
+    }
+
+
+def run_fan_out(
+    app: Any, envelope: Envelope[FanOutRequest], *, settings: PlatformSettings
+) -> FanOutResult:
+    """Publish the envelopes of every selected tenant not yet published for this job."""
+    request = envelope.data
+    database_url = require_database_url(settings)
+    tiers = due_tiers(request.point) if request.tiers == "due" else None
+    fields = _log_fields(envelope, request)
+    labels = {"job": request.job, "kind": request.kind}
+    started = time.monotonic()
+    store = ProgressStore(database_url)
+    try:
+        progress = store.start(envelope.job_id, job=request.job, point=request.point,
+                               kind=request.kind)  # fmt: skip
+        if progress.finished:
+            logger.info(
+                "fan-out %s of %s at %s already published %d tenant(s)",
+                envelope.job_id, request.job, request.point.isoformat(), progress.published,
+                extra={"event": "fanout.already_finished", **fields,
+                       "published": progress.published},
+            )  # fmt: skip
+            metrics.RUNS.labels(outcome="already_finished", **labels).inc()
+            return FanOutResult(0, progress.published, progress.last_tenant_id, 0, True)
+        logger.info(
+            "fan-out %s of %s at %s to %s started%s",
+            envelope.job_id, request.job, request.point.isoformat(), request.kind,
+            f" (resuming after tenant {progress.last_tenant_id!r})"
+            if progress.last_tenant_id else "",
+            extra={"event": "fanout.started", **fields, "tiers": list(tiers or ()) or None,
+                   "resumed_after": progress.last_tenant_id,
+                   "published_before": progress.published},
+        )  # fmt: skip
+        try:
+            result = _publish_all(app, envelope, request, tiers, store, progress, settings,
+                                  database_url, fields)  # fmt: skip
+        except Exception:
+            metrics.RUNS.labels(outcome="failed", **labels).inc()
+            logger.warning(
+                "fan-out %s of %s stopped; its next delivery resumes from the marker",
+                envelope.job_id, request.job,
+                extra={"event": "fanout.interrupted", **fields},
+            )  # fmt: skip
+            raise
+        store.finish(envelope.job_id, purge_after_days=settings.processed_jobs_ttl_days)
+    finally:
+        store.close()
+    duration = time.monotonic() - started
+    metrics.DURATION.labels(**labels).observe(duration)
+    metrics.RUNS.labels(outcome="finished", **labels).inc()
+    logger.info(
+        "fan-out %s of %s at %s published %d tenant(s) in %.2f s (%d in total)",
+        envelope.job_id, request.job, request.point.isoformat(), result.published_now,
+        duration, result.published_total,
+        extra={"event": "fanout.finished", **fields, "published": result.published_now,
+               "published_total": result.published_total, "invalid": result.invalid,
+               "resumed_after": result.resumed_after, "duration_seconds": round(duration, 3)},
+    )  # fmt: skip
+    return result
+
+
+def _publish_all(
+    app: Any,
+    envelope: Envelope[FanOutRequest],
+    request: FanOutRequest,
+    tiers: tuple[str, ...] | None,
+    store: ProgressStore,
+    progress: Progress,
+    settings: PlatformSettings,
+    database_url: str,
+    fields: dict[str, Any],
+) -> FanOutResult:
+    source = TenantSource(database_url, settings.tenants_query)
+    data = dict(request.data)
+    data["scheduled_for"] = request.point.isoformat().replace("+00:00", "Z")
+    correlation_id = envelope.correlation_id
+    published_now = invalid = 0
+    total = progress.published
+    next_log = PROGRESS_LOG_EVERY
+    counter = metrics.TENANTS_PUBLISHED.labels(job=request.job, kind=request.kind)
+    publisher = BatchPublisher(app, queue=request.queue)
+    try:
+        for batch in source.stream(after=progress.last_tenant_id, tiers=tiers,
+                                   batch_size=settings.fanout_batch_size):  # fmt: skip
+            envelopes = []
+            for tenant in batch:
+                payload = {
+                    "job_id": str(tenant_job_id(request.job, request.point, request.kind,
+                                                tenant.tenant_id)),
+                    "tenant_id": tenant.tenant_id,
+                    "correlation_id": correlation_id,
+                    "kind": request.kind,
+                    "data": data,
+                }  # fmt: skip
+                try:
+                    envelopes.append(
+                        parse_envelope(payload, dict, max_bytes=settings.max_payload_bytes)
+                    )
+                except EnvelopeError as exc:
+                    invalid += 1
+                    logger.error(
+                        "tenant %r left out of fan-out %s: %s", tenant.tenant_id[:128],
+                        envelope.job_id, exc,
+                        extra={"event": "fanout.tenant_invalid", **fields},
+                    )  # fmt: skip
+            publisher.publish(envelopes)
+            published_now += len(envelopes)
+            total += len(envelopes)
+            counter.inc(len(envelopes))
+            store.save(envelope.job_id, last_tenant_id=batch[-1].tenant_id, published=total)
+            if published_now >= next_log:
+                next_log += PROGRESS_LOG_EVERY
+                logger.info(
+                    "fan-out %s: %d tenant(s) published", envelope.job_id, total,
+                    extra={"event": "fanout.progress", **fields, "published_total": total,
+                           "last_tenant_id": batch[-1].tenant_id},
+                )  # fmt: skip
+    finally:
+        publisher.close()
+    return FanOutResult(published_now, total, progress.last_tenant_id, invalid)
+
+
+class TenantsQueryCheckStep(bootsteps.Step):  # type: ignore[misc]
+    """Worker bootstep: check the tenant source before the worker consumes anything."""
+
+    label = "platform fan-out tenant source"
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        settings: PlatformSettings = worker.app.platform_settings
+        if settings.database_url:  # without it another step refuses the worker
+            check_tenants_query(settings.database_url, settings.tenants_query)
+
+
+def install_consumer(app: Any) -> None:
+    """Register the fan-out consumer task, its queue and the tenant source check."""
+    from platform_tasks.consumer.task import PlatformTask
+
+    settings: PlatformSettings = app.platform_settings
+
+    def fan_out_consumer(envelope: Envelope[FanOutRequest], tx: Any) -> None:
+        run_fan_out(app, envelope, settings=settings)
+
+    fan_out_consumer.__doc__ = "Publish one envelope per selected tenant (platform fan-out)."
+    app.task(base=PlatformTask, data_model=FanOutRequest, name=FANOUT_KIND)(fan_out_consumer)
+    add_queue_source(app, lambda _app: [FANOUT_QUEUE])
+    app.steps["worker"].add(TenantsQueryCheckStep)

@@ -1,0 +1,166 @@
+"""From rendered messages to provider requests: tokens first, then the send, then verdicts.
+
+:class:`Dispatcher` is where the rate limits and the provider's answers become outcomes
+the consumer pipeline knows: :class:`~platform_tasks.errors.Throttled` (no token, a 429,
+a quota pause, the same key in flight: run again later, no attempt spent), a permanent
+error (dead letter), or an ordinary exception (retry with backoff).
+
+A job's messages go out in requests of at most ``provider.max_batch``; request ``n`` of a
+job always carries the ``Idempotency-Key`` ``{job_id}:{n}``, so a job run again after a
+throttle, a crash or a redelivery sends the same keys with the same bodies and the
+provider answers with the original ids instead of sending again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from platform_tasks.alerts import send_alert
+from platform_tasks.errors import Throttled
+from platform_tasks.notifications.limiter import RateLimiter
+from platform_tasks.notifications.provider import (
+    Provider,
+    ProviderBusy,
+    ProviderQuotaExceeded,
+    ProviderRateLimited,
+    RateLimitHeaders,
+)
+from platform_tasks.notifications.rails import MARKETING
+from platform_tasks.notifications.rate_limits import LEARNED_WINDOW_SECONDS
+
+__all__ = ["Dispatcher", "idempotency_key", "quota_reset_seconds"]
+
+logger = logging.getLogger(__name__)
+
+
+def idempotency_key(job_id: object, request_number: int) -> str:
+    """The provider key of request ``request_number`` of job ``job_id``: stable across runs."""
+    return f"{job_id}:{request_number}"
+
+
+def quota_reset_seconds(name: str, now: datetime) -> float:
+    """Seconds until a quota named ``name`` resets when the provider did not say (UTC)."""
+    if name == "monthly_quota_exceeded":
+        first = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        reset = (first + timedelta(days=32)).replace(day=1)
+    else:
+        reset = (now + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    return max(1.0, (reset - now).total_seconds())
+
+
+class Dispatcher:
+    """Sends a job's messages through named providers under the shared rate limits."""
+
+    def __init__(
+        self,
+        limiter: RateLimiter,
+        providers: Mapping[str, Callable[[], Provider]],
+        *,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.limiter = limiter
+        self._factories = dict(providers)
+        self._providers: dict[str, Provider] = {}
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    def provider(self, name: str) -> Provider:
+        provider = self._providers.get(name)
+        if provider is None:
+            factory = self._factories.get(name)
+            if factory is None:
+                known = ", ".join(sorted(self._factories)) or "none"
+                raise LookupError(f"no provider named {name!r} is registered (known: {known})")
+            provider = self._providers[name] = factory()
+        return provider
+
+    def send(
+        self, *, provider: str, rail: str, tenant_id: str, job_id: object, messages: Sequence[Any]
+    ) -> list[str]:
+        """Send ``messages``; returns the provider's ids. Raises Throttled to run later."""
+        adapter = self.provider(provider)
+        batch = rail == MARKETING or len(messages) > 1
+        size = adapter.max_batch if batch else 1
+        ids: list[str] = []
+        for number, start in enumerate(range(0, len(messages), size)):
+            chunk = list(messages[start : start + size])
+            decision = self.limiter.take(
+                provider, tenant_id, requests=1, messages=len(chunk), rail=rail
+            )
+            if not decision.granted:
+                raise self._throttled(decision.wait_ms / 1000, decision.reason)
+            key = idempotency_key(job_id, number)
+            try:
+                result = adapter.send(chunk, idempotency_key=key, batch=batch)
+            except ProviderRateLimited as exc:
+                self.limiter.back_off(provider, exc.retry_after)
+                self._learn(provider, exc.limits)
+                logger.warning(
+                    "provider %s answered 429 rate_limit_exceeded; every worker waits %.1f s",
+                    provider,
+                    exc.retry_after,
+                    extra={
+                        "event": "notifications.provider_backoff",
+                        "provider": provider,
+                        "retry_after": exc.retry_after,
+                        "tenant_id": tenant_id,
+                    },
+                )
+                raise self._throttled(exc.retry_after, "provider_429") from None
+            except ProviderQuotaExceeded as exc:
+                raise self._quota(provider, exc) from None
+            except ProviderBusy as exc:
+                raise self._throttled(exc.retry_after, "provider_busy") from None
+            self._learn(provider, result.limits)
+            ids.extend(result.ids)
+        return ids
+
+    def _learn(self, provider: str, limits: RateLimitHeaders) -> None:
+        if limits.limit is not None and self.limiter.learn(
+            provider, limits.limit / LEARNED_WINDOW_SECONDS
+        ):
+            logger.info(
+                "provider %s reports a limit of %s requests/s, below the setting",
+                provider,
+                limits.limit,
+                extra={
+                    "event": "notifications.limit_learned",
+                    "provider": provider,
+                    "limit": limits.limit,
+                },
+            )
+
+    def _quota(self, provider: str, exc: ProviderQuotaExceeded) -> Throttled:
+        name = exc.name or "quota_exceeded"
+        seconds = exc.reset_seconds or quota_reset_seconds(name, self._clock())
+        must_alert, remaining_ms = self.limiter.pause(provider, seconds, name)
+        if must_alert:
+            message = (
+                f"provider {provider} is paused for {remaining_ms / 1000:.0f} s: {name}; "
+                "notifications wait and are sent when the quota resets"
+            )
+            logger.error(
+                message,
+                extra={
+                    "event": "notifications.provider_paused",
+                    "provider": provider,
+                    "reason": name,
+                    "pause_seconds": remaining_ms / 1000,
+                },
+            )
+            send_alert(
+                message,
+                tags={"provider": provider, "reason": name},
+                fingerprint=["notifications.provider_paused", provider, name],
+            )
+        return self._throttled(remaining_ms / 1000, "provider_paused")
+
+    def _throttled(self, seconds: float, reason: str) -> Throttled:
+        return Throttled(self._clock() + timedelta(seconds=max(0.0, seconds)), reason)
+
+    def close(self) -> None:
+        for provider in self._providers.values():
+            provider.close()
+        self._providers.clear()

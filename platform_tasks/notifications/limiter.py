@@ -1,0 +1,216 @@
+"""Token buckets in Redis shared by every worker: per provider (requests) and per tenant.
+
+One script call takes from both buckets or from neither (:meth:`RateLimiter.take`), so a
+refused tenant never spends a provider request and a refused provider request never spends
+tenant messages. A provider's keys share one hash tag, so the scripts also run on Redis
+Cluster. Time is Redis ``TIME`` unless a clock is injected (tests drive it explicitly).
+
+What a provider says back is shared too: a 429 ``rate_limit_exceeded`` empties the
+provider's bucket until ``retry-after`` (:meth:`back_off`) so every worker backs off, not
+just the one refused; ``ratelimit-limit`` below the setting lowers the rate
+(:meth:`learn`); a quota 429 pauses the provider (:meth:`pause`), alerting once.
+
+Redis errors are not caught here: a limiter that cannot ask Redis must not send (fail
+closed), and the consumer waits on ``redis.ConnectionError`` with the job unacked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from platform_tasks.keys import RateLimitKeys, rate_limit_keys
+from platform_tasks.notifications.rate_limits import RateLimit
+from platform_tasks.scripts import script_source
+
+__all__ = ["LEARNED_RATE_TTL_MS", "MARKETING_HEADROOM", "Decision", "RateLimiter"]
+
+LEARNED_RATE_TTL_MS = 3_600_000
+"""A rate learned from the provider's headers holds for an hour, then the setting applies
+again (and is lowered again if the provider still says so): a raised account limit is
+picked up without a restart."""
+
+MARKETING_HEADROOM = 0.2
+"""Share of a provider bucket marketing sends leave for transactional ones (at least one
+token when the bucket holds two or more, from 40 requests/s; a one-token bucket has none
+and relies on the marketing yield). The provider still runs at its full rate while
+marketing has work: marketing sends from a full bucket and the refill tops it up."""
+
+
+def marketing_headroom(capacity: float) -> int:
+    """Provider tokens a marketing send must leave in a bucket of ``capacity``."""
+    if capacity < 2:
+        return 0
+    return max(1, math.floor(capacity * MARKETING_HEADROOM))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict of one take: granted, or wait ``wait_ms`` (``reason`` says which bucket)."""
+
+    granted: bool
+    wait_ms: int = 0
+    reason: str = ""
+
+
+GRANTED = Decision(True)
+
+_REASONS = {
+    1: "provider_paused",
+    2: "provider_backoff",
+    3: "provider_rate_limit",
+    4: "tenant_rate_limit",
+}
+"""The take script's reason codes (the low three bits of its reply)."""
+
+
+def _redis_now_ms(client: Any) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+class RateLimiter:
+    """Provider and tenant buckets for the limits in settings, in the Redis given."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        profile: str,
+        provider_limits: Mapping[str, RateLimit],
+        tenant_limits: Mapping[str, RateLimit] | None = None,
+        clock_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self.client = client
+        self.profile = profile
+        self.provider_limits = dict(provider_limits)
+        self.tenant_limits = dict(tenant_limits or {})
+        self._clock_ms = clock_ms
+        self._take = client.register_script(script_source("rate_limit_take"))
+        self._observe = client.register_script(script_source("rate_limit_observe"))
+        self._pause = client.register_script(script_source("rate_limit_pause"))
+        self._keys: dict[str, RateLimitKeys] = {}
+        self._learned: dict[str, float] = {}
+        self._plans: dict[tuple[str, str], tuple[str, str, list[Any]]] = {}
+
+    def keys(self, provider: str) -> RateLimitKeys:
+        keys = self._keys.get(provider)
+        if keys is None:
+            keys = self._keys[provider] = rate_limit_keys(self.profile, provider)
+        return keys
+
+    def limit_of(self, provider: str) -> RateLimit:
+        """The configured limit; a provider without one is a configuration error."""
+        limit = self.provider_limits.get(provider)
+        if limit is None:
+            known = ", ".join(sorted(self.provider_limits)) or "none"
+            raise KeyError(
+                f"provider {provider!r} has no rate limit in PLATFORM_PROVIDER_RATE_LIMITS "
+                f"(configured: {known}); every provider needs one"
+            )
+        return limit
+
+    def _now(self) -> str | bytes:
+        return b"" if self._clock_ms is None else str(self._clock_ms())
+
+    def take(
+        self,
+        provider: str,
+        tenant: str,
+        *,
+        requests: int = 1,
+        messages: int = 1,
+        rail: str = "transactional",
+    ) -> Decision:
+        """Take ``requests`` provider tokens and ``messages`` tenant tokens, or none.
+
+        The marketing rail must leave :data:`MARKETING_HEADROOM` of the provider bucket
+        for transactional sends, so a password reset finds a token while a blast keeps
+        the provider busy; each rail queues its refused callers separately.
+        """
+        plan = self._plans.get((provider, rail))
+        if plan is None:
+            plan = self._plans[(provider, rail)] = self._plan(provider, rail)
+        bucket, tenant_rate, fixed = plan
+        script_keys = [bucket, self.keys(provider).tenant(tenant)] if tenant_rate else [bucket]
+        args = [
+            self._now(),
+            fixed[1],
+            requests,
+            fixed[3],
+            messages,
+            fixed[5],
+            fixed[6],
+            fixed[7],
+            fixed[8],
+        ]
+        verdict = int(self._take(keys=script_keys, args=args))
+        if verdict == 0:
+            return GRANTED
+        return Decision(False, verdict >> 3, _REASONS[verdict & 7])
+
+    def _plan(self, provider: str, rail: str) -> tuple[str, str, list[Any]]:
+        """The per-provider, per-rail arguments of the take script, computed once."""
+        limit = self.limit_of(provider)
+        tenant_limit = self.tenant_limits.get(provider)
+        marketing = rail == "marketing"
+        texts = [
+            "",
+            repr(limit.per_second / 1000),
+            "1",
+            repr(tenant_limit.per_second / 1000) if tenant_limit else "",
+            "1",
+            repr(limit.provider_capacity),
+            repr(tenant_limit.capacity) if tenant_limit else "",
+            repr(marketing_headroom(limit.provider_capacity)) if marketing else "0",
+            "m" if marketing else "t",
+        ]
+        # encoded once: the client sends bytes as they are
+        return self.keys(provider).bucket, texts[3], [t.encode() for t in texts]
+
+    def back_off(self, provider: str, seconds: float) -> int:
+        """Empty ``provider``'s bucket for ``seconds``: nobody sends before then. Returns ms."""
+        block_ms = max(1, math.ceil(seconds * 1000))
+        self._observe(keys=[self.keys(provider).bucket], args=[self._now(), block_ms, "", ""])
+        return block_ms
+
+    def learn(self, provider: str, limit_per_second: float) -> bool:
+        """Lower ``provider``'s rate to what its headers say, when below the setting.
+
+        Returns whether it was lower. Each process tells Redis once per new value.
+        """
+        if limit_per_second <= 0 or limit_per_second >= self.limit_of(provider).per_second:
+            return False
+        if self._learned.get(provider) == limit_per_second:
+            return True
+        self._observe(
+            keys=[self.keys(provider).bucket],
+            args=[self._now(), "", repr(limit_per_second / 1000), LEARNED_RATE_TTL_MS],
+        )
+        self._learned[provider] = limit_per_second
+        return True
+
+    def pause(self, provider: str, seconds: float, reason: str) -> tuple[bool, int]:
+        """Pause ``provider`` for ``seconds``; ``(must_alert, remaining_ms)``.
+
+        ``must_alert`` is true for exactly one caller per pause, across all workers.
+        """
+        keys = self.keys(provider)
+        raw = cast(
+            list[Any],
+            self._pause(
+                keys=[keys.bucket, keys.pause_alerted],
+                args=[self._now(), max(1, math.ceil(seconds * 1000)), reason],
+            ),
+        )
+        return int(raw[0]) == 1, int(raw[1])
+
+    def paused_ms(self, provider: str) -> int:
+        """Milliseconds the provider stays paused (0: not paused)."""
+        raw = self.client.hget(self.keys(provider).bucket, "paused_until")
+        if raw is None:
+            return 0
+        now = self._clock_ms() if self._clock_ms is not None else _redis_now_ms(self.client)
+        return max(0, int(float(raw)) - now)

@@ -1,0 +1,103 @@
+"""``NotificationTask``: a PlatformTask whose handler renders and whose platform sends.
+
+::
+
+    @app.task(base=NotificationTask, data_model=Receipt, name="shop.send_receipt",
+              channel="email", rail="transactional", provider="resend")
+    def send_receipt(envelope, tx) -> EmailMessage: ...
+
+One attempt (:meth:`NotificationTask.execute`, inside the transaction that holds the
+idempotency row): render; take the provider request and tenant message tokens in one
+script; send; return. The idempotency row then commits with the handler's work, so a job
+whose send succeeded is never sent again by this platform, even after the provider has
+forgotten its idempotency key (24 h). Anything that says "not now" (no token, a 429, a
+quota pause) raises :class:`~platform_tasks.errors.Throttled`: the transaction rolls back
+and the job runs again at the time the buckets say, without spending an attempt.
+
+The task's queue defaults to ``notification_queue(channel, rail)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from platform_tasks.consumer.task import PlatformTask
+from platform_tasks.errors import ConfigurationError, PermanentError
+from platform_tasks.notifications.message import EmailMessage
+from platform_tasks.notifications.rails import RAILS, TRANSACTIONAL, notification_queue
+from platform_tasks.notifications.setup import dispatcher_for
+
+__all__ = ["NOTIFICATION_OPTIONS", "NotificationTask"]
+
+NOTIFICATION_OPTIONS = frozenset({"channel", "rail", "provider"})
+"""Task options NotificationTask owns, besides PlatformTask's (``platform_options``)."""
+
+
+class NotificationTask(PlatformTask):
+    """A send: ``render(envelope, tx)`` returns an EmailMessage (or a list); the platform sends."""
+
+    channel: ClassVar[str] = "email"
+    rail: ClassVar[str] = TRANSACTIONAL
+    provider: ClassVar[str] = "resend"
+
+    #: PlatformTask's declaration check accepts these too (and refuses any other unknown one)
+    platform_options: ClassVar[frozenset[str]] = (
+        PlatformTask.platform_options | NOTIFICATION_OPTIONS
+    )
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _check_notification_options(cls)
+
+    def execute(self, envelope: Any, tx: Any) -> Any:
+        """Render, take tokens, send; Throttled when the limits or the provider say later."""
+        rendered = self.run(envelope, tx)
+        messages = _as_messages(rendered, self.name)
+        if not messages:
+            return []
+        return dispatcher_for(self.app).send(
+            provider=self.provider,
+            rail=self.rail,
+            tenant_id=envelope.tenant_id,
+            job_id=envelope.job_id,
+            messages=messages,
+        )
+
+
+def _check_notification_options(cls: type[NotificationTask]) -> None:
+    namespace = vars(cls)
+    name = namespace.get("name") or cls.__name__
+    if cls.rail not in RAILS:
+        raise ConfigurationError(
+            f"task {name!r}: rail {cls.rail!r} is not one of {', '.join(RAILS)}"
+        )
+    app = namespace.get("app")
+    settings = getattr(app, "platform_settings", None)
+    if settings is None:
+        return  # the base class itself, or a task on an app without platform settings
+    try:
+        queue = notification_queue(cls.channel, cls.rail, channels=settings.notification_channels)
+    except ValueError as exc:
+        raise ConfigurationError(f"task {name!r}: {exc}") from None
+    if cls.provider not in settings.provider_rate_limits:
+        raise ConfigurationError(
+            f"task {name!r}: provider {cls.provider!r} has no limit in "
+            f"PLATFORM_PROVIDER_RATE_LIMITS (configured: "
+            f"{', '.join(sorted(settings.provider_rate_limits)) or 'none'})"
+        )
+    if "queue" not in namespace:
+        cls.queue = queue
+
+
+def _as_messages(rendered: Any, task_name: str) -> list[Any]:
+    if rendered is None:
+        return []
+    if isinstance(rendered, EmailMessage) or not isinstance(rendered, Sequence):
+        return [rendered]
+    if isinstance(rendered, str | bytes):
+        raise PermanentError(
+            f"task {task_name!r}: the render handler returned {type(rendered).__name__}, "
+            "not an EmailMessage or a list of them"
+        )
+    return list(rendered)

@@ -1,0 +1,70 @@
+"""An app for fan-out end-to-end tests: the fan-out installed, one tenant consumer.
+
+The consumer records every application of a tenant job as a row of
+``public.fanout_applied`` (no unique key: a job applied twice would show as two rows).
+The fan-out queue gets a short retry policy so a failing fan-out reaches the dead
+letters within the test.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from platform_tasks import PlatformTask, QueuePort, RetryPolicy, create_app
+from platform_tasks.fanout import FANOUT_QUEUE
+from platform_tasks.fanout import install as install_fanout
+
+WORK_QUEUE = "fanout_work"
+KIND = "fanout_test.apply"
+
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS public.fanout_applied (
+    job_id uuid NOT NULL, tenant_id text NOT NULL, point text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS public.fanout_hold (reason text);
+CREATE TABLE IF NOT EXISTS public.fanout_fail (reason text);
+CREATE OR REPLACE FUNCTION public.fanout_gate(tenant text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF tenant = 't-0500' THEN
+        IF EXISTS (SELECT 1 FROM public.fanout_fail) THEN
+            RAISE EXCEPTION 'tenant source failed at %', tenant;
+        END IF;
+        WHILE EXISTS (SELECT 1 FROM public.fanout_hold) LOOP
+            PERFORM pg_sleep(0.05);
+        END LOOP;
+    END IF;
+    RETURN true;
+END $$;
+"""
+
+GATED_TENANTS_QUERY = (
+    "SELECT tenant_id, freshness_tier FROM core.tenants "
+    "WHERE active AND public.fanout_gate(tenant_id)"
+)
+"""A tenants query whose stream stops before tenant ``t-0500`` while ``fanout_hold`` has a
+row, and fails there while ``fanout_fail`` has one."""
+
+app = create_app(
+    "fanout_app",
+    retry_policies={
+        FANOUT_QUEUE: RetryPolicy(
+            max_attempts=3,
+            base=timedelta(seconds=1),
+            cap=timedelta(seconds=2),
+            rationale="tests: a failing fan-out reaches the dead letters within seconds",
+        )
+    },
+    task_default_queue=WORK_QUEUE,
+)
+queue_port = QueuePort(app)
+install_fanout(app, queue_port)
+
+
+@app.task(base=PlatformTask, name=KIND)
+def apply(envelope: Any, tx: Any) -> None:
+    tx.execute(
+        "INSERT INTO public.fanout_applied (job_id, tenant_id, point) VALUES (%s, %s, %s)",
+        (str(envelope.job_id), envelope.tenant_id, envelope.data["scheduled_for"]),
+    )

@@ -1,0 +1,143 @@
+"""The marketing-yield step against the real broker: depth read through kombu, hysteresis,
+and a worker that consumes only the marketing queue.
+
+The step runs on a consumer stand-in that records what it asks of the consumer
+(``cancel_task_queue``/``add_task_queue``, the calls Celery's control commands use); the
+end-to-end test runs it inside a real worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from platform_tasks import QueuePort, create_app
+from platform_tasks.notifications.marketing_yield import MarketingYield, broker_depth
+from platform_tasks.settings import PlatformSettings
+
+TRANSACTIONAL = "notif.email.transactional"
+MARKETING = "notif.email.marketing"
+
+
+class Timer:
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, Callable[..., Any]]] = []
+
+    def call_repeatedly(
+        self, secs: float, fun: Callable[..., Any], args: Any = (), priority: int = 0
+    ) -> Any:
+        self.calls.append((secs, fun))
+        return self
+
+    def cancel(self) -> None:
+        pass
+
+
+class ConsumerStandIn:
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.timer = Timer()
+        self.asked: list[tuple[str, str]] = []
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        fn(*args)
+
+    def cancel_task_queue(self, queue: str) -> None:
+        self.asked.append(("cancel", queue))
+
+    def add_task_queue(self, queue: str) -> None:
+        self.asked.append(("add", queue))
+
+
+def publish(port: QueuePort, count: int, priority: int | None = None) -> None:
+    opts = {"priority": priority} if priority is not None else None
+    for n in range(count):
+        port.publish(
+            TRANSACTIONAL, {"tenant_id": "acme", "kind": "notify.receipt", "data": {"n": n}}, opts
+        )
+
+
+def test_marketing_only_worker_pauses_and_resumes_by_transactional_depth(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    settings = PlatformSettings.build(
+        redis_url=redis_url, profile="test", marketing_pause_depth=5, marketing_resume_depth=2
+    )
+    app = create_app("yield_it", settings=settings)
+    app.amqp.queues.select([MARKETING])  # as with -Q notif.email.marketing
+    port = QueuePort(app)
+    consumer = ConsumerStandIn(app)
+    step = MarketingYield(consumer)
+    step.start(consumer)
+    try:
+        assert [secs for secs, _ in consumer.timer.calls] == [0.5]
+        publish(port, 3)
+        publish(port, 3, priority=9)  # another priority list of the same queue
+        with app.connection_for_read() as conn:
+            assert broker_depth(conn.default_channel, TRANSACTIONAL) == 6
+        step.check(consumer)
+        assert consumer.asked == [("cancel", MARKETING)]
+        step.check(consumer)  # still deep: nothing more
+        keys = [k for k in redis_client.keys(f"{TRANSACTIONAL}*")]
+        for key in keys:  # drain to 2: not below the resume depth yet
+            while redis_client.llen(key) and sum(redis_client.llen(k) for k in keys) > 2:
+                redis_client.rpop(key)
+        step.check(consumer)
+        assert consumer.asked == [("cancel", MARKETING)]
+        redis_client.delete(*keys)
+        step.check(consumer)
+        assert consumer.asked == [("cancel", MARKETING), ("add", MARKETING)]
+    finally:
+        step.stop(consumer)
+        port.close()
+        app.close()
+
+
+def test_worker_without_marketing_does_not_watch(redis_url: str) -> None:
+    settings = PlatformSettings.build(redis_url=redis_url, profile="test")
+    app = create_app("yield_it2", settings=settings)
+    app.amqp.queues.select([TRANSACTIONAL])
+    consumer = ConsumerStandIn(app)
+    step = MarketingYield(consumer)
+    step.start(consumer)
+    assert consumer.timer.calls == []
+    step.stop(consumer)
+    app.close()
+
+
+def test_marketing_pauses_while_its_sends_already_wait_for_provider_tokens(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Fetching more marketing jobs than the provider bucket can serve only bounces them
+    through the delay store; the step stops fetching while 2 s of slots are handed out."""
+    from platform_tasks.keys import rate_limit_keys
+    from platform_tasks.notifications import NotificationTask
+
+    settings = PlatformSettings.build(redis_url=redis_url, profile="test")
+    app = create_app("yield_it3", settings=settings)
+
+    @app.task(base=NotificationTask, name="shop.blast", rail="marketing", lazy=False)
+    def blast(envelope: Any, tx: Any) -> None: ...
+
+    app.amqp.queues.select([MARKETING])
+    consumer = ConsumerStandIn(app)
+    step = MarketingYield(consumer)
+    step.start(consumer)
+    bucket = rate_limit_keys("test", "resend").bucket
+    try:
+        seconds, micros = redis_client.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        redis_client.hset(bucket, "next_m", str(now_ms + 5_000))
+        step.check(consumer)
+        assert consumer.asked == [("cancel", MARKETING)]
+        redis_client.hset(bucket, "next_m", str(now_ms + 1_500))
+        step.check(consumer)  # between the resume and the pause mark: stays paused
+        assert consumer.asked == [("cancel", MARKETING)]
+        redis_client.hset(bucket, "next_m", str(now_ms))
+        step.check(consumer)
+        assert consumer.asked == [("cancel", MARKETING), ("add", MARKETING)]
+    finally:
+        step.stop(consumer)
+        app.close()

@@ -1,0 +1,243 @@
+"""NotificationTask through the real consumer pipeline (in process), Redis, PostgreSQL and
+a Resend-like loopback server: render, tokens, send, and every "not now" as Throttled."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg2
+import pytest
+import redis
+from pydantic import BaseModel
+
+from platform_tasks import create_app
+from platform_tasks.app import PlatformCelery
+from platform_tasks.envelope import uuid7
+from platform_tasks.errors import ConfigurationError
+from platform_tasks.keys import delay_keys
+from platform_tasks.notifications import EmailMessage, NotificationTask
+from platform_tasks.settings import PlatformSettings
+from tests.support.resend_server import API_KEY, ResendLikeServer
+
+TRANSACTIONAL = "notif.email.transactional"
+MARKETING = "notif.email.marketing"
+
+
+class Receipt(BaseModel):
+    email: str
+
+
+class Chunk(BaseModel):
+    recipients: list[str]
+
+
+@dataclass
+class Rails:
+    app: PlatformCelery
+    receipt: Any
+    blast: Any
+    database_url: str
+
+    def apply(self, task: Any, payload: dict[str, Any], *, attempt: int = 1) -> Any:
+        return task.apply(
+            args=(payload,), routing_key=task.queue, headers={"platform_attempt": attempt}
+        )
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        conn = psycopg2.connect(self.database_url)
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute(sql)
+                return list(cur.fetchall())
+        finally:
+            conn.close()
+
+
+def payload(kind: str, data: dict[str, Any], tenant: str = "acme") -> dict[str, Any]:
+    return {
+        "job_id": str(uuid7()),
+        "tenant_id": tenant,
+        "correlation_id": "c-1",
+        "kind": kind,
+        "data": data,
+    }
+
+
+def make_rails(settings: PlatformSettings, server: ResendLikeServer, **overrides: Any) -> Rails:
+    values = settings.model_dump()
+    values.update(resend_api_key=API_KEY, resend_base_url=server.url, **overrides)
+    app = create_app("notif_it", settings=PlatformSettings.build(**values))
+
+    @app.task(base=NotificationTask, data_model=Receipt, name="shop.receipt")
+    def receipt(envelope: Any, tx: Any) -> EmailMessage:
+        tx.execute("SELECT 1")
+        return EmailMessage(
+            "Shop <shop@example.com>", envelope.data.email, "Your receipt", text="thanks"
+        )
+
+    @app.task(base=NotificationTask, data_model=Chunk, name="shop.blast", rail="marketing")
+    def blast(envelope: Any, tx: Any) -> list[EmailMessage]:
+        return [
+            EmailMessage("news@example.com", r, "News", html="<p>hi</p>")
+            for r in envelope.data.recipients
+        ]
+
+    return Rails(app, receipt, blast, str(settings.database_url))
+
+
+@pytest.fixture
+def rails(settings: PlatformSettings, resend: ResendLikeServer) -> Iterator[Rails]:
+    r = make_rails(settings, resend)
+    yield r
+    r.app.close()
+
+
+def delayed(client: redis.Redis) -> list[dict[str, Any]]:
+    entries = [json.loads(raw) for raw in client.hvals(delay_keys("test").entries)]
+    return [json.loads(entry["m"]) for entry in entries]
+
+
+def processed(rails: Rails) -> int:
+    return len(rails.rows("SELECT job_id FROM core.processed_jobs"))
+
+
+def test_queue_defaults_to_the_rail(rails: Rails) -> None:
+    assert rails.receipt.queue == TRANSACTIONAL
+    assert rails.blast.queue == MARKETING
+
+
+def test_transactional_email_goes_to_emails_once_and_commits(
+    rails: Rails, resend: ResendLikeServer
+) -> None:
+    job = payload("shop.receipt", {"email": "ada@example.org"})
+    assert rails.apply(rails.receipt, job).state == "SUCCESS"
+    requests, emails = resend.snapshot()
+    assert [(r.path, r.idempotency_key) for r in requests] == [("/emails", f"{job['job_id']}:0")]
+    assert [e.to for e in emails] == [["ada@example.org"]]
+    assert processed(rails) == 1
+    assert rails.apply(rails.receipt, job).state == "SUCCESS"  # a redelivery: skipped
+    assert len(resend.snapshot()[0]) == 1
+
+
+def test_marketing_chunk_goes_to_the_batch_endpoint(rails: Rails, resend: ResendLikeServer) -> None:
+    recipients = [f"r{n}@example.org" for n in range(100)]
+    assert rails.apply(rails.blast, payload("shop.blast", {"recipients": recipients})).state == (
+        "SUCCESS"
+    )
+    requests, emails = resend.snapshot()
+    assert [r.path for r in requests] == ["/emails/batch"]
+    assert sorted(e.to[0] for e in emails) == sorted(recipients)
+
+
+def test_empty_tenant_bucket_reschedules_without_spending_an_attempt(
+    settings: PlatformSettings, resend: ResendLikeServer, redis_client: redis.Redis
+) -> None:
+    rails = make_rails(
+        settings, resend, tenant_rate_limits="resend=1/min", provider_rate_limits="resend=1000/s"
+    )
+    try:
+        first = payload("shop.receipt", {"email": "a@example.org"})
+        second = payload("shop.receipt", {"email": "b@example.org"})
+        other = payload("shop.receipt", {"email": "c@example.org"}, tenant="globex")
+        assert rails.apply(rails.receipt, first).state == "SUCCESS"
+        assert rails.apply(rails.receipt, second, attempt=3).state == "RETRY"
+        assert rails.apply(rails.receipt, other).state == "SUCCESS"  # globex is not held back
+        (wire,) = delayed(redis_client)
+        assert wire["headers"]["id"] == second["job_id"]
+        assert wire["headers"]["platform_attempt"] == 3  # the same attempt again
+        (due,) = redis_client.zrange(delay_keys("test").schedule, 0, 0, withscores=True)
+        now_ms = float(redis_client.time()[0]) * 1000
+        assert 50_000 <= due[1] - now_ms <= 61_000  # when the tenant bucket has a token
+        assert [e.to for e in resend.snapshot()[1]] == [["a@example.org"], ["c@example.org"]]
+        assert processed(rails) == 2
+        assert rails.rows("SELECT id FROM core.dead_letters") == []
+    finally:
+        rails.app.close()
+
+
+def test_provider_429_backs_off_every_sender(
+    rails: Rails, resend: ResendLikeServer, redis_client: redis.Redis
+) -> None:
+    resend.fail_next(429, "rate_limit_exceeded", headers={"retry-after": "3"})
+    job = payload("shop.receipt", {"email": "a@example.org"})
+    assert rails.apply(rails.receipt, job).state == "RETRY"
+    later = payload("shop.receipt", {"email": "b@example.org"})
+    assert rails.apply(rails.receipt, later).state == "RETRY"  # refused by the bucket itself
+    assert len(resend.snapshot()[0]) == 1
+    assert {w["headers"]["platform_attempt"] for w in delayed(redis_client)} == {1}
+    assert rails.rows("SELECT id FROM core.dead_letters") == []
+
+
+def test_quota_429_pauses_the_provider_and_alerts_once(
+    rails: Rails,
+    resend: ResendLikeServer,
+    redis_client: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    resend.exhaust_quota(120)
+    caplog.set_level(logging.INFO)
+    jobs = [payload("shop.receipt", {"email": f"u{n}@example.org"}) for n in range(3)]
+    assert [rails.apply(rails.receipt, job).state for job in jobs] == ["RETRY"] * 3
+    alerts = [r for r in caplog.records if getattr(r, "event", "") == "alert.sent"]
+    assert len(alerts) == 1
+    assert "paused" in alerts[0].getMessage()
+    assert len(resend.snapshot()[0]) == 1  # the others never asked the provider
+    assert len(delayed(redis_client)) == 3
+    assert rails.rows("SELECT id FROM core.dead_letters") == []
+
+
+def test_validation_error_is_dead_lettered(rails: Rails, resend: ResendLikeServer) -> None:
+    resend.fail_next(422, "validation_error", message="Invalid `to` field")
+    assert rails.apply(rails.receipt, payload("shop.receipt", {"email": "a@b.org"})).state == (
+        "FAILURE"
+    )
+    ((reason, error),) = rails.rows("SELECT reason, last_error FROM core.dead_letters")
+    assert reason == "permanent_error"
+    assert "Invalid `to` field" in error
+    assert API_KEY not in error
+
+
+def test_server_error_is_an_ordinary_retry(
+    rails: Rails, resend: ResendLikeServer, redis_client: redis.Redis
+) -> None:
+    resend.fail_next(500, "internal_server_error")
+    assert rails.apply(rails.receipt, payload("shop.receipt", {"email": "a@b.org"})).state == (
+        "RETRY"
+    )
+    (wire,) = delayed(redis_client)
+    assert wire["headers"]["platform_attempt"] == 2
+
+
+def test_declaration_errors_name_the_option(rails: Rails) -> None:
+    def declare(**options: Any) -> None:
+        @rails.app.task(base=NotificationTask, name="shop.bad", lazy=False, **options)
+        def bad(envelope: Any, tx: Any) -> None: ...
+
+    with pytest.raises(ConfigurationError, match="rail 'bulk'"):
+        declare(rail="bulk")
+    with pytest.raises(ConfigurationError, match="PLATFORM_NOTIFICATION_CHANNELS"):
+        declare(channel="sms")
+    with pytest.raises(ConfigurationError, match="PLATFORM_PROVIDER_RATE_LIMITS"):
+        declare(provider="twilio")
+    with pytest.raises(ConfigurationError, match="unknown task option 'colour'"):
+        declare(colour="blue")
+
+
+def test_blast_chunk_is_not_sent_again_after_the_provider_forgot_its_key(
+    rails: Rails, resend: ResendLikeServer
+) -> None:
+    from platform_tasks.notifications.blasts import blast_job_id
+
+    recipients = [f"r{n}@example.org" for n in range(5)]
+    job = payload("shop.blast", {"recipients": recipients})
+    job["job_id"] = str(blast_job_id("acme", "spring", 0))
+    assert rails.apply(rails.blast, job).state == "SUCCESS"
+    resend.forget_keys()  # 24 hours later the provider would send it again
+    assert rails.apply(rails.blast, job).state == "SUCCESS"
+    requests, emails = resend.snapshot()
+    assert len(requests) == 1
+    assert sorted(e.to[0] for e in emails) == recipients

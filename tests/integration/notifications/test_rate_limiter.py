@@ -1,0 +1,232 @@
+"""The two-level token bucket script against a real Redis, time driven by an explicit clock."""
+
+from __future__ import annotations
+
+import redis
+from redis.cluster import key_slot
+
+from platform_tasks.notifications.limiter import RateLimiter
+from platform_tasks.notifications.rate_limits import RateLimit
+
+
+class Clock:
+    """Milliseconds the test moves by hand."""
+
+    def __init__(self, start: int = 1_000_000) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def limiter(
+    client: redis.Redis, clock: Clock, *, provider: RateLimit, tenant: RateLimit | None = None
+) -> RateLimiter:
+    return RateLimiter(
+        client,
+        profile="test",
+        provider_limits={"resend": provider},
+        tenant_limits={"resend": tenant} if tenant else {},
+        clock_ms=clock,
+    )
+
+
+def tokens(client: redis.Redis, key: str) -> float:
+    value = client.hget(key, "tokens")
+    assert value is not None
+    return float(value)
+
+
+def test_refused_tenant_takes_no_provider_token(redis_client: redis.Redis) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(1000, 1), tenant=RateLimit(2, 1))
+    assert lim.take("resend", "acme", messages=2).granted
+    before = tokens(redis_client, lim.keys("resend").bucket)
+    refused = lim.take("resend", "acme", messages=1)
+    assert not refused.granted
+    assert refused.reason == "tenant_rate_limit"
+    assert refused.wait_ms == 500  # one message at 2/s
+    assert tokens(redis_client, lim.keys("resend").bucket) == before
+    # another tenant is not held back by acme's empty bucket
+    assert lim.take("resend", "globex", messages=1).granted
+
+
+def test_refused_provider_takes_no_tenant_token(redis_client: redis.Redis) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(1, 1), tenant=RateLimit(100, 1))
+    assert lim.take("resend", "acme", messages=10).granted
+    before = tokens(redis_client, lim.keys("resend").tenant("acme"))
+    refused = lim.take("resend", "acme", messages=10)
+    assert (refused.granted, refused.reason, refused.wait_ms) == (
+        False,
+        "provider_rate_limit",
+        1000,
+    )
+    assert tokens(redis_client, lim.keys("resend").tenant("acme")) == before
+
+
+def test_bucket_refills_at_its_rate(redis_client: redis.Redis) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(200, 1))
+    # a provider bucket holds 5 % of a second's worth: 10 tokens at 200/s
+    assert [lim.take("resend", "acme").granted for _ in range(11)] == [True] * 10 + [False]
+    clock.now += 60_000
+    assert all(lim.take("resend", "acme").granted for _ in range(10))
+    refused = lim.take("resend", "acme")
+    assert (refused.granted, refused.wait_ms) == (False, 5)
+    clock.now += 4
+    assert not lim.take("resend", "acme").granted
+    clock.now += 6  # the two refusals hold the slots at +5 ms and +10 ms
+    assert lim.take("resend", "acme").granted
+    clock.now += 60_000  # a long pause never fills beyond the capacity
+    assert [lim.take("resend", "acme").granted for _ in range(11)] == [True] * 10 + [False]
+
+
+def test_per_minute_limit(redis_client: redis.Redis) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(30, 60))
+    assert lim.take("resend", "acme").granted
+    assert lim.take("resend", "acme").wait_ms == 2000
+
+
+def test_tenant_bucket_holds_one_period(redis_client: redis.Redis) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(1000, 1), tenant=RateLimit(10, 60))
+    assert [lim.take("resend", "acme").granted for _ in range(11)] == [True] * 10 + [False]
+    assert lim.take("resend", "globex").granted
+
+
+def test_batch_larger_than_the_tenant_bucket_passes_at_the_long_run_rate(
+    redis_client: redis.Redis,
+) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(50, 1), tenant=RateLimit(10, 1))
+    assert lim.take("resend", "acme", messages=100).granted
+    refused = lim.take("resend", "acme", messages=100)
+    assert refused.reason == "tenant_rate_limit"
+    assert refused.wait_ms == 10_000  # 90 messages of debt + 10 to fill, at 10/s
+    clock.now += 10_000
+    assert lim.take("resend", "acme", messages=100).granted
+
+
+def test_two_token_bucket_keeps_one_for_transactional(redis_client: redis.Redis) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(48, 1))  # 2 tokens
+    assert lim.take("resend", "acme", rail="marketing").granted
+    assert not lim.take("resend", "acme", rail="marketing").granted
+    assert lim.take("resend", "acme").granted
+
+
+def test_provider_429_empties_the_bucket_for_every_caller_until_retry_after(
+    redis_client: redis.Redis,
+) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(50, 1))
+    other_worker = limiter(redis_client, clock, provider=RateLimit(50, 1))
+    assert lim.take("resend", "acme").granted
+    lim.back_off("resend", 3)
+    refused = other_worker.take("resend", "globex")
+    assert (refused.granted, refused.reason, refused.wait_ms) == (False, "provider_backoff", 3000)
+    clock.now += 2_999
+    assert not other_worker.take("resend", "globex").granted
+    clock.now += 1
+    assert other_worker.take("resend", "globex").granted
+    # the bucket restarts from one token: the next waits for the refill
+    assert other_worker.take("resend", "globex").reason == "provider_rate_limit"
+
+
+def test_shorter_back_off_never_shortens_a_longer_one(redis_client: redis.Redis) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(50, 1))
+    lim.back_off("resend", 5)
+    lim.back_off("resend", 1)
+    assert lim.take("resend", "acme").wait_ms == 5000
+
+
+def test_learns_a_lower_limit_from_headers(redis_client: redis.Redis) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(200, 1))
+    assert lim.learn("resend", 40) is True
+    assert lim.learn("resend", 400) is False  # higher than the setting: the setting holds
+    clock.now += 60_000
+    # 40/s with the capacity scaled alike: 2 tokens, then one every 25 ms
+    assert [lim.take("resend", "acme").granted for _ in range(3)] == [True, True, False]
+    clock.now += 60_000
+    lim.take("resend", "acme")
+    lim.take("resend", "acme")
+    assert lim.take("resend", "acme").wait_ms == 25
+
+
+def test_quota_pause_alerts_once_and_refuses_until_it_ends(redis_client: redis.Redis) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(10, 1))
+    other_worker = limiter(redis_client, clock, provider=RateLimit(10, 1))
+    first, remaining = lim.pause("resend", 30, "daily_quota_exceeded")
+    second, _ = other_worker.pause("resend", 30, "daily_quota_exceeded")
+    assert (first, second) == (True, False)
+    assert 29_000 < remaining <= 30_000
+    refused = other_worker.take("resend", "acme")
+    assert refused.reason == "provider_paused"
+    assert 0 < refused.wait_ms <= 30_000
+    assert lim.paused_ms("resend") > 0
+
+
+def test_redis_time_is_the_clock_by_default(redis_client: redis.Redis) -> None:
+    lim = RateLimiter(redis_client, profile="test", provider_limits={"resend": RateLimit(1, 60)})
+    assert lim.take("resend", "acme").granted
+    refused = lim.take("resend", "acme")
+    assert not refused.granted
+    assert 50_000 < refused.wait_ms <= 60_000
+
+
+def test_every_key_of_a_provider_shares_one_cluster_slot(redis_client: redis.Redis) -> None:
+    lim = RateLimiter(redis_client, profile="test", provider_limits={"resend": RateLimit(1, 1)})
+    keys = lim.keys("resend")
+    slots = {
+        key_slot(k.encode())
+        for k in (
+            keys.bucket,
+            keys.pause_alerted,
+            keys.tenant("acme"),
+            keys.tenant("globex"),
+        )
+    }
+    assert len(slots) == 1
+
+
+def test_full_tenant_bucket_expires(redis_client: redis.Redis) -> None:
+    lim = RateLimiter(
+        redis_client,
+        profile="test",
+        provider_limits={"resend": RateLimit(9, 1)},
+        tenant_limits={"resend": RateLimit(100, 1)},
+    )
+    assert lim.take("resend", "acme").granted
+    ttl = redis_client.pttl(lim.keys("resend").tenant("acme"))
+    assert 0 < ttl <= 1_100
+
+
+def test_callers_refused_together_get_staggered_slots(redis_client: redis.Redis) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(10, 1))
+    while lim.take("resend", "acme").granted:
+        pass
+    waits = [lim.take("resend", "acme").wait_ms for _ in range(5)]
+    # the first refusal above already holds the slot at +100 ms
+    assert waits == [200, 300, 400, 500, 600]
+    clock.now += 200
+    assert lim.take("resend", "acme").granted
+
+
+def test_marketing_leaves_headroom_for_transactional(redis_client: redis.Redis) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(200, 1))
+    marketing = 0
+    while lim.take("resend", "acme", rail="marketing").granted:
+        marketing += 1
+    assert marketing == 8  # 20 % of the 10-token bucket stays for transactional sends
+    assert [lim.take("resend", "acme").granted for _ in range(3)] == [True, True, False]
+    # each rail queues its refused callers apart: transactional is not behind marketing
+    for _ in range(20):
+        lim.take("resend", "acme", rail="marketing")
+    assert lim.take("resend", "acme").wait_ms <= 20

@@ -1,0 +1,174 @@
+"""The batching event dispatcher against a real Redis: when it publishes, and what.
+
+The worker's event loop is a real kombu ``Hub`` that the test does not run; its timer
+entries are fired explicitly, so no test waits for the flush interval.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from kombu.asynchronous import Hub, set_event_loop
+
+from platform_tasks import create_app
+from platform_tasks.event_batching import BatchingEventDispatcher
+from platform_tasks.harness import wait_until
+from platform_tasks.settings import PlatformSettings
+
+
+class Published:
+    """Every event message on the broker's event exchange, decoded to its list of events."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._pubsub = client.pubsub()
+        self._pubsub.psubscribe("*celeryev*")
+        wait_until(lambda: self._pubsub.get_message(timeout=0.1) is not None, timeout=10,
+                   message="subscribed")  # fmt: skip
+
+    def messages(self, expected: int, timeout: float = 10.0) -> list[tuple[str, Any]]:
+        """Wait for ``expected`` messages; then check that no further one is pending."""
+        found: list[tuple[str, Any]] = []
+
+        def collect() -> bool:
+            message = self._pubsub.get_message(timeout=0.1)
+            if message is not None and message["type"] == "pmessage":
+                envelope = json.loads(message["data"])
+                body = json.loads(_decode(envelope))
+                found.append((message["channel"].decode().rsplit("/", 1)[-1], body))
+            return len(found) >= expected
+
+        if expected:
+            wait_until(collect, timeout=timeout, interval=0, message=f"{expected} messages")
+        assert self._pubsub.get_message(timeout=0.3) is None, "no further message"
+        return found
+
+
+def _decode(envelope: dict[str, Any]) -> str:
+    body = envelope["body"]
+    if envelope["properties"].get("body_encoding") == "base64":
+        return base64.b64decode(body).decode()
+    return str(body)
+
+
+@pytest.fixture
+def hub() -> Iterator[Hub]:
+    loop = Hub()
+    set_event_loop(loop)
+    try:
+        yield loop
+    finally:
+        set_event_loop(None)
+        loop.close()
+
+
+@pytest.fixture
+def dispatcher(settings: PlatformSettings, hub: Hub) -> Iterator[BatchingEventDispatcher]:
+    app = create_app("events-unit", settings=settings)
+    with app.connection_for_write() as conn:
+        # What Celery's Events consumer step passes when the worker runs an event loop.
+        found = app.events.Dispatcher(conn, hostname="w1@test", buffer_group=["task"],
+                                      on_send_buffered=lambda: None)  # fmt: skip
+        assert isinstance(found, BatchingEventDispatcher)
+        yield found
+        found.close()
+
+
+def _fire_timers(hub: Hub) -> int:
+    """Run every pending timer entry now (an explicit tick of the event loop's clock)."""
+    entries = [scheduled.entry for scheduled in hub.timer.queue]
+    hub.timer.clear()
+    for entry in entries:
+        hub.timer.apply_entry(entry)
+    return len(entries)
+
+
+def test_task_events_wait_for_the_timer_and_go_out_as_one_message(
+    dispatcher: BatchingEventDispatcher, hub: Hub, redis_client: redis.Redis
+) -> None:
+    published = Published(redis_client)
+    dispatcher.send("task-received", uuid="j1", name="kind.a", args="(tenant=t1)")
+    dispatcher.send("task-started", uuid="j1")
+    dispatcher.send("task-succeeded", uuid="j1", runtime=0.01, result="None")
+    assert published.messages(0) == []
+    assert len(hub.timer.queue) == 1, "one timer for the whole batch"
+    assert _fire_timers(hub) == 1
+    [(topic, body)] = published.messages(1)
+    assert topic == "task.multi"
+    assert [(e["type"], e["uuid"]) for e in body] == [
+        ("task-received", "j1"), ("task-started", "j1"), ("task-succeeded", "j1")
+    ]  # fmt: skip
+    assert body[0]["args"] == "(tenant=t1)" and body[2]["runtime"] == 0.01
+    assert body[0]["hostname"] == "w1@test"
+    assert [e["clock"] for e in body] == sorted(e["clock"] for e in body)
+
+
+def test_a_full_batch_is_published_without_waiting(
+    dispatcher: BatchingEventDispatcher, hub: Hub, redis_client: redis.Redis
+) -> None:
+    published = Published(redis_client)
+    for n in range(dispatcher.max_batch):
+        dispatcher.send("task-received", uuid=f"j{n}", name="kind.a")
+    [(topic, body)] = published.messages(1)
+    assert topic == "task.multi" and len(body) == dispatcher.max_batch
+    assert _fire_timers(hub) <= 1
+    assert published.messages(0) == [], "the timer finds nothing left to publish"
+
+
+def test_once_stopping_every_event_is_published_at_once(
+    dispatcher: BatchingEventDispatcher, hub: Hub, redis_client: redis.Redis
+) -> None:
+    published = Published(redis_client)
+    dispatcher.send("task-received", uuid="j1", name="kind.a")
+    dispatcher.flush_now()
+    dispatcher.send("task-succeeded", uuid="j1", runtime=0.5)
+    got = published.messages(2)
+    assert [[e["type"] for e in body] for _, body in got] == [["task-received"],
+                                                             ["task-succeeded"]]  # fmt: skip
+
+
+def test_worker_events_are_not_delayed(
+    dispatcher: BatchingEventDispatcher, hub: Hub, redis_client: redis.Redis
+) -> None:
+    published = Published(redis_client)
+    dispatcher.send("worker-heartbeat", freq=2.0)
+    [(topic, body)] = published.messages(1)
+    assert topic == "worker.heartbeat" and body["type"] == "worker-heartbeat"
+    assert len(hub.timer.queue) == 0
+
+
+def test_a_batch_that_cannot_be_published_is_kept_for_the_next_connection(
+    server_factory: Any, hub: Hub
+) -> None:
+    """Broker down at flush time: the batch stays in the dispatcher's offline buffer and
+    goes out through the dispatcher Celery's Events step builds after reconnecting
+    (``extend_buffer`` + ``flush``, what ``Events.start`` does with the previous one)."""
+    server = server_factory.redis()
+    settings = PlatformSettings.build(redis_url=server.url, database_url="postgresql://unused",
+                                      profile="test")  # fmt: skip
+    app = create_app("events-offline", settings=settings)
+    conn = app.connection_for_write()
+    before = app.events.Dispatcher(conn, hostname="w1@test", buffer_group=["task"],
+                                   on_send_buffered=lambda: None)  # fmt: skip
+    before.send("task-received", uuid="j1", name="kind.a")
+    before.send("task-succeeded", uuid="j1", runtime=0.2)
+    server.stop()
+    before.flush_now()  # must not raise: the worker is stopping its consumer
+    server.start()
+    client = redis.Redis.from_url(server.url)
+    published = Published(client)
+    with app.connection_for_write() as fresh:
+        after = app.events.Dispatcher(fresh, hostname="w1@test", buffer_group=["task"],
+                                      on_send_buffered=lambda: None)  # fmt: skip
+        after.extend_buffer(before)
+        after.flush()
+        [(topic, body)] = published.messages(1)
+        after.close()
+    conn.release()
+    assert topic == "task.multi"
+    assert [(e["type"], e["uuid"]) for e in body] == [("task-received", "j1"),
+                                                      ("task-succeeded", "j1")]  # fmt: skip

@@ -1,0 +1,357 @@
+"""A loopback HTTP server that behaves like Resend's email API, for tests and benchmarks.
+
+What it does like Resend: ``POST /emails`` (one email) and ``POST /emails/batch`` (1 to 100),
+``Authorization: Bearer`` checked, ``Idempotency-Key`` kept (same key and body: the same
+ids again, nothing sent twice; same key, other body: 409 ``invalid_idempotent_request``;
+the key still in flight: 409 ``concurrent_idempotent_requests``), a team request-rate
+limit (429 ``rate_limit_exceeded`` with ``retry-after`` and ``ratelimit-*`` headers on
+every answer), daily-quota 429s and scripted faults (5xx, a 429 with a chosen
+``retry-after``). Every request is recorded, including requests to paths Resend has and
+the adapter must never call (``/contacts``, ``/audiences``...): they answer 404 here.
+
+Runs in a thread of the test process; worker processes reach it on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+API_KEY = "re_test_0123456789abcdef"
+
+
+@dataclass
+class Request:
+    """One request as the server saw it."""
+
+    at: float
+    method: str
+    path: str
+    idempotency_key: str | None
+    status: int = 0
+    name: str = ""
+    body: Any = None
+    replayed: bool = False
+
+
+@dataclass
+class Email:
+    """One email the server accepted (first time for its key)."""
+
+    id: str
+    idempotency_key: str | None
+    index: int
+    to: list[str]
+    subject: str
+    at: float
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Fault:
+    status: int
+    name: str
+    headers: dict[str, str]
+    message: str
+
+
+class ResendLikeServer:
+    """Start with ``with ResendLikeServer(rate_limit=5) as server: server.url``."""
+
+    def __init__(
+        self,
+        *,
+        rate_limit: float | None = None,
+        api_key: str = API_KEY,
+        advertised_limit: int | None = None,
+    ) -> None:
+        self.api_key = api_key
+        self.rate_limit = rate_limit
+        self.advertised_limit = advertised_limit
+        self.lock = threading.Lock()
+        self.requests: list[Request] = []
+        self.emails: list[Email] = []
+        self._idempotent: dict[str, tuple[str, bytes, str]] = {}
+        """Idempotency key → (path, body digest, reply), as Resend keeps them for 24 h."""
+        self._in_flight: set[str] = set()
+        self._faults: deque[Fault] = deque()
+        self._window: deque[float] = deque()
+        self._quota_until = 0.0
+        self.gate = threading.Event()
+        """Accepted requests wait for this to be set before answering (set by default)."""
+        self.gate.set()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- control -------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def start(self) -> ResendLikeServer:
+        server = self
+
+        class Handler(_Handler):
+            owner = server
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> ResendLikeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def fail_next(
+        self,
+        status: int,
+        name: str,
+        *,
+        count: int = 1,
+        headers: dict[str, str] | None = None,
+        message: str = "scripted",
+    ) -> None:
+        """Answer the next ``count`` email requests with this error."""
+        with self.lock:
+            for _ in range(count):
+                self._faults.append(Fault(status, name, dict(headers or {}), message))
+
+    def forget_keys(self) -> None:
+        """Drop every idempotency key, as Resend does after 24 hours."""
+        with self.lock:
+            self._idempotent.clear()
+
+    def in_flight(self) -> int:
+        with self.lock:
+            return len(self._in_flight)
+
+    def exhaust_quota(self, seconds: float) -> None:
+        """Answer 429 ``daily_quota_exceeded`` for ``seconds``."""
+        with self.lock:
+            self._quota_until = time.monotonic() + seconds
+
+    # -- what happened -------------------------------------------------------------------
+
+    def snapshot(self) -> tuple[list[Request], list[Email]]:
+        with self.lock:
+            return list(self.requests), list(self.emails)
+
+    def sent_requests(self) -> list[Request]:
+        """Requests that sent something new (2xx, not an idempotent replay)."""
+        with self.lock:
+            return [r for r in self.requests if 200 <= r.status < 300 and not r.replayed]
+
+    # -- the API -------------------------------------------------------------------------
+
+    def handle(
+        self, method: str, path: str, headers: dict[str, str], raw: bytes
+    ) -> tuple[int, dict[str, str], Any]:
+        now = time.monotonic()
+        key = headers.get("idempotency-key")
+        record = Request(at=now, method=method, path=path, idempotency_key=key)
+        with self.lock:
+            self.requests.append(record)
+        status, extra, body = self._answer(record, method, path, headers, raw, now)
+        record.status = status
+        if isinstance(body, dict) and "name" in body and status >= 400:
+            record.name = str(body["name"])
+        return status, extra, body
+
+    def _limit_headers(self, now: float) -> dict[str, str]:
+        limit = self.advertised_limit or self.rate_limit
+        if limit is None:
+            return {}
+        remaining = max(0, int(limit) - len(self._window))
+        return {
+            "ratelimit-limit": str(int(limit)),
+            "ratelimit-remaining": str(remaining),
+            "ratelimit-reset": "1",
+        }
+
+    def _answer(
+        self,
+        record: Request,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        raw: bytes,
+        now: float,
+    ) -> tuple[int, dict[str, str], Any]:
+        if path not in ("/emails", "/emails/batch") or method != "POST":
+            return 404, {}, _error(404, "not_found", f"{method} {path} is not served here")
+        if headers.get("authorization") != f"Bearer {self.api_key}":
+            return 401, {}, _error(401, "missing_api_key", "Missing API key")
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return 422, {}, _error(422, "validation_error", "body is not JSON")
+        record.body = body
+        with self.lock:
+            while self._window and self._window[0] <= now - 1.0:
+                self._window.popleft()
+            if self._faults:
+                fault = self._faults.popleft()
+                extra = {**self._limit_headers(now), **fault.headers}
+                return fault.status, extra, _error(fault.status, fault.name, fault.message)
+            if now < self._quota_until:
+                left = str(max(1, int(self._quota_until - now + 0.999)))
+                return (
+                    429,
+                    {"retry-after": left},
+                    _error(429, "daily_quota_exceeded", "You have reached your daily email quota"),
+                )
+            if self.rate_limit is not None and len(self._window) >= self.rate_limit:
+                wait = max(0.001, self._window[0] + 1.0 - now)
+                extra = {**self._limit_headers(now), "retry-after": str(max(1, round(wait)))}
+                return 429, extra, _error(429, "rate_limit_exceeded", "Too many requests")
+            self._window.append(now)
+            limit_headers = self._limit_headers(now)
+            digest = hashlib.sha256(raw).digest()
+            if key := record.idempotency_key:
+                if not 1 <= len(key) <= 256:
+                    return 422, {}, _error(422, "invalid_idempotency_key", "1-256 characters")
+                seen = self._idempotent.get(key)
+                if seen is not None:
+                    if seen[0] != path or seen[1] != digest:
+                        return (
+                            409,
+                            limit_headers,
+                            _error(
+                                409,
+                                "invalid_idempotent_request",
+                                "Same idempotency key used with a different request payload",
+                            ),
+                        )
+                    record.replayed = True
+                    return 200, limit_headers, json.loads(seen[2])
+                if key in self._in_flight:
+                    return (
+                        409,
+                        limit_headers,
+                        _error(
+                            409,
+                            "concurrent_idempotent_requests",
+                            "Same idempotency key used while original request is still in progress",
+                        ),
+                    )
+                self._in_flight.add(key)
+        try:
+            self.gate.wait(timeout=60)
+            return self._accept(record, path, body, digest, limit_headers, now)
+        finally:
+            if record.idempotency_key:
+                with self.lock:
+                    self._in_flight.discard(record.idempotency_key)
+
+    def _accept(
+        self,
+        record: Request,
+        path: str,
+        body: Any,
+        digest: bytes,
+        limit_headers: dict[str, str],
+        now: float,
+    ) -> tuple[int, dict[str, str], Any]:
+        items = body if path == "/emails/batch" else [body]
+        if not isinstance(items, list) or not 1 <= len(items) <= 100:
+            return (
+                422,
+                limit_headers,
+                _error(422, "validation_error", "a batch holds 1 to 100 emails"),
+            )
+        for item in items:
+            if (
+                not isinstance(item, dict)
+                or not item.get("from")
+                or not item.get("to")
+                or not item.get("subject")
+            ):
+                return (
+                    422,
+                    limit_headers,
+                    _error(422, "missing_required_field", "from, to and subject are required"),
+                )
+        accepted = []
+        for index, item in enumerate(items):
+            to = item["to"] if isinstance(item["to"], list) else [item["to"]]
+            accepted.append(
+                Email(
+                    id=str(uuid.uuid4()),
+                    idempotency_key=record.idempotency_key,
+                    index=index,
+                    to=to,
+                    subject=item["subject"],
+                    at=now,
+                    raw=item,
+                )
+            )
+        reply: Any
+        if path == "/emails/batch":
+            reply = {"data": [{"id": e.id} for e in accepted]}
+        else:
+            reply = {"id": accepted[0].id}
+        with self.lock:
+            self.emails.extend(accepted)
+            if record.idempotency_key:
+                self._idempotent[record.idempotency_key] = (path, digest, json.dumps(reply))
+        return 200, limit_headers, reply
+
+
+def _error(status: int, name: str, message: str) -> dict[str, Any]:
+    return {"statusCode": status, "name": name, "message": message}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: ResendLikeServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        path = self.path.split("?", 1)[0]
+        status, extra, body = self.owner.handle(self.command, path, headers, raw)
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for name, value in extra.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_POST = _serve
+    do_GET = _serve
+    do_PUT = _serve
+    do_PATCH = _serve
+    do_DELETE = _serve
+
+
+@contextmanager
+def resend_server(**kwargs: Any) -> Iterator[ResendLikeServer]:
+    with ResendLikeServer(**kwargs) as server:
+        yield server

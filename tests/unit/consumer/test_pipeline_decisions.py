@@ -1,0 +1,313 @@
+"""The pipeline's decisions, with small in-memory collaborators at its seams.
+
+The database seam is a connection whose cursor understands the few statements the
+pipeline sends (the claim, ``COMMIT``, ``ROLLBACK``, the latest-dead-letter read) and
+keeps PostgreSQL's transaction states, including "aborted: COMMIT answers ROLLBACK". The
+integration tests run the same paths against the real servers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import redis
+from celery.exceptions import Retry
+from psycopg2.extensions import (
+    TRANSACTION_STATUS_IDLE,
+    TRANSACTION_STATUS_INERROR,
+    TRANSACTION_STATUS_INTRANS,
+)
+
+from platform_tasks.consumer.attempts import DeliveryState
+from platform_tasks.consumer.delivery import Delivery
+from platform_tasks.consumer.hooks import Hooks, PipelineHook
+from platform_tasks.consumer.pipeline import DeliveryPipeline
+from platform_tasks.consumer.retry import RetryPolicy
+from platform_tasks.consumer.verdicts import (
+    Applied,
+    DeadLetter,
+    Duplicate,
+    RetryAt,
+    ThrottledUntil,
+    Wait,
+)
+from platform_tasks.envelope import parse_envelope, uuid7
+from platform_tasks.errors import PermanentError, Throttled, TransactionBroken
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+POLICY = RetryPolicy(max_attempts=3, base=timedelta(seconds=30), cap=timedelta(seconds=60),
+                     rationale="unit tests")  # fmt: skip
+
+
+class Cursor:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.closed = False
+        self.statusmessage: str | None = None
+        self._row: Any = None
+
+    def execute(self, sql: str, params: Any = None) -> None:
+        conn = self.conn
+        conn.statements.append(sql.split()[0] if not sql.startswith("BEGIN;") else "CLAIM")
+        if sql.startswith("BEGIN; INSERT INTO core.processed_jobs"):
+            conn.status = TRANSACTION_STATUS_INTRANS
+            self._row = None if params[0] in conn.applied else (1,)
+            conn.claimed = params[0]
+        elif sql == "COMMIT":
+            aborted = conn.status == TRANSACTION_STATUS_INERROR
+            self.statusmessage = "ROLLBACK" if aborted else "COMMIT"
+            if not aborted and conn.claimed:
+                conn.applied.add(conn.claimed)
+            conn.status, conn.claimed = TRANSACTION_STATUS_IDLE, None
+        elif sql == "ROLLBACK":
+            conn.status, conn.claimed = TRANSACTION_STATUS_IDLE, None
+        elif sql.startswith("SELECT id, status FROM core.dead_letters"):
+            self._row = conn.latest_dead_letter
+        else:
+            raise AssertionError(f"unexpected statement {sql}")
+
+    def fetchone(self) -> Any:
+        return self._row
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __enter__(self) -> Cursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class Connection:
+    applied: set[str] = field(default_factory=set)
+    statements: list[str] = field(default_factory=list)
+    status: int = TRANSACTION_STATUS_IDLE
+    claimed: str | None = None
+    closed: int = 0
+    latest_dead_letter: Any = None
+
+    @property
+    def info(self) -> Any:
+        return SimpleNamespace(transaction_status=self.status)
+
+    def cursor(self) -> Cursor:
+        return Cursor(self)
+
+
+@dataclass
+class Database:
+    conn: Connection = field(default_factory=Connection)
+    discarded: int = 0
+
+    def connection(self) -> Connection:
+        return self.conn
+
+    def discard(self) -> None:
+        self.discarded += 1
+
+
+@dataclass
+class Counter:
+    state: DeliveryState = field(default_factory=DeliveryState)
+    failures: int = 0
+    refuse_writes: bool = False
+
+    def observe(self, consumer: str, job_id: str, *, redelivered: bool, ttl_seconds: int
+                ) -> DeliveryState:  # fmt: skip
+        return self.state
+
+    def failed(self, consumer: str, job_id: str, *, ttl_seconds: int) -> None:
+        if self.refuse_writes:
+            raise redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'.")
+        self.failures += 1
+
+    def undo(self, consumer: str, job_id: str) -> None: ...
+    def exhaust(self, consumer: str, job_id: str, *, ttl_seconds: int) -> None: ...
+    def forget(self, consumer: str, job_id: str) -> None: ...
+
+
+@dataclass
+class Port:
+    refusals: int = 0
+    scheduled: list[tuple[str, datetime, dict[str, Any]]] = field(default_factory=list)
+
+    def schedule(self, queue: str, payload: Any, run_at: datetime, opts: dict[str, Any]) -> None:
+        if self.refusals:
+            self.refusals -= 1
+            raise redis.ResponseError("MISCONF Redis is configured to save RDB snapshots")
+        self.scheduled.append((queue, run_at, opts))
+
+
+class Recorder(PipelineHook):
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def on_retry_scheduled(self, *args: Any) -> None:
+        self.calls.append("retry")
+
+    def on_throttled(self, *args: Any) -> None:
+        self.calls.append("throttled")
+
+
+def app() -> Any:
+    settings = SimpleNamespace(visibility_timeout_seconds=300, max_payload_bytes=1 << 18)
+    return SimpleNamespace(
+        platform_settings=settings,
+        retry_policy_for=lambda queue: POLICY,
+        conf=SimpleNamespace(task_default_queue="default"),
+        amqp=SimpleNamespace(queues={}),
+    )  # fmt: skip
+
+
+def task(execute: Callable[[Any, Any], Any]) -> Any:
+    return SimpleNamespace(name="tests.unit.step", execute=execute, permanent_errors=(),
+                           data_model=dict)  # fmt: skip
+
+
+@dataclass
+class Setup:
+    pipeline: DeliveryPipeline
+    database: Database
+    counter: Counter
+    port: Port
+    hook: Recorder
+    sleeps: list[float]
+
+
+def setup() -> Setup:
+    database, counter, port, hook, sleeps = Database(), Counter(), Port(), Recorder(), []
+    pipeline = DeliveryPipeline(app(), database, counter, hooks=Hooks([hook]),  # type: ignore[arg-type]
+                                clock=lambda: NOW, sleep=sleeps.append, port=port)  # type: ignore[arg-type]  # fmt: skip
+    return Setup(pipeline, database, counter, port, hook, sleeps)
+
+
+def envelope() -> Any:
+    return parse_envelope({"job_id": str(uuid7()), "tenant_id": "t1", "correlation_id": "c1",
+                           "kind": "tests.unit.step", "data": {}})  # fmt: skip
+
+
+def delivery(attempt: int = 1) -> Delivery:
+    return Delivery(consumer="tests.unit.step", queue="q", header_attempt=attempt, priority=None)
+
+
+def no_transaction_left(s: Setup) -> bool:
+    return s.database.conn.status == TRANSACTION_STATUS_IDLE
+
+
+def test_a_handler_that_returns_is_applied_and_committed() -> None:
+    s = setup()
+    verdict = s.pipeline.decide(task(lambda env, tx: "ok"), envelope(), delivery())
+    assert verdict == Applied(1, "ok", tracked=False)
+    assert s.database.conn.statements == ["CLAIM", "COMMIT"]
+
+
+def test_a_job_already_applied_is_a_duplicate_and_nothing_runs() -> None:
+    s = setup()
+    env = envelope()
+    s.database.conn.applied.add(str(env.job_id))
+    ran: list[int] = []
+    verdict = s.pipeline.decide(task(lambda e, tx: ran.append(1)), env, delivery())
+    assert verdict == Duplicate("applied") and ran == [] and no_transaction_left(s)
+
+
+def fail(exc: BaseException) -> Callable[[Any, Any], Any]:
+    def execute(env: Any, tx: Any) -> Any:
+        raise exc
+
+    return execute
+
+
+def test_a_failed_attempt_is_counted_rolled_back_and_retried_with_backoff() -> None:
+    s = setup()
+    verdict = s.pipeline.decide(task(fail(RuntimeError("x"))), envelope(), delivery())
+    assert isinstance(verdict, RetryAt) and verdict.attempt == 1
+    assert timedelta(seconds=15) <= verdict.at - NOW <= timedelta(seconds=30)
+    assert s.counter.failures == 1 and s.database.conn.statements[-1] == "ROLLBACK"
+
+
+def test_the_last_attempt_and_a_permanent_error_are_dead_letters() -> None:
+    s = setup()
+    last = s.pipeline.decide(task(fail(RuntimeError("x"))), envelope(), delivery(attempt=3))
+    assert isinstance(last, DeadLetter) and last.record.reason == "retries_exhausted"
+    assert last.claim and last.record.attempts == 3
+    permanent = s.pipeline.decide(task(fail(PermanentError("no"))), envelope(), delivery())
+    assert isinstance(permanent, DeadLetter) and permanent.record.reason == "permanent_error"
+    assert no_transaction_left(s)
+
+
+def test_throttled_reschedules_the_same_attempt_without_counting_a_failure() -> None:
+    s = setup()
+    at = NOW + timedelta(seconds=5)
+    verdict = s.pipeline.decide(task(fail(Throttled(at, "provider_429"))), envelope(),
+                                delivery(attempt=2))  # fmt: skip
+    assert verdict == ThrottledUntil(at, 2, "provider_429")
+    assert s.counter.failures == 0 and no_transaction_left(s)
+
+
+def test_a_redis_refusal_while_counting_waits_and_leaves_no_transaction_open() -> None:
+    s = setup()
+    s.counter.refuse_writes = True
+    verdict = s.pipeline.decide(task(fail(RuntimeError("x"))), envelope(), delivery())
+    assert isinstance(verdict, Wait) and "OOM" in verdict.cause
+    assert no_transaction_left(s) or s.database.discarded
+
+
+def abort(env: Any, tx: Any) -> None:
+    tx.conn.status = TRANSACTION_STATUS_INERROR  # a statement failed; the handler went on
+
+
+def test_a_commit_that_cannot_commit_is_a_failed_attempt() -> None:
+    s = setup()
+    verdict = s.pipeline.decide(task(abort), envelope(), delivery())
+    assert isinstance(verdict, RetryAt) and isinstance(verdict.error, TransactionBroken)
+    assert s.database.conn.applied == set()
+
+
+def test_a_closed_cursor_is_a_failed_attempt_not_an_outage() -> None:
+    s = setup()
+    verdict = s.pipeline.decide(task(lambda env, tx: tx.close()), envelope(), delivery())
+    assert isinstance(verdict, RetryAt) and isinstance(verdict.error, TransactionBroken)
+    assert no_transaction_left(s)
+
+
+def test_whatever_the_handler_raises_the_transaction_ends() -> None:
+    s = setup()
+    with pytest.raises(KeyboardInterrupt):
+        s.pipeline.decide(task(fail(KeyboardInterrupt())), envelope(), delivery())
+    assert no_transaction_left(s) and s.database.conn.statements[-1] == "ROLLBACK"
+
+
+def test_a_job_dead_lettered_meanwhile_is_not_run_again() -> None:
+    s = setup()
+    s.counter.state = DeliveryState(exhausted=True, tracked=True)
+    s.database.conn.latest_dead_letter = (7, "pending_review")
+    ran: list[int] = []
+    verdict = s.pipeline.decide(task(lambda e, tx: ran.append(1)), envelope(), delivery())
+    assert verdict == Duplicate("dead_lettered", 7) and ran == []
+
+
+def test_settling_a_retry_waits_until_it_is_stored_and_never_returns_before() -> None:
+    s = setup()
+    s.port.refusals = 2
+    at = NOW + timedelta(seconds=20)
+    with pytest.raises(Retry):
+        s.pipeline.settle(task(lambda e, tx: None), delivery(), envelope(),
+                          RetryAt(at, 1, RuntimeError("x")))  # fmt: skip
+    assert s.port.scheduled == [("q", at, {"attempt": 2})]
+    assert len(s.sleeps) == 2 and s.hook.calls == ["retry"]
+
+
+def test_settling_throttled_keeps_the_attempt_and_tells_the_hooks() -> None:
+    s = setup()
+    at = NOW + timedelta(seconds=20)
+    with pytest.raises(Retry):
+        s.pipeline.settle(task(lambda e, tx: None), delivery(), envelope(),
+                          ThrottledUntil(at, 2, "tenant_rate_limit"))  # fmt: skip
+    assert s.port.scheduled == [("q", at, {"attempt": 2})] and s.hook.calls == ["throttled"]

@@ -1,0 +1,115 @@
+"""Pure rules of the rails: queue names, blast chunking and ids, hysteresis, quota resets."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from platform_tasks.notifications.blasts import blast_job_id, publish_blast
+from platform_tasks.notifications.dispatch import idempotency_key, quota_reset_seconds
+from platform_tasks.notifications.marketing_yield import YieldState
+from platform_tasks.notifications.rails import notification_queue, rail_queues
+from platform_tasks.settings import PlatformSettings
+
+
+def test_queue_names() -> None:
+    assert notification_queue("email", "transactional", channels=["email"]) == (
+        "notif.email.transactional"
+    )
+    assert rail_queues(["email", "sms"]) == [
+        "notif.email.transactional",
+        "notif.email.marketing",
+        "notif.sms.transactional",
+        "notif.sms.marketing",
+    ]
+    with pytest.raises(ValueError, match="channel 'push' is not configured"):
+        notification_queue("push", "marketing", channels=["email"])
+    with pytest.raises(ValueError, match="unknown rail 'bulk'"):
+        notification_queue("email", "bulk", channels=["email"])
+
+
+def test_queue_names_default_to_the_configured_channels(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLATFORM_NOTIFICATION_CHANNELS", "email,sms")
+    assert notification_queue("sms", "marketing") == "notif.sms.marketing"
+
+
+class RecordingPort:
+    """Stands in for QueuePort: records each publish and when it happened."""
+
+    def __init__(self) -> None:
+        self.settings = PlatformSettings.build()
+        self.published: list[tuple[str, dict[str, Any], int]] = []
+        self.pulled = 0
+
+    def publish(self, queue: str, payload: dict[str, Any]) -> uuid.UUID:
+        self.published.append((queue, payload, self.pulled))
+        return uuid.UUID(payload["job_id"])
+
+
+def test_blast_chunks_a_stream_with_derived_ids() -> None:
+    port = RecordingPort()
+
+    def recipients() -> Iterator[str]:
+        for n in range(250):
+            port.pulled += 1
+            yield f"r{n}@example.org"
+
+    ids = publish_blast(
+        port,
+        kind="shop.newsletter",
+        tenant_id="acme",
+        campaign_id="spring",
+        recipients=recipients(),
+        data={"template": "t1"},
+    )
+    assert [len(p["data"]["recipients"]) for _, p, _ in port.published] == [100, 100, 50]
+    assert {q for q, _, _ in port.published} == {"notif.email.marketing"}
+    assert [pulled for _, _, pulled in port.published] == [100, 200, 250]  # streamed
+    assert port.published[0][1]["data"]["template"] == "t1"
+    assert all(i.version == 7 for i in ids)
+    again = publish_blast(
+        RecordingPort(),
+        kind="shop.newsletter",
+        tenant_id="acme",
+        campaign_id="spring",
+        recipients=[f"r{n}" for n in range(250)],
+    )
+    assert again == ids
+    assert blast_job_id("acme", "spring", 0) != blast_job_id("globex", "spring", 0)
+    assert blast_job_id("acme", "spring", 0) != blast_job_id("acme", "summer", 0)
+    with pytest.raises(ValueError, match="chunk_size"):
+        publish_blast(
+            port, kind="a.b", tenant_id="t", campaign_id="c", recipients=[], chunk_size=101
+        )
+
+
+def test_yield_hysteresis() -> None:
+    state = YieldState("email", pause_depth=100, resume_depth=10)
+    assert state.decide(100) is None
+    assert state.decide(101) == "pause"
+    state.paused_at = 0.0
+    assert [state.decide(d) for d in (500, 50, 10)] == [None, None, None]
+    assert state.decide(9) == "resume"
+    state.paused_at = None
+    assert state.decide(0, backlog=2.5) == "pause"  # marketing already queued at the provider
+    state.paused_at = 0.0
+    assert state.decide(0, backlog=1.5) is None
+    assert state.decide(0, backlog=0.5) == "resume"
+
+
+def test_quota_resets_at_utc_midnight_or_month_start() -> None:
+    now = datetime(2026, 12, 31, 23, 0, tzinfo=UTC)
+    assert quota_reset_seconds("daily_quota_exceeded", now) == 3600
+    assert quota_reset_seconds("monthly_quota_exceeded", now) == 3600
+    assert quota_reset_seconds("monthly_quota_exceeded", datetime(2026, 2, 1, tzinfo=UTC)) == (
+        28 * 86400
+    )
+
+
+def test_idempotency_key_is_stable() -> None:
+    job = uuid.UUID("01936d2e-0000-7000-8000-000000000000")
+    assert idempotency_key(job, 0) == idempotency_key(job, 0) == f"{job}:0"
