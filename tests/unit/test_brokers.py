@@ -102,9 +102,14 @@ def test_delays_round_up_to_whole_seconds_never_early() -> None:
     assert delay_countdown_seconds(2.01) == 3
 
 
-def test_a_worker_refuses_to_start_when_rabbitmq_would_cut_its_task(tmp_path: Path) -> None:
-    """No broker needed: the check runs while the worker is built, before it connects."""
-    env = platform_env(redis_url="redis://127.0.0.1:1/0", database_url=None, extra={
+def test_a_worker_refuses_to_start_when_rabbitmq_would_cut_its_task(
+    tmp_path: Path, database_url: str
+) -> None:
+    """No broker needed: the check runs while the worker is built, before it connects.
+
+    The database is real: the worker checks (and test-connects) it first.
+    """
+    env = platform_env(redis_url="redis://127.0.0.1:1/0", database_url=database_url, extra={
         "PLATFORM_BROKER_URL": "amqp://platform:s3cret@127.0.0.1:1/%2F",
         "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS": "600",
         "PLATFORM_JOBS_ENABLED": "false",  # no scheduled jobs: their Redis check would come first
