@@ -119,3 +119,8 @@ TRANSPORT_QUARANTINE = "platform:transport:v1:unreadable"
 """List of broker messages that are not readable kombu messages (not JSON, no delivery
 tag). The fetch script moves them here instead of dropping them; an operator inspects
 them with ``LRANGE``."""
+
+TRANSPORT_BACKOFF_STREAM = "platform:transport:v1:backoff"
+"""A stream nobody writes: the transport's back-off after a broker error reply blocks on
+``XREAD BLOCK <ms> STREAMS <this> $`` (read-only, so Redis accepts it when out of memory,
+``MISCONF`` or a read-only replica), keeping the consumer's socket in the event loop."""
