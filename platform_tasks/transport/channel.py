@@ -18,6 +18,7 @@ is kombu's code; this class only replaces what touches the unacked state.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from queue import Empty
@@ -66,6 +67,7 @@ _SCRIPTS = (
     "transport_append",
     "transport_restore",
     "transport_expired",
+    "transport_extend",
 )
 
 
@@ -405,6 +407,10 @@ class Channel(RedisChannel):  # type: ignore[misc]
             try:
                 message["headers"]["redelivered"] = True
                 message["properties"]["delivery_info"]["redelivered"] = True
+                # Each delivery gets its own tag, hence its own record: a late ack of
+                # this copy (its worker was slow, not dead) cannot delete the record of
+                # the copy delivered next.
+                message["properties"]["delivery_tag"] = str(uuid.uuid4())
             except (KeyError, TypeError):
                 pass
             priority = self._get_message_priority(message, reverse=False)
@@ -425,6 +431,18 @@ class Channel(RedisChannel):  # type: ignore[misc]
             return False
         flag = "1" if leftmost else "0"
         return bool(self.run_script("transport_restore", targets, [tag, dumps(message), flag]))
+
+    def extend_unacked(self, tags: Sequence[str]) -> int:
+        """Refresh the unacked timestamps of ``tags`` (still recorded ones only)."""
+        if not tags:
+            return 0
+        return int(self.run_script("transport_extend", [], list(tags)))
+
+    def in_flight_tags(self) -> list[str]:
+        """Tags of the messages this channel delivered and nobody acked yet."""
+        qos = self.qos
+        done = qos._dirty | qos.unsent_acks
+        return [tag for tag in list(qos._delivered) if tag not in done]
 
     def _restore(self, message: Any, leftmost: bool = False) -> None:
         self.qos.restore_by_tag(message.delivery_tag, leftmost=leftmost)

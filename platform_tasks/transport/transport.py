@@ -6,9 +6,10 @@ import logging
 from typing import Any
 
 from kombu.transport.redis import Transport as RedisTransport
+from redis.exceptions import ResponseError
 
 from platform_tasks.transport.channel import Channel
-from platform_tasks.transport.selection import sweep_interval
+from platform_tasks.transport.selection import in_flight_interval, sweep_interval
 
 logger = logging.getLogger("platform_tasks.transport")
 
@@ -20,7 +21,9 @@ class Transport(RedisTransport):  # type: ignore[misc]
     stock channel's defaults (every 10 s, scanning every 10th time); here the timer runs
     every :func:`~platform_tasks.transport.selection.sweep_interval`, never longer than
     the visibility timeout. A second timer in the same loop (the worker's main process)
-    looks after the messages this process holds (:meth:`tend_in_flight`).
+    looks after the messages this process holds (:meth:`tend_in_flight`): it refreshes
+    their unacked records, so a task running longer than the visibility timeout is not
+    handed to another worker while its own worker lives.
     """
 
     Channel = Channel
@@ -34,13 +37,20 @@ class Transport(RedisTransport):  # type: ignore[misc]
         cycle = self.cycle
         cycle._restore_messages_tref.cancel()
         cycle._restore_messages_tref = loop.call_repeatedly(interval, cycle.maybe_restore_messages)
-        loop.call_repeatedly(interval, self.tend_in_flight)
+        loop.call_repeatedly(in_flight_interval(visibility), self.tend_in_flight)
 
     def tend_in_flight(self) -> None:
-        """Resend acks the broker refused with an error reply, for every channel."""
+        """For every channel: refresh the records of the messages it holds (reserved or
+        running, one script for all of them) and resend the acks Redis refused."""
         for channel in list(self.cycle._channels):
             try:
                 channel.qos.retry_unsent_acks()
+                channel.extend_unacked(channel.in_flight_tags())
+            except ResponseError as exc:
+                logger.warning(
+                    "broker refused to refresh in-flight messages (%s); retrying at the "
+                    "next tick", exc, extra={"event": "transport.extend_failed"},
+                )  # fmt: skip
             except channel.connection_errors:
                 logger.debug(
                     "in-flight upkeep skipped: broker connection error",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import redis
 
@@ -27,11 +28,14 @@ APPLIED_KEY = "test:transport:applied"
 """Hash: job number -> how many times its task body completed."""
 STARTED_KEY = "test:transport:started"
 """Hash: job number -> how many times its task body started."""
+RUNNER_KEY = "test:transport:runner"
+"""Hash: job number -> hostname of the worker that last started it."""
 
 
-@app.task(name="transport_faults.count")
-def count(n: int, seconds: float = 0.0) -> None:
+@app.task(name="transport_faults.count", bind=True)
+def count(self: Any, n: int, seconds: float = 0.0) -> None:
     """Run for ``seconds``, then record one completed run of job ``n``."""
+    _counters.hset(RUNNER_KEY, str(n), str(self.request.hostname))
     _counters.hincrby(STARTED_KEY, str(n), 1)
     time.sleep(seconds)  # the task's work: what keeps its message in flight
     _counters.hincrby(APPLIED_KEY, str(n), 1)
