@@ -232,19 +232,26 @@ class Channel(RedisChannel):  # type: ignore[misc]
             stream = self.prefixed(TRANSPORT_BACKOFF_STREAM)
             command = [BACKOFF, "BLOCK", max(1, int(pause * 1000)), "STREAMS", stream, "$"]
             self._poll_stage = BACKOFF
+            replies_within = pause
         elif self._wait_next:
             key, wait = self._wait_plan(queues, timeout)
             command = [WAIT, key, key, "RIGHT", "RIGHT", wait]
             self._poll_stage = WAIT
+            replies_within = wait
         else:
             keys, flags = self._fetch_plan(queues, record=True)
             unacked = [self.prefixed(self.unacked_key), self.prefixed(self.unacked_index_key)]
             sha = self._script("transport_fetch").sha
             command = [FETCH, sha, len(keys) + 2, *unacked, *keys, *flags]
             self._poll_stage = FETCH
+            replies_within = 0.0
         connection = self.client.connection
         self._in_poll = connection
-        self._brpop_sent_at = monotonic()
+        # kombu drops the connection when no reply came ``brpop_timeout`` plus
+        # ``health_check_interval`` after this time, BRPOP's server-side timeout being
+        # ``brpop_timeout``. Ours replies within ``replies_within`` (at once for a
+        # fetch, 0.1 s for a short wait), so the deadline is moved to match it.
+        self._brpop_sent_at = monotonic() + replies_within - self.brpop_timeout
         connection.send_command(*command)
 
     def _wait_plan(self, queues: Sequence[str], timeout: float) -> tuple[str, float]:
