@@ -37,7 +37,13 @@ class Transport(RedisTransport):  # type: ignore[misc]
         cycle = self.cycle
         cycle._restore_messages_tref.cancel()
         cycle._restore_messages_tref = loop.call_repeatedly(interval, cycle.maybe_restore_messages)
-        loop.call_repeatedly(in_flight_interval(visibility), self.tend_in_flight)
+        # As kombu does for its timers: a reconnect registers again, so drop the old one.
+        previous = getattr(cycle, "_platform_in_flight_tref", None)
+        if previous is not None:
+            previous.cancel()
+        cycle._platform_in_flight_tref = loop.call_repeatedly(
+            in_flight_interval(visibility), self.tend_in_flight
+        )
 
     def tend_in_flight(self) -> None:
         """For every channel: refresh the records of the messages it holds (reserved or

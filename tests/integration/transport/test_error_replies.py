@@ -126,3 +126,59 @@ def test_error_reply_while_waiting_backs_off_and_keeps_consuming(
         assert client.hlen("unacked") == 0
     finally:
         conn.release()
+
+
+def _replicate(replica: redis.Redis, master_port: int) -> None:
+    replica.replicaof("127.0.0.1", master_port)
+    wait_until(
+        lambda: replica.info("replication").get("master_link_status") == "up",
+        timeout=30,
+        message="replication link up",
+    )
+
+
+def test_ack_refused_by_a_read_only_broker_is_resent_once_it_accepts_writes(
+    server_factory: ServerFactory,
+) -> None:
+    """``READONLY``: the broker became a replica (a failover) while a message was held.
+
+    The ack is refused; its record must stay (nothing is lost) and the ack is resent by
+    the transport's timer once the broker takes writes again. Consuming meanwhile meets
+    error replies instead of ending the consumer. The timer is ticked explicitly.
+    """
+    broker, other = server_factory.redis(), server_factory.redis()
+    client, other_client = redis.Redis.from_url(broker.url), redis.Redis.from_url(other.url)
+    conn = Connection(broker.url, transport=TRANSPORT_PATH)
+    queue = Queue("jobs", Exchange("jobs"), "jobs")
+    received, on_message = collector()
+    try:
+        Producer(conn.channel()).publish({"n": 1}, exchange=queue.exchange, routing_key="jobs",
+                                         declare=[queue])  # fmt: skip
+        with Consumer(conn, [queue], callbacks=[on_message]):
+            channel = conn.default_channel
+            drain_until(conn, lambda: len(received) == 1)
+            tag = received[0].delivery_tag
+            # Fail over: the other server takes a copy and is promoted; the broker
+            # becomes its read-only replica, still holding the record.
+            _replicate(other_client, broker.port)
+            wait_until(lambda: other_client.hexists("unacked", tag), timeout=30,
+                       message="the record replicated")  # fmt: skip
+            other_client.replicaof("NO", "ONE")
+            _replicate(client, other.port)
+
+            received[0].ack()
+            assert client.hexists("unacked", tag)
+            assert channel.qos.unsent_acks == {tag}
+            drain_until(conn, lambda: channel.error_replies >= 2, timeout=30)
+
+            client.replicaof("NO", "ONE")
+            conn.transport.tend_in_flight()
+            assert not client.hexists("unacked", tag)
+            assert channel.qos.unsent_acks == set()
+            Producer(conn.channel()).publish({"n": 2}, exchange=queue.exchange,
+                                             routing_key="jobs")  # fmt: skip
+            drain_until(conn, lambda: len(received) == 2, timeout=30)
+            received[1].ack()
+        assert client.hlen("unacked") == 0
+    finally:
+        conn.release()
