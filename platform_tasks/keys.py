@@ -174,3 +174,9 @@ class RateLimitKeys:
 
 def rate_limit_keys(profile: str, provider: str) -> RateLimitKeys:
     return RateLimitKeys(base_namespace(profile), provider)
+
+
+TRANSPORT_BACKOFF_STREAM = "platform:transport:v1:backoff"
+"""A stream nobody writes: the transport's back-off after a broker error reply blocks on
+``XREAD BLOCK <ms> STREAMS <this> $`` (read-only, so Redis accepts it when out of memory,
+``MISCONF`` or a read-only replica), keeping the consumer's socket in the event loop."""

@@ -18,6 +18,7 @@ is kombu's code; this class only replaces what touches the unacked state.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from queue import Empty
@@ -32,7 +33,7 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.keys import TRANSPORT_QUARANTINE
+from platform_tasks.keys import TRANSPORT_BACKOFF_STREAM, TRANSPORT_QUARANTINE
 from platform_tasks.scripts import script_source
 from platform_tasks.transport.qos import QoS
 from platform_tasks.transport.selection import sweep_interval
@@ -52,6 +53,13 @@ with several lists the wait is kept this short; with exactly one list it is
 
 FETCH = "EVALSHA"
 WAIT = "BLMOVE"
+BACKOFF = "XREAD"
+
+FIRST_BACKOFF = 0.1
+"""Seconds the consumer pauses after the first error reply in a row (doubled per reply)."""
+MAX_BACKOFF = 5.0
+"""Longest pause between attempts while the broker keeps answering error replies; well
+under kombu's BRPOP health-check deadline, so a paused socket is never taken for dead."""
 
 _SCRIPTS = (
     "transport_fetch",
@@ -59,6 +67,7 @@ _SCRIPTS = (
     "transport_append",
     "transport_restore",
     "transport_expired",
+    "transport_extend",
 )
 
 
@@ -84,6 +93,10 @@ class Channel(RedisChannel):  # type: ignore[misc]
         self._hot_list: tuple[str, int] | None = None
         self._wait_next = False
         self._poll_stage = FETCH
+        self._backoff = 0.0
+        self._backoff_until = 0.0
+        self.error_replies = 0
+        """Error replies (OOM, MISCONF, READONLY, ...) met while taking messages."""
         super().__init__(connection, *args, **kwargs)
         try:
             self._check_server()
@@ -211,19 +224,34 @@ class Channel(RedisChannel):  # type: ignore[misc]
         queues = self._queue_cycle.consume(len(self.active_queues))
         if not queues:
             return
-        if self._wait_next:
+        command: list[Any]
+        pause = self._backoff_until - monotonic()
+        if pause > 0:
+            # Backing off after an error reply: a read-only blocking command that Redis
+            # accepts whatever its state, so the socket stays in the event loop.
+            stream = self.prefixed(TRANSPORT_BACKOFF_STREAM)
+            command = [BACKOFF, "BLOCK", max(1, int(pause * 1000)), "STREAMS", stream, "$"]
+            self._poll_stage = BACKOFF
+            replies_within = pause
+        elif self._wait_next:
             key, wait = self._wait_plan(queues, timeout)
-            command: list[Any] = [WAIT, key, key, "RIGHT", "RIGHT", wait]
+            command = [WAIT, key, key, "RIGHT", "RIGHT", wait]
             self._poll_stage = WAIT
+            replies_within = wait
         else:
             keys, flags = self._fetch_plan(queues, record=True)
             unacked = [self.prefixed(self.unacked_key), self.prefixed(self.unacked_index_key)]
             sha = self._script("transport_fetch").sha
             command = [FETCH, sha, len(keys) + 2, *unacked, *keys, *flags]
             self._poll_stage = FETCH
+            replies_within = 0.0
         connection = self.client.connection
         self._in_poll = connection
-        self._brpop_sent_at = monotonic()
+        # kombu drops the connection when no reply came ``brpop_timeout`` plus
+        # ``health_check_interval`` after this time, BRPOP's server-side timeout being
+        # ``brpop_timeout``. Ours replies within ``replies_within`` (at once for a
+        # fetch, 0.1 s for a short wait), so the deadline is moved to match it.
+        self._brpop_sent_at = monotonic() + replies_within - self.brpop_timeout
         connection.send_command(*command)
 
     def _wait_plan(self, queues: Sequence[str], timeout: float) -> tuple[str, float]:
@@ -256,9 +284,20 @@ class Channel(RedisChannel):  # type: ignore[misc]
             except self.connection_errors:
                 connection.disconnect()
                 raise
+            except redis.ResponseError as exc:
+                self._met_error_reply(stage, exc)
+                raise Empty() from None
         finally:
             self._in_poll = None
             self._flush_brpop_reauth()
+        if stage == BACKOFF:
+            raise Empty()
+        if self._backoff:
+            self._backoff = 0.0
+            logger.info(
+                "broker accepts commands again; consuming resumes",
+                extra={"event": "transport.error_replies_cleared"},
+            )
         if stage == WAIT:
             self._wait_next = False
             if reply is None:
@@ -273,9 +312,35 @@ class Channel(RedisChannel):  # type: ignore[misc]
                         num=self.unacked_restore_limit, interval=self.unacked_restore_throttle
                     )
                 except self.connection_errors:
-                    logger.debug("sweep skipped: broker connection error", exc_info=True)
+                    logger.debug("sweep skipped: broker connection error", exc_info=True,
+                                 extra={"event": "transport.sweep_skipped"})  # fmt: skip
             raise Empty()
         return self._deliver_fetched(reply)
+
+    def _met_error_reply(self, stage: str, exc: redis.ResponseError) -> None:
+        """Log an error reply to the take-a-message command and back off exponentially.
+
+        An error reply (``OOM`` under ``noeviction``, ``MISCONF`` after a failed save,
+        ``READONLY`` after a failover) is a broker state, not a broken connection: the
+        command had no effect (the fetch script's first write is the pop, which Redis
+        either refuses or runs with the record), so no message moved. The consumer keeps
+        its connection and tries again after a pause that doubles up to ``MAX_BACKOFF``.
+        """
+        self.error_replies += 1
+        self._backoff = min(MAX_BACKOFF, self._backoff * 2 if self._backoff else FIRST_BACKOFF)
+        self._backoff_until = monotonic() + self._backoff
+        logger.warning(
+            "broker answered an error reply to %s (%s); retrying in %.1fs",
+            stage,
+            exc,
+            self._backoff,
+            extra={
+                "event": "transport.error_reply",
+                "command": stage,
+                "error": str(exc),
+                "retry_in_seconds": self._backoff,
+            },
+        )
 
     def _deliver_fetched(self, reply: Sequence[Any]) -> bool:
         quarantined = int(reply[-1])
@@ -349,6 +414,10 @@ class Channel(RedisChannel):  # type: ignore[misc]
             try:
                 message["headers"]["redelivered"] = True
                 message["properties"]["delivery_info"]["redelivered"] = True
+                # Each delivery gets its own tag, hence its own record: a late ack of
+                # this copy (its worker was slow, not dead) cannot delete the record of
+                # the copy delivered next.
+                message["properties"]["delivery_tag"] = str(uuid.uuid4())
             except (KeyError, TypeError):
                 pass
             priority = self._get_message_priority(message, reverse=False)
@@ -369,6 +438,18 @@ class Channel(RedisChannel):  # type: ignore[misc]
             return False
         flag = "1" if leftmost else "0"
         return bool(self.run_script("transport_restore", targets, [tag, dumps(message), flag]))
+
+    def extend_unacked(self, tags: Sequence[str]) -> int:
+        """Refresh the unacked timestamps of ``tags`` (still recorded ones only)."""
+        if not tags:
+            return 0
+        return int(self.run_script("transport_extend", [], list(tags)))
+
+    def in_flight_tags(self) -> list[str]:
+        """Tags of the messages this channel delivered and nobody acked yet."""
+        qos = self.qos
+        done = qos._dirty | qos.unsent_acks
+        return [tag for tag in list(qos._delivered) if tag not in done]
 
     def _restore(self, message: Any, leftmost: bool = False) -> None:
         self.qos.restore_by_tag(message.delivery_tag, leftmost=leftmost)

@@ -18,6 +18,7 @@ from kombu.transport import virtual
 from kombu.transport.redis import QoS as RedisQoS
 from kombu.utils.json import dumps
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 
 if TYPE_CHECKING:
     from platform_tasks.transport.channel import Channel
@@ -38,27 +39,74 @@ class QoS(RedisQoS):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._last_sweep = float("-inf")
+        self.unsent_acks: set[str] = set()
+        """Tags whose ack the broker refused with an error reply; resent by
+        :meth:`retry_unsent_acks` (their records stay in Redis meanwhile)."""
 
     def append(self, message: Any, delivery_tag: str) -> None:
         """Track the message; write its unacked record unless the fetch script did."""
         if not self.channel.take_recorded(delivery_tag):
             delivery = message.delivery_info
             record = dumps([message._raw, delivery["exchange"], delivery["routing_key"]])
-            self.channel.run_script("transport_append", [], [delivery_tag, record])
+            try:
+                self.channel.run_script("transport_append", [], [delivery_tag, record])
+            except ResponseError as exc:
+                # Only messages that were never on a queue list get here (fanout over
+                # PUB/SUB): Redis holds no copy to lose, so deliver it unrecorded.
+                logger.warning(
+                    "could not record message %s as unacked (%s); delivering it unrecorded",
+                    delivery_tag, exc,
+                    extra={"event": "transport.record_failed", "delivery_tag": delivery_tag},
+                )  # fmt: skip
         virtual.QoS.append(self, message, delivery_tag)
 
     def ack(self, delivery_tag: str) -> None:
         self._require_open_channel("ack", delivery_tag)
-        self.channel.run_script("transport_ack", [], [delivery_tag])
+        self._send_ack(delivery_tag)
         virtual.QoS.ack(self, delivery_tag)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         self._require_open_channel("reject", delivery_tag)
         if requeue:
-            self.restore_by_tag(delivery_tag, leftmost=True)
+            try:
+                self.restore_by_tag(delivery_tag, leftmost=True)
+            except ResponseError as exc:
+                logger.warning(
+                    "broker refused to requeue message %s (%s); it stays unacked until "
+                    "the visibility sweep", delivery_tag, exc,
+                    extra={"event": "transport.requeue_failed", "delivery_tag": delivery_tag},
+                )  # fmt: skip
         else:
-            self.channel.run_script("transport_ack", [], [delivery_tag])
+            self._send_ack(delivery_tag)
         virtual.QoS.ack(self, delivery_tag)
+
+    def _send_ack(self, delivery_tag: str) -> None:
+        """Remove the record; on an error reply keep it and resend the ack later.
+
+        The work is done, so the prefetch slot is freed either way. The record stays in
+        Redis (the message is not lost) until the resend succeeds; if the worker dies
+        first, the sweep redelivers it and the idempotency row absorbs the duplicate.
+        """
+        try:
+            self.channel.run_script("transport_ack", [], [delivery_tag])
+        except ResponseError as exc:
+            self.unsent_acks.add(delivery_tag)
+            logger.warning(
+                "broker refused the ack of message %s (%s); resending it shortly",
+                delivery_tag, exc,
+                extra={"event": "transport.ack_deferred", "delivery_tag": delivery_tag},
+            )  # fmt: skip
+        else:
+            self.unsent_acks.discard(delivery_tag)
+
+    def retry_unsent_acks(self) -> None:
+        """Resend the acks the broker refused (called on the worker's in-flight timer)."""
+        for tag in list(self.unsent_acks):
+            try:
+                self.channel.run_script("transport_ack", [], [tag])
+            except ResponseError:
+                return  # still refused: try again at the next tick
+            self.unsent_acks.discard(tag)
 
     def _require_open_channel(self, action: str, delivery_tag: str) -> None:
         """Refuse with a connection error once the channel lost its broker connection.
@@ -108,7 +156,19 @@ class QoS(RedisQoS):  # type: ignore[misc]
         # A timer firing a little early must still sweep, hence the slack.
         if now - self._last_sweep < self.channel.restore_interval * SWEEP_SLACK:
             return
+        try:
+            self._sweep(num)
+        except ResponseError as exc:
+            logger.warning(
+                "visibility sweep refused by the broker (%s); retrying at the next call", exc,
+                extra={"event": "transport.sweep_failed"},
+            )  # fmt: skip
+            return
+        # Only a sweep that ran counts: after a failed one (error reply, connection
+        # error) the next call sweeps again instead of waiting a whole interval.
         self._last_sweep = now
+
+    def _sweep(self, num: int | None) -> None:
         limit = num or DEFAULT_RESTORE_BATCH
         tags, records = self.channel.run_script(
             "transport_expired", [], [self.visibility_timeout, limit]

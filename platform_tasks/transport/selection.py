@@ -40,6 +40,18 @@ def sweep_interval(visibility_timeout: float, configured: float | None = None) -
     return float(min(visibility_timeout, max(MIN_SWEEP_INTERVAL, min(MAX_SWEEP_INTERVAL, quarter))))
 
 
+MAX_IN_FLIGHT_INTERVAL = 30.0
+
+
+def in_flight_interval(visibility_timeout: float) -> float:
+    """Seconds between refreshes of the unacked records of messages a worker holds.
+
+    A quarter of the visibility timeout (at most 30 s), so three refreshes can be late
+    or refused before a live worker's message looks expired to a sweeper.
+    """
+    return float(min(MAX_IN_FLIGHT_INTERVAL, visibility_timeout / 4))
+
+
 def broker_scheme(url: str) -> str:
     """The scheme of the first broker URL, without a ``transport+`` prefix."""
     first = url.split(";", 1)[0].strip()

@@ -202,3 +202,28 @@ def test_basic_get_records_and_acks(connect: ConnectionFactory, redis_client: re
     assert unacked_free.payload == {"n": 2}
     assert redis_client.hlen("unacked") == 0
     assert channel.basic_get("jobs") is None
+
+
+def test_late_ack_of_a_restored_copy_keeps_the_redelivered_copys_record(
+    connect: ConnectionFactory, redis_client: redis.Redis
+) -> None:
+    """Each delivery has its own record: a slow consumer whose message expired and went
+    to another consumer acks its copy without deleting the other copy's record."""
+    queue = _queue()
+    slow = connect(visibility_timeout=1)
+    _publish(slow, queue, {"n": 1})
+    first, on_first = collector()
+    with Consumer(slow, [queue], callbacks=[on_first]):
+        drain_until(slow, lambda: len(first) == 1)
+        other = connect(visibility_timeout=1)
+        second, on_second = collector()
+        with Consumer(other, [queue], callbacks=[on_second]):
+            # The other consumer's sweep finds the expired record and takes the message.
+            drain_until(other, lambda: len(second) == 1, timeout=15)
+            assert second[0].payload == {"n": 1}
+            assert second[0].delivery_tag != first[0].delivery_tag
+            first[0].ack()
+            assert redis_client.hexists("unacked", second[0].delivery_tag)
+            assert redis_client.zscore("unacked_index", second[0].delivery_tag) is not None
+            second[0].ack()
+    assert redis_client.hlen("unacked") == 0

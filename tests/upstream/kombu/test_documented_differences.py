@@ -1,0 +1,119 @@
+"""What the platform transport does where kombu's own suite expects stock behaviour.
+
+Each test here pairs with an upstream test listed in ``conftest.DOCUMENTED_DIFFERENCES``
+(run there as a strict xfail) and asserts the platform's behaviour in the same scenario,
+with the upstream suite's own fixture and helpers. See ``docs/transport.md``,
+"Differences from kombu's transport".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import socket
+from unittest.mock import patch
+
+import pytest
+import redis
+from kombu import Producer
+from kombu.asynchronous.hub import Hub
+
+from tests.upstream.kombu.test_redis_brpop_qos import (  # the upstream fixture and helpers
+    assert_paused,
+    consuming,
+    run_until,
+    tick,
+)
+
+__all__ = ["consuming"]  # a fixture, used by name
+
+Consuming = tuple  # (connection, queue, consumer, received), as the upstream fixture yields
+
+
+def _pause_with_empty_reply(consuming: Consuming, hub: Hub | None) -> tuple[object, socket.socket]:
+    """The upstream ``pending_reply``, except that message 2 is published only once the
+    pending command has answered (so the test does not depend on which came first)."""
+    connection, queue, consumer, _ = consuming
+    channel = consumer.channel
+    if hub is not None:
+        connection.register_with_event_loop(hub)
+        tick(hub)
+    else:
+        connection.transport.cycle.on_poll_start()
+    pending = channel._in_poll
+    assert pending is not None
+    sock = pending._sock
+    consumer.qos(prefetch_count=1)
+    assert select.select([sock], [], [], 5)[0]  # the fetch found the queue empty
+    Producer(connection).publish(2, routing_key=queue.name, serializer="json")
+    return pending, sock
+
+
+def _broker() -> redis.Redis:
+    """A client of its own: the channel's client is busy with the pending command."""
+    return redis.Redis(host=os.environ["REDIS_HOST"], port=int(os.environ["REDIS_6379_TCP"]))
+
+
+def _assert_next_message_waits_on_the_list(consuming: Consuming) -> None:
+    _, queue, consumer, received = consuming
+    client = _broker()
+    assert [item.payload for item in received] == [1]
+    assert client.llen(queue.name) == 1  # message 2: on its queue, not popped
+    assert client.hkeys(consumer.channel.unacked_key) == [received[0].delivery_tag.encode()]
+
+
+def test_paused_hub_consumer_leaves_the_next_message_on_its_queue(consuming: Consuming) -> None:
+    """Pairs with ``test_hub_pauses_pending_brpop_until_ack[message]``.
+
+    Stock kombu's BRPOP reply, read after the ack, carries message 2. The platform's
+    pending command is a fetch (or a wait, which never pops): message 2 stays on the list
+    while the consumer is paused, where any other consumer can take it and a crash
+    cannot lose it, and after the ack a new fetch takes it.
+    """
+    connection, queue, consumer, received = consuming
+    channel = consumer.channel
+    hub = Hub()
+    try:
+        pending, sock = _pause_with_empty_reply(consuming, hub)
+        with patch.object(channel, "_brpop_start", wraps=channel._brpop_start) as start:
+            tick(hub)
+            assert_paused(connection, consumer, sock, hub)
+            assert channel._in_poll is pending
+            _assert_next_message_waits_on_the_list(consuming)
+            received[0].ack()
+            run_until(hub, lambda: len(received) == 2)
+            assert start.called  # the message was fetched after the pause, not before
+        assert received[1].payload == 2
+        received[1].ack()
+        assert _broker().hlen(channel.unacked_key) == 0
+        assert _broker().llen(queue.name) == 0
+    finally:
+        hub.close()
+
+
+def test_paused_drain_consumer_leaves_the_next_message_on_its_queue(
+    consuming: Consuming,
+) -> None:
+    """Pairs with ``test_drain_events_resumes_pending_brpop_without_resending``: the same
+    without an event loop (``drain_events``)."""
+    connection, queue, consumer, received = consuming
+    channel = consumer.channel
+    pending, sock = _pause_with_empty_reply(consuming, None)
+    with patch.object(channel, "_brpop_start", wraps=channel._brpop_start) as start:
+        with pytest.raises(TimeoutError):
+            connection.drain_events(timeout=0.01)
+        assert_paused(connection, consumer, sock)
+        assert channel._in_poll is pending
+        _assert_next_message_waits_on_the_list(consuming)
+        received[0].ack()
+        for _ in range(10):
+            if len(received) == 2:
+                break
+            with contextlib.suppress(TimeoutError):
+                connection.drain_events(timeout=1)
+        assert start.called
+    assert [item.payload for item in received] == [1, 2]
+    received[1].ack()
+    assert _broker().hlen(channel.unacked_key) == 0
+    assert _broker().llen(queue.name) == 0
