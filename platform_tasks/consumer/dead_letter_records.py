@@ -5,11 +5,9 @@ what goes in it when a consumer gives up on a job: the error as type, message an
 traceback, the raw form of a message that was not a readable envelope, and one alert
 grouped by queue + kind + error type so a storm of one failure is one Sentry issue.
 
-PostgreSQL refuses NUL characters in ``text`` (psycopg2 refuses to send them) and the
-``\\u0000`` escape in ``jsonb``, yet a message can carry them anywhere. A record is made
-storable before it is written (:meth:`DeadLetterRecord.storable`): NUL in a text column
-becomes the six characters ``\\u0000``, and a payload holding one is kept as the raw form
-with its JSON text in base64, so the row can always be written and nothing is lost.
+PostgreSQL refuses NUL characters in ``text`` and ``jsonb``, yet a message can carry them
+anywhere: the repository's insert writes them out as text (one rule for every dead-letter
+write), so the row can always be written and nothing is lost.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ import base64
 import json
 import traceback
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from platform_tasks.alerts import send_alert
@@ -48,36 +46,14 @@ class DeadLetterRecord:
     error_type: str | None
     reason: str
 
-    def storable(self) -> DeadLetterRecord:
-        """This record with every NUL character made storable (itself when there is none)."""
-        payload_text = json.dumps(self.payload, default=repr)
-        texts = (self.queue, self.kind, self.tenant_id, self.correlation_id, self.last_error,
-                 self.error_type)  # fmt: skip
-        if "\\u0000" not in payload_text and not any(t and NUL in t for t in texts):
-            return self
-        payload = self.payload
-        if "\\u0000" in payload_text:
-            payload = {
-                "raw": base64.b64encode(payload_text.encode("utf-8")).decode("ascii"),
-                "raw_encoding": "base64",
-                "content_type": "application/json",
-                "headers": {},
-                "note": "stored in base64: the payload holds NUL characters",
-            }
-        return replace(
-            self,
-            queue=_text(self.queue),
-            kind=_text(self.kind),
-            tenant_id=_text(self.tenant_id),
-            correlation_id=_text(self.correlation_id),
-            last_error=_text(self.last_error) or "",
-            error_type=_text(self.error_type),
-            payload=payload,
-        )
-
     def write(self, cursor: Any) -> int:
-        """Insert the row (made storable) in the cursor's transaction; the caller commits."""
-        record = self.storable()
+        """Insert the row in the cursor's transaction; the caller commits.
+
+        :func:`~platform_tasks.dead_letters.insert_dead_letter` makes every value storable
+        (NUL and lone surrogates written out as text, the paths recorded), so this write
+        cannot fail on what the message carried.
+        """
+        record = self
         return insert_dead_letter(
             cursor,
             job_id=record.job_id,
@@ -114,13 +90,6 @@ class DeadLetterRecord:
             ],
             exc=exc,
         )
-
-
-NUL = "\x00"
-
-
-def _text(value: str | None) -> str | None:
-    return value.replace(NUL, "\\u0000") if value else value
 
 
 def error_type_name(exc: BaseException) -> str:

@@ -8,7 +8,7 @@ content type and headers (``job_id`` when it can be read, else null), the pipeli
 hooks log, alert and count it, and only then is the message acked. When PostgreSQL does
 not answer, the message is put back on its queue instead and comes round again.
 
-A record that PostgreSQL refuses (NUL characters anywhere) is made storable first; if a
+The repository makes every record storable (NUL characters anywhere written out); if a
 write still fails for another reason, the record is written once more in its barest
 form (the whole message in base64). The callback never raises: an error escaping it
 would stop the worker, and the message would stop the next one.

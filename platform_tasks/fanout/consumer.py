@@ -206,6 +206,10 @@ def install_consumer(app: Any) -> None:
         run_fan_out(app, envelope, settings=settings)
 
     fan_out_consumer.__doc__ = "Publish one envelope per selected tenant (platform fan-out)."
-    app.task(base=PlatformTask, data_model=FanOutRequest, name=FANOUT_KIND)(fan_out_consumer)
+    # shared=False: the task belongs to this app alone (a shared task would be handed to
+    # every app created later in the process, bound to this app's settings)
+    app.task(base=PlatformTask, data_model=FanOutRequest, name=FANOUT_KIND, shared=False)(
+        fan_out_consumer
+    )
     add_queue_source(app, lambda _app: [FANOUT_QUEUE])
     app.steps["worker"].add(TenantsQueryCheckStep)

@@ -177,8 +177,11 @@ def test_nul_in_data_becomes_a_storable_dead_letter_and_the_next_job_applies(
     result = pipeline.apply(bad, attempt=MAX_ATTEMPTS)
     assert result.state == "FAILURE"
     ((job_id, reason, attempts, _, stored),) = dead_letters(pipeline)
-    assert (job_id, reason, attempts) == (bad["job_id"], "retries_exhausted", MAX_ATTEMPTS)
+    # the envelope model refuses NUL (it could not be stored as work either): poison,
+    # dead-lettered at once, its payload kept with NUL written out as text
+    assert (job_id, reason, attempts) == (bad["job_id"], "poison", 1)
     assert "\x00" not in str(stored)
+    assert stored["data"]["key"] == "a\\u0000b"  # the six characters \u0000, not NUL
     assert_next_job_applies(pipeline)
 
 
