@@ -1,7 +1,8 @@
 """A PlatformTask app whose tasks choose their own queues, as Celery users write them.
 
-- ``billing.charge`` declares ``queue="billing"`` on the task itself (the app lists its
-  queues in ``task_queues``, so ``billing`` is among them: Celery consumes only those);
+- ``billing.charge`` declares ``queue="billing"`` on the task itself and nothing else
+  names that queue: a worker started without ``-Q`` consumes it because it is a
+  PlatformTask's own queue;
 - ``ledger.post`` is routed to queue ``ledger``, whose binding uses routing key
   ``ledger.entries`` (a queue name that differs from its routing key);
 - ``secrets.leak`` returns and raises values that carry its payload data, so tests can
