@@ -1,4 +1,5 @@
-"""pytest helpers for scheduled jobs: explicit ticks against a real Redis.
+"""pytest helpers: scheduled jobs driven by explicit ticks, and consumers run by a real
+worker (the ``platform_*`` fixtures of :mod:`platform_tasks.consumer_testing`).
 
 ``JobTestScheduler`` discovers a jobs folder exactly like beat and runs the production
 rule code (points, the admission script, the runner with its start check and lease) with
@@ -43,6 +44,21 @@ from typing import Any
 import pytest
 import redis
 
+from platform_tasks.consumer_testing import (
+    JobOutcome,
+    PlatformJobs,
+    platform_app,
+    platform_celery_app,
+    platform_database_url,
+    platform_db,
+    platform_environment,
+    platform_jobs,
+    platform_redis_url,
+    platform_servers_dir,
+    platform_settings,
+    platform_truncate_tables,
+    platform_worker,
+)
 from platform_tasks.jobs.discovery import JobSet, discover_jobs
 from platform_tasks.jobs.runner import RunOutcome, run_point
 from platform_tasks.jobs.trigger import PointOutcome, PointResult, TriggerEngine
@@ -50,12 +66,25 @@ from platform_tasks.keys import jobs_namespace
 from platform_tasks.leases import JobLeases
 
 __all__ = [
+    "JobOutcome",
     "JobTestScheduler",
+    "PlatformJobs",
     "TickResult",
     "create_test_app",
     "job_scheduler",
     "job_scheduler_factory",
     "job_scheduler_started_at",
+    "platform_app",
+    "platform_celery_app",
+    "platform_database_url",
+    "platform_db",
+    "platform_environment",
+    "platform_jobs",
+    "platform_redis_url",
+    "platform_servers_dir",
+    "platform_settings",
+    "platform_truncate_tables",
+    "platform_worker",
 ]
 
 
