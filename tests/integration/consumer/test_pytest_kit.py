@@ -1,22 +1,27 @@
-"""The consumer-testing fixtures of the installed plugin, exercised by a real pytest run in
+"""The consumer-testing fixtures of the installed plugin, exercised by real pytest runs in
 a temporary project that declares its consumer the way the README does
 (``@app.task(base=PlatformTask, data_model=M)`` on ``def handler(envelope, tx)``) and
 tests it with the README's fixtures: applied once, a duplicate, a dead letter with its
-row, a retry scheduled, and a wait that times out.
+row, a retry scheduled, and a wait that times out. The README's own example runs
+verbatim too.
 
 The first run lets the kit start its own Redis and PostgreSQL from binaries with
 Celery's pytest plugins loaded (a user's default); the second names the suite's servers
 through ``PLATFORM_TEST_REDIS_URL`` / ``PLATFORM_TEST_DATABASE_URL`` with ``-p no:celery``
-(this project's own configuration), and its row must land in the suite's database.
+(this project's own configuration), and its row must land in the suite's database. A
+third imports the app at the top of ``conftest.py``, before the servers exist: the kit
+fails the test saying the app is not bound to them.
 """
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
 import psycopg2
 
+from tests.conftest import REPO_ROOT
 from tests.integration.jobs.pytest_project import run_pytest
 
 SHOP_APP = """
@@ -36,25 +41,33 @@ class Order(BaseModel):
 def record_order(envelope, tx):
     tx.execute("INSERT INTO orders (order_id, tenant_id) VALUES (%s, %s)",
                (envelope.data.order_id, envelope.tenant_id))
-    if envelope.data.fail == "permanent":
+    if envelope.data.fail == "permanent" or envelope.data.order_id < 0:
         raise PermanentError("order cannot be recorded")
     if envelope.data.fail == "transient":
         raise ConnectionError("payment service unavailable")
 """
 
+SCHEMA = """
+import psycopg2
+
+
+def create_tables(database_url):
+    conn = psycopg2.connect(database_url)
+    with conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE IF NOT EXISTS orders (order_id int, tenant_id text)")
+    conn.close()
+"""
+
 CONFTEST = """
 import pytest
+
+from shop.schema import create_tables
 
 
 @pytest.fixture(scope="session")
 def platform_celery_app(platform_environment, platform_database_url):
-    import psycopg2
-
-    conn = psycopg2.connect(platform_database_url)
-    with conn, conn.cursor() as cur:
-        cur.execute("CREATE TABLE IF NOT EXISTS orders (order_id int, tenant_id text)")
-    conn.close()
-    from shop_app import app  # imported here: create_app reads the test servers' settings
+    create_tables(platform_database_url)
+    from shop.celery_app import app  # imported here: create_app reads the test servers' settings
     return app
 
 
@@ -139,11 +152,31 @@ def test_the_row_lands_in_the_supplied_database(platform_jobs, platform_database
 """
 
 
-def write_shop(root: Path, tests: str) -> Path:
-    for name, source in {"shop_app.py": SHOP_APP, "conftest.py": CONFTEST,
+def write_shop(root: Path, tests: str, conftest: str = CONFTEST) -> Path:
+    """``root`` as a project: the ``shop`` package (app, consumer, schema), ``conftest.py``
+    and ``test_orders.py``."""
+    (root / "shop").mkdir()
+    for name, source in {"shop/__init__.py": "", "shop/celery_app.py": SHOP_APP,
+                         "shop/schema.py": SCHEMA, "conftest.py": conftest,
                          "test_orders.py": tests}.items():  # fmt: skip
         (root / name).write_text(textwrap.dedent(source))
     return root
+
+
+def readme_example() -> tuple[str, str]:
+    """The README's consumer-testing block, verbatim: (conftest.py, test_orders.py)."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = re.search(r"```python\n(# conftest\.py\n.*?)```", readme, re.S)
+    assert block, "the README's consumer-testing example is gone"
+    conftest, marker, tests = block.group(1).partition("# test_orders.py\n")
+    assert marker, "the README example names test_orders.py"
+    return conftest, tests
+
+
+def test_the_readme_example_passes_as_written(tmp_path: Path) -> None:
+    conftest, tests = readme_example()
+    outcome = run_pytest(write_shop(tmp_path, tests, conftest))
+    assert (outcome.passed, outcome.failed, outcome.errors) == (2, 0, 0), outcome.output
 
 
 def test_the_kit_runs_a_projects_consumer_tests_on_servers_it_starts(tmp_path: Path) -> None:
@@ -170,3 +203,22 @@ def test_the_kit_uses_the_servers_a_user_supplies(
         assert cur.fetchall() == [(42, "supplied")]
         cur.execute("DROP TABLE public.orders")
     conn.close()
+
+
+EARLY_IMPORT_CONFTEST = """
+import pytest
+
+from shop.celery_app import app  # built at collection, before the test servers exist
+
+
+@pytest.fixture(scope="session")
+def platform_celery_app():
+    return app
+"""
+
+
+def test_an_app_built_before_the_test_servers_is_reported(tmp_path: Path) -> None:
+    outcome = run_pytest(write_shop(tmp_path, SUPPLIED_SERVER_TESTS, EARLY_IMPORT_CONFTEST))
+    assert (outcome.passed, outcome.errors) == (0, 1), outcome.output
+    assert "platform_celery_app is not bound to the test servers" in outcome.output
+    assert "PLATFORM_REDIS_URL, PLATFORM_DATABASE_URL differ" in outcome.output
