@@ -402,13 +402,26 @@ def platform_app(platform_celery_app: Any, platform_redis_url: str,
 
 
 @pytest.fixture(scope="session")
-def platform_worker(platform_app: Any) -> Iterator[Any]:
+def platform_worker_parameters() -> Mapping[str, Any]:
+    """Extra keyword arguments for ``start_worker`` (``loglevel``, ``hostname``,
+    ``shutdown_timeout``...), like ``celery.contrib.pytest``'s ``celery_worker_parameters``."""
+    return {}
+
+
+@pytest.fixture(scope="session")
+def platform_worker(platform_app: Any, platform_worker_parameters: Mapping[str, Any]
+                    ) -> Iterator[Any]:  # fmt: skip
     """Celery's embedded test worker (``start_worker``: solo pool, a thread of the test
-    process) consuming every queue a plain ``celery -A app worker`` would."""
+    process) consuming every queue a plain ``celery -A app worker`` would.
+
+    No ping check: it needs a result backend, and platform apps ignore results.
+    """
     from celery.contrib.testing.worker import start_worker
 
-    with start_worker(platform_app, pool="solo", concurrency=1, perform_ping_check=False,
-                      loglevel="WARNING", shutdown_timeout=30.0) as worker:  # fmt: skip
+    options: dict[str, Any] = {"pool": "solo", "concurrency": 1, "loglevel": "WARNING",
+                               "shutdown_timeout": 30.0}  # fmt: skip
+    options.update(platform_worker_parameters)
+    with start_worker(platform_app, perform_ping_check=False, **options) as worker:
         yield worker
 
 

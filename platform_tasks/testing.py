@@ -58,6 +58,7 @@ from platform_tasks.consumer_testing import (
     platform_settings,
     platform_truncate_tables,
     platform_worker,
+    platform_worker_parameters,
 )
 from platform_tasks.jobs.discovery import JobSet, discover_jobs
 from platform_tasks.jobs.runner import RunOutcome, run_point
@@ -85,6 +86,7 @@ __all__ = [
     "platform_settings",
     "platform_truncate_tables",
     "platform_worker",
+    "platform_worker_parameters",
 ]
 
 

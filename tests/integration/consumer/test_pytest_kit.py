@@ -8,7 +8,8 @@ verbatim too.
 The first run lets the kit start its own Redis and PostgreSQL from binaries with
 Celery's pytest plugins loaded (a user's default); the second names the suite's servers
 through ``PLATFORM_TEST_REDIS_URL`` / ``PLATFORM_TEST_DATABASE_URL`` with ``-p no:celery``
-(this project's own configuration), and its row must land in the suite's database. A
+(this project's own configuration) and binds an app factory with ``settings=``; its row
+must land in the suite's database. A
 third imports the app at the top of ``conftest.py``, before the servers exist: the kit
 fails the test saying the app is not bound to them.
 """
@@ -140,11 +141,46 @@ def test_a_job_nobody_consumes_times_out(platform_jobs):
         platform_jobs.wait(job_id, timeout=1)
 """
 
+FACTORY = """
+from platform_tasks import PlatformTask, create_app
+
+
+def make_app(settings=None):
+    app = create_app("shop_factory", settings=settings)
+
+    @app.task(base=PlatformTask, name="shop.record_order")
+    def record_order(envelope, tx):
+        tx.execute("INSERT INTO orders (order_id, tenant_id) VALUES (%s, %s)",
+                   (envelope.data["order_id"], envelope.tenant_id))
+
+    return app
+"""
+
+FACTORY_CONFTEST = """
+import pytest
+
+from shop.factory import make_app
+from shop.schema import create_tables
+
+
+@pytest.fixture(scope="session")
+def platform_celery_app(platform_settings, platform_database_url):
+    create_tables(platform_database_url)
+    return make_app(settings=platform_settings)
+
+
+@pytest.fixture(scope="session")
+def platform_worker_parameters():
+    return {"hostname": "shop-tests@localhost"}
+"""
+
 SUPPLIED_SERVER_TESTS = """
-def test_the_row_lands_in_the_supplied_database(platform_jobs, platform_database_url):
+def test_the_row_lands_in_the_supplied_database(platform_jobs, platform_database_url,
+                                                platform_worker):
     import os
 
     assert platform_database_url == os.environ["PLATFORM_TEST_DATABASE_URL"]
+    assert platform_worker.hostname == "shop-tests@localhost"
     job_id = platform_jobs.publish("default", {"tenant_id": "supplied",
                                                "kind": "shop.record_order",
                                                "data": {"order_id": 42}})
@@ -189,11 +225,16 @@ def test_the_kit_runs_a_projects_consumer_tests_on_servers_it_starts(tmp_path: P
 def test_the_kit_uses_the_servers_a_user_supplies(
     tmp_path: Path, redis_url: str, database_url: str
 ) -> None:
+    """Servers named by the two variables, and the other way to bind an app: a factory
+    called with ``settings=platform_settings`` (the app module is imported at the top of
+    ``conftest.py``, which is fine for a factory)."""
     with psycopg2.connect(database_url) as conn, conn.cursor() as cur:
         cur.execute("DROP TABLE IF EXISTS public.orders")
     conn.close()
+    project = write_shop(tmp_path, SUPPLIED_SERVER_TESTS, FACTORY_CONFTEST)
+    (project / "shop" / "factory.py").write_text(textwrap.dedent(FACTORY))
     outcome = run_pytest(
-        write_shop(tmp_path, SUPPLIED_SERVER_TESTS),
+        project,
         env={"PLATFORM_TEST_REDIS_URL": redis_url, "PLATFORM_TEST_DATABASE_URL": database_url},
         args=["-p", "no:celery"],
     )
