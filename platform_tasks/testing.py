@@ -24,8 +24,11 @@ Fixtures (registered through the ``pytest11`` entry point):
 * ``job_scheduler_factory``: ``job_scheduler_factory(jobs_dir, started_at=..., ...)``
   for other folders and start times; the schedulers of one test share a namespace, so
   two of them behave as two beat replicas.
+* ``platform_*`` (``platform_redis_url``, ``platform_database_url``, ``platform_app``,
+  ``platform_worker``, ``platform_jobs``...): consumers run by Celery's embedded test
+  worker against real servers; see :mod:`platform_tasks.consumer_testing`.
 
-Both connect to ``job_scheduler_redis_url`` (override that fixture, default
+The job scheduler fixtures connect to ``job_scheduler_redis_url`` (override that fixture, default
 ``PLATFORM_REDIS_URL``), use a key namespace of their own per test and delete their keys
 at teardown. Apps built with :func:`create_test_app` schedule nothing, in beat or in a
 worker.
