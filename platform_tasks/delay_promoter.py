@@ -124,6 +124,11 @@ class DelayPromoterStep(bootsteps.StartStopStep):  # type: ignore[misc]
     def shutdown(self, worker: Any) -> None:
         self.stop(worker)
 
+    def terminate(self, worker: Any) -> None:
+        """A cold shutdown (``WorkController.terminate``, Celery's embedded test worker)
+        stops the promoter too: ``StartStopStep.terminate`` only stops a step's ``obj``."""
+        self.stop(worker)
+
 
 def install(app: Any) -> None:
     """Run a promoter in every worker of ``app``."""

@@ -1,4 +1,5 @@
-"""pytest helpers for scheduled jobs: explicit ticks against a real Redis.
+"""pytest helpers: scheduled jobs driven by explicit ticks, and consumers run by a real
+worker (the ``platform_*`` fixtures of :mod:`platform_tasks.consumer_testing`).
 
 ``JobTestScheduler`` discovers a jobs folder exactly like beat and runs the production
 rule code (points, the admission script, the runner with its start check and lease) with
@@ -23,8 +24,11 @@ Fixtures (registered through the ``pytest11`` entry point):
 * ``job_scheduler_factory``: ``job_scheduler_factory(jobs_dir, started_at=..., ...)``
   for other folders and start times; the schedulers of one test share a namespace, so
   two of them behave as two beat replicas.
+* ``platform_*`` (``platform_redis_url``, ``platform_database_url``, ``platform_app``,
+  ``platform_worker``, ``platform_jobs``...): consumers run by Celery's embedded test
+  worker against real servers; see :mod:`platform_tasks.consumer_testing`.
 
-Both connect to ``job_scheduler_redis_url`` (override that fixture, default
+The job scheduler fixtures connect to ``job_scheduler_redis_url`` (override that fixture, default
 ``PLATFORM_REDIS_URL``), use a key namespace of their own per test and delete their keys
 at teardown. Apps built with :func:`create_test_app` schedule nothing, in beat or in a
 worker.
@@ -43,6 +47,22 @@ from typing import Any
 import pytest
 import redis
 
+from platform_tasks.consumer_testing import (
+    JobOutcome,
+    PlatformJobs,
+    platform_app,
+    platform_celery_app,
+    platform_database_url,
+    platform_db,
+    platform_environment,
+    platform_jobs,
+    platform_redis_url,
+    platform_servers_dir,
+    platform_settings,
+    platform_truncate_tables,
+    platform_worker,
+    platform_worker_parameters,
+)
 from platform_tasks.jobs.discovery import JobSet, discover_jobs
 from platform_tasks.jobs.runner import RunOutcome, run_point
 from platform_tasks.jobs.trigger import PointOutcome, PointResult, TriggerEngine
@@ -50,12 +70,26 @@ from platform_tasks.keys import jobs_namespace
 from platform_tasks.leases import JobLeases
 
 __all__ = [
+    "JobOutcome",
     "JobTestScheduler",
+    "PlatformJobs",
     "TickResult",
     "create_test_app",
     "job_scheduler",
     "job_scheduler_factory",
     "job_scheduler_started_at",
+    "platform_app",
+    "platform_celery_app",
+    "platform_database_url",
+    "platform_db",
+    "platform_environment",
+    "platform_jobs",
+    "platform_redis_url",
+    "platform_servers_dir",
+    "platform_settings",
+    "platform_truncate_tables",
+    "platform_worker",
+    "platform_worker_parameters",
 ]
 
 

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,16 +49,19 @@ def _count(output: str, word: str) -> int:
     return int(found.group(1)) if found else 0
 
 
-def run_pytest(project: Path, *, env: dict[str, str] | None = None) -> PytestOutcome:
+def run_pytest(
+    project: Path, *, env: dict[str, str] | None = None, args: Sequence[str] = ()
+) -> PytestOutcome:
     """``python -m pytest -q`` in ``project`` with a user's environment (no PLATFORM_*
-    unless ``env`` adds some); the plugin comes from the installed entry point."""
+    unless ``env`` adds some) and the extra command-line ``args``; the plugin comes from
+    the installed entry point."""
     environment = {k: v for k, v in os.environ.items()
                    if not k.startswith(("PLATFORM_", "PYTEST_", "SENTRY_"))}  # fmt: skip
     environment.pop("PYTHONPATH", None)
     environment.update(env or {})
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "-W", "error", "--rootdir", str(project), str(project)],
+         "-W", "error", *args, "--rootdir", str(project), str(project)],
         cwd=project, env=environment, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     output = done.stdout + done.stderr
