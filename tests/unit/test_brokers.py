@@ -82,10 +82,10 @@ def test_a_time_limit_above_the_consumer_timeout_is_refused() -> None:
     settings = PlatformSettings.build(broker_url=AMQP, rabbitmq_consumer_timeout_seconds=600)
     app = create_app("amqp_limits", settings=settings)
 
-    @app.task(name="tests.long", time_limit=900)
+    @app.task(name="tests.long", time_limit=900, shared=False)
     def long() -> None: ...
 
-    @app.task(name="tests.short", time_limit=30)
+    @app.task(name="tests.short", time_limit=30, shared=False)
     def short() -> None: ...
 
     with pytest.raises(ConfigurationError) as caught:

@@ -118,7 +118,8 @@ def test_marketing_pauses_while_its_sends_already_wait_for_provider_tokens(
     settings = PlatformSettings.build(redis_url=redis_url, profile="test")
     app = create_app("yield_it3", settings=settings)
 
-    @app.task(base=NotificationTask, name="shop.blast", rail="marketing", lazy=False)
+    @app.task(base=NotificationTask, name="shop.blast", rail="marketing", lazy=False,
+              shared=False)  # fmt: skip
     def blast(envelope: Any, tx: Any) -> None: ...
 
     app.amqp.queues.select([MARKETING])

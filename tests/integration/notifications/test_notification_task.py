@@ -72,14 +72,15 @@ def make_rails(settings: PlatformSettings, server: ResendLikeServer, **overrides
     values.update(resend_api_key=API_KEY, resend_base_url=server.url, **overrides)
     app = create_app("notif_it", settings=PlatformSettings.build(**values))
 
-    @app.task(base=NotificationTask, data_model=Receipt, name="shop.receipt")
+    @app.task(base=NotificationTask, data_model=Receipt, name="shop.receipt", shared=False)
     def receipt(envelope: Any, tx: Any) -> EmailMessage:
         tx.execute("SELECT 1")
         return EmailMessage(
             "Shop <shop@example.com>", envelope.data.email, "Your receipt", text="thanks"
         )
 
-    @app.task(base=NotificationTask, data_model=Chunk, name="shop.blast", rail="marketing")
+    @app.task(base=NotificationTask, data_model=Chunk, name="shop.blast", rail="marketing",
+              shared=False)  # fmt: skip
     def blast(envelope: Any, tx: Any) -> list[EmailMessage]:
         return [
             EmailMessage("news@example.com", r, "News", html="<p>hi</p>")
@@ -214,7 +215,8 @@ def test_server_error_is_an_ordinary_retry(
 
 def test_declaration_errors_name_the_option(rails: Rails) -> None:
     def declare(**options: Any) -> None:
-        @rails.app.task(base=NotificationTask, name="shop.bad", lazy=False, **options)
+        @rails.app.task(base=NotificationTask, name="shop.bad", lazy=False, shared=False,
+                        **options)  # fmt: skip
         def bad(envelope: Any, tx: Any) -> None: ...
 
     with pytest.raises(ConfigurationError, match="rail 'bulk'"):

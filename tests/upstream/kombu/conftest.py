@@ -10,8 +10,8 @@ runs the same suite on kombu's own transport, as the reference.
 The platform transport differs from kombu's on purpose in a few tests; those are listed
 in :data:`DOCUMENTED_DIFFERENCES` and ``test_documented_differences.py`` asserts the
 platform behaviour instead (see ``docs/transport.md``, "Differences from kombu's
-transport"). A listed test is expected to fail here (strict xfail): if it starts to pass,
-the behaviour changed and the run fails.
+transport"). A listed test is deselected on the platform transport: its outcome there
+depends on timing (see :func:`pytest_collection_modifyitems`).
 """
 
 from __future__ import annotations
@@ -83,12 +83,22 @@ def _test_id(item: pytest.Item, *, params: bool = True) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the documented differences on the platform transport (pytest reports them
+    as deselected, never as passed).
+
+    On the platform transport their outcome depends on timing: whether message 2 is
+    published before or after the pending fetch answered decides where it waits, so an
+    expected failure would sometimes pass. ``test_documented_differences.py`` fixes that
+    order and asserts the platform's behaviour instead.
+    """
     if on_stock():
         return
+    kept, deselected = [], []
     for item in items:
-        reason = DOCUMENTED_DIFFERENCES.get(_test_id(item))
-        if reason:
-            item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
+        (deselected if _test_id(item) in DOCUMENTED_DIFFERENCES else kept).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,8 +1,9 @@
 """What the platform transport does where kombu's own suite expects stock behaviour.
 
 Each test here pairs with an upstream test listed in ``conftest.DOCUMENTED_DIFFERENCES``
-(run there as a strict xfail) and asserts the platform's behaviour in the same scenario,
-with the upstream suite's own fixture and helpers. See ``docs/transport.md``,
+(deselected there: its outcome on this transport depends on timing) and asserts the
+platform's behaviour in the same scenario, with the upstream suite's own fixture and
+helpers. See ``docs/transport.md``,
 "Differences from kombu's transport".
 """
 
