@@ -21,9 +21,19 @@ SAFE_EVICTION_POLICIES = frozenset({"noeviction"})
 """Every other policy may evict a lease (all of them carry a TTL) or a marker."""
 
 
-def build_redis(settings: PlatformSettings, *, timeout: float = 5.0) -> Any:
-    """A new client for ``settings.redis_url``, cluster-aware when configured."""
-    options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+def build_redis(
+    settings: PlatformSettings, *, timeout: float = 5.0, connect_timeout: float | None = None
+) -> Any:
+    """A new client for ``settings.redis_url``, cluster-aware when configured.
+
+    Every client of the platform's own Redis (leases, rate limits, delivery counts) is
+    built here, so ``PLATFORM_REDIS_CLUSTER=true`` reaches all of them; the broker's Redis
+    is never a cluster and keeps its plain client.
+    """
+    options: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout if connect_timeout is None else connect_timeout,
+    }
     if settings.redis_cluster:
         return RedisCluster.from_url(settings.redis_url, **options)
     return redis.Redis.from_url(settings.redis_url, **options)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
+from redis.cluster import RedisCluster
 
 from platform_tasks.consumer.retry import RetryPolicy
 from platform_tasks.keys import DeliveryKeys
@@ -66,9 +67,14 @@ class DeliveryState:
 
 
 class DeliveryCounter:
-    """The per-job delivery state, one small Redis hash per job that needed one."""
+    """The per-job delivery state, one small Redis hash per job that needed one.
 
-    def __init__(self, client: redis.Redis, keys: DeliveryKeys) -> None:
+    ``client`` is the platform's Redis, a :class:`RedisCluster` with
+    ``PLATFORM_REDIS_CLUSTER=true``: every call and pipeline touches one job's one key,
+    so one slot, and the transactions (``MULTI``) run on that slot's node.
+    """
+
+    def __init__(self, client: redis.Redis | RedisCluster, keys: DeliveryKeys) -> None:
         self.client = client
         self.keys = keys
 

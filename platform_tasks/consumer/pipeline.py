@@ -79,6 +79,7 @@ from platform_tasks.envelope import Envelope, parse_envelope
 from platform_tasks.errors import DeadLettered, EnvelopeError, Throttled
 from platform_tasks.keys import delivery_keys
 from platform_tasks.queue_port import QueuePort
+from platform_tasks.redis_client import build_redis
 
 logger = logging.getLogger(__name__)
 
@@ -109,9 +110,7 @@ class DeliveryPipeline:
     @classmethod
     def for_app(cls, app: Any, database_url: str) -> DeliveryPipeline:
         settings = app.platform_settings
-        client = redis.Redis.from_url(
-            settings.redis_url, socket_timeout=10, socket_connect_timeout=5
-        )
+        client = build_redis(settings, timeout=10, connect_timeout=5)  # cluster-aware
         return cls(
             app,
             Database(database_url, autocommit=True),

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 import psycopg2
 import redis
+from redis.exceptions import RedisClusterException
 
 from platform_tasks.database import DatabaseUnavailable
 from platform_tasks.errors import ServersUnavailable
@@ -32,6 +33,7 @@ INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
     psycopg2.OperationalError,
     psycopg2.InterfaceError,
     redis.RedisError,
+    RedisClusterException,  # no node of the cluster answers (not a RedisError)
 )
 """Errors of the platform's own server calls after which a delivery waits and starts over."""
 

@@ -39,7 +39,13 @@ app = create_app(
     },
     task_default_queue=QUEUE,
 )
-_redis = redis.Redis.from_url(os.environ.get("PLATFORM_REDIS_URL", "redis://127.0.0.1:6379/0"))
+# the runs counter lives on a single Redis: the broker's when that is a Redis of its own
+# (the platform's Redis may then be a Redis Cluster), the platform's Redis otherwise
+_broker_url = os.environ.get("PLATFORM_BROKER_URL", "")
+_redis = redis.Redis.from_url(
+    _broker_url if _broker_url.startswith("redis")
+    else os.environ.get("PLATFORM_REDIS_URL", "redis://127.0.0.1:6379/0")
+)  # fmt: skip
 
 
 class Work(BaseModel):
