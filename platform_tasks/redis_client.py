@@ -11,14 +11,25 @@ from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from platform_tasks.errors import JobStartupError, UnsafeRedisError
 from platform_tasks.settings import PlatformSettings
 
-__all__ = ["SAFE_EVICTION_POLICIES", "ManagedRedis", "build_redis", "check_redis_safe"]
+__all__ = [
+    "REDIS_ERRORS",
+    "SAFE_EVICTION_POLICIES",
+    "ManagedRedis",
+    "build_redis",
+    "check_redis_safe",
+]
 
 SAFE_EVICTION_POLICIES = frozenset({"noeviction"})
 """Every other policy may evict a lease (all of them carry a TTL) or a marker."""
+
+REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, RedisClusterException)
+"""What a call to the platform's Redis raises when it fails: a :class:`RedisCluster` whose
+nodes all stopped answering raises ``RedisClusterException``, which is no ``RedisError``."""
 
 
 def build_redis(
