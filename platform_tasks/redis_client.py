@@ -14,7 +14,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
 from platform_tasks.errors import JobStartupError, UnsafeRedisError
-from platform_tasks.settings import PlatformSettings
+from platform_tasks.settings import PlatformSettings, redact_url
 
 __all__ = [
     "REDIS_ERRORS",
@@ -55,7 +55,15 @@ class ManagedRedis:
 
     def __init__(self, settings: PlatformSettings, client: Any | None = None) -> None:
         self.owned = client is None
-        self.client = client if client is not None else build_redis(settings)
+        if client is None:
+            try:
+                client = build_redis(settings)  # a RedisCluster connects right here
+            except REDIS_ERRORS as exc:
+                raise JobStartupError(
+                    f"PLATFORM_REDIS_URL: Redis Cluster {redact_url(settings.redis_url)} is "
+                    f"unreachable (PLATFORM_REDIS_CLUSTER=true): {exc}"
+                ) from exc
+        self.client = client
 
     def close(self) -> None:
         if self.owned:

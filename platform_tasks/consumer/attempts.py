@@ -17,6 +17,7 @@ dead-lettered meanwhile (``done``), so a late duplicate is not run again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -74,9 +75,28 @@ class DeliveryCounter:
     so one slot, and the transactions (``MULTI``) run on that slot's node.
     """
 
-    def __init__(self, client: redis.Redis | RedisCluster, keys: DeliveryKeys) -> None:
-        self.client = client
+    def __init__(
+        self,
+        client: redis.Redis | RedisCluster | None,
+        keys: DeliveryKeys,
+        *,
+        connect: Callable[[], redis.Redis | RedisCluster] | None = None,
+    ) -> None:
+        if client is None and connect is None:
+            raise ValueError("DeliveryCounter needs a client or a connect callable")
+        self._client = client
+        self._connect = connect
         self.keys = keys
+
+    @property
+    def client(self) -> redis.Redis | RedisCluster:
+        """The client, built on first use by ``connect``: a :class:`RedisCluster` connects
+        when it is built, and a cluster that is down then must make the delivery wait
+        like any Redis error, not fail the task outside the pipeline's judgement."""
+        if self._client is None:
+            assert self._connect is not None
+            self._client = self._connect()
+        return self._client
 
     def observe(self, consumer: str, job_id: str, *, redelivered: bool, ttl_seconds: int
                 ) -> DeliveryState:  # fmt: skip

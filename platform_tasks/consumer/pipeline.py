@@ -109,11 +109,14 @@ class DeliveryPipeline:
     @classmethod
     def for_app(cls, app: Any, database_url: str) -> DeliveryPipeline:
         settings = app.platform_settings
-        client = build_redis(settings, timeout=10, connect_timeout=5)  # cluster-aware
         return cls(
             app,
             Database(database_url, autocommit=True),
-            DeliveryCounter(client, delivery_keys(settings.profile)),
+            DeliveryCounter(
+                None,
+                delivery_keys(settings.profile),
+                connect=lambda: build_redis(settings, timeout=10, connect_timeout=5),
+            ),
         )
 
     def port(self) -> QueuePort:

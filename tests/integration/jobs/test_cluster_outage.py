@@ -14,7 +14,9 @@ from datetime import UTC, datetime
 import pytest
 from redis.cluster import RedisCluster
 
-from platform_tasks.harness import RedisClusterServers
+from platform_tasks.errors import JobStartupError
+from platform_tasks.harness import RedisClusterServers, free_port
+from platform_tasks.jobs.runtime import start_jobs
 from platform_tasks.redis_client import build_redis
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing import JobTestScheduler
@@ -61,3 +63,15 @@ def test_a_cluster_outage_skips_the_point_and_admission_resumes_after(
         assert [(r.outcome, r.run) for r in scheduler.tick(at=at)] == [("admitted", "succeeded")]
     finally:
         client.close()
+
+
+def test_an_unreachable_cluster_at_start_up_is_a_clear_error(jobs_dir, redis_url: str) -> None:
+    """Before, a raw ``RedisClusterException`` traceback stopped ``celery worker``."""
+    dead = f"redis://:s3cret-pass@127.0.0.1:{free_port()}/0"
+    folder = jobs_dir({"tick.py": RECORDING_JOB.format(
+        url=redis_url, schedule="interval=timedelta(minutes=1)")})  # fmt: skip
+    settings = PlatformSettings.build(redis_url=dead, redis_cluster=True, jobs_dir=folder)
+    with pytest.raises(JobStartupError, match="PLATFORM_REDIS_URL") as caught:
+        start_jobs(settings, app_name="a", role="worker")
+    assert "unreachable" in str(caught.value)
+    assert "s3cret-pass" not in str(caught.value)
