@@ -39,13 +39,12 @@ app = create_app(
     },
     task_default_queue=QUEUE,
 )
-# the runs counter lives on a single Redis: the broker's when that is a Redis of its own
-# (the platform's Redis may then be a Redis Cluster), the platform's Redis otherwise
-_broker_url = os.environ.get("PLATFORM_BROKER_URL", "")
+# CONSUMER_TEST_RUNS_REDIS_URL: a single Redis for the runs counter when the platform's
+# own Redis is a Redis Cluster (PLATFORM_REDIS_CLUSTER=true)
 _redis = redis.Redis.from_url(
-    _broker_url if _broker_url.startswith("redis")
-    else os.environ.get("PLATFORM_REDIS_URL", "redis://127.0.0.1:6379/0")
-)  # fmt: skip
+    os.environ.get("CONSUMER_TEST_RUNS_REDIS_URL")
+    or os.environ.get("PLATFORM_REDIS_URL", "redis://127.0.0.1:6379/0")
+)
 
 
 class Work(BaseModel):

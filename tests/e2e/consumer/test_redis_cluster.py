@@ -2,7 +2,8 @@
 
 The platform's own Redis (``PLATFORM_REDIS_URL``) is a Redis Cluster started by the
 harness; the broker (``PLATFORM_BROKER_URL``) is the harness's single Redis, because a
-Redis Cluster cannot be a broker (kombu has no cluster transport). The worker starts as
+Redis Cluster cannot be a broker (kombu has no cluster transport). The test app counts
+handler runs on that single Redis. The worker starts as
 the README says (``celery -A app worker``, no ``-Q``). It counts failed attempts and
 redeliveries on the cluster: a plain client there answers ``MOVED`` for the keys of two
 of the three nodes. The cluster is started once for the module.
@@ -102,7 +103,9 @@ def test_delivery_counts_live_on_the_cluster_one_slot_per_job(
 
 
 @pytest.fixture
-def worker(cluster_settings: PlatformSettings, tmp_path: Path) -> Iterator[CeleryProcess]:
+def worker(
+    cluster_settings: PlatformSettings, redis_url: str, tmp_path: Path
+) -> Iterator[CeleryProcess]:
     env = platform_env(redis_url=cluster_settings.redis_url,
                        database_url=str(cluster_settings.database_url), extra={
         "PLATFORM_REDIS_CLUSTER": "true",
@@ -110,6 +113,7 @@ def worker(cluster_settings: PlatformSettings, tmp_path: Path) -> Iterator[Celer
         "PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "5",
         "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1",
         "CONSUMER_TEST_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
+        "CONSUMER_TEST_RUNS_REDIS_URL": redis_url,
     })  # fmt: skip
     with celery_processes() as started:
         argv = worker_argv("tests.apps.consumer_app", concurrency=2)
@@ -172,7 +176,7 @@ def test_a_worker_applies_retries_and_dead_letters_with_the_cluster(
         # three crashes, three counted redeliveries: the third is refused, not run
         assert crashing[b"done"] == b"1" and int(crashing[b"c"]) == MAX_ATTEMPTS
         assert client.exists(keys.deliveries(CONSUMER, jobs["retried"]["job_id"])) == 0
-        assert redis_client.keys("platform:test:consumer:*") == []  # nothing on the broker
+        assert redis_client.keys("platform:test:consumer:*") == []  # none on the single Redis
     finally:
         client.close()
     assert "MovedError" not in worker.log()

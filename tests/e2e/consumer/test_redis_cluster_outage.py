@@ -44,6 +44,7 @@ def test_a_job_waits_while_the_cluster_is_down_and_is_applied_once_after(
     query(database_url, "TRUNCATE public.consumer_work")
     env = platform_env(redis_url=cluster.url, database_url=database_url, extra={
         "PLATFORM_REDIS_CLUSTER": "true", "PLATFORM_BROKER_URL": redis_url,
+        "CONSUMER_TEST_RUNS_REDIS_URL": redis_url,
     })  # fmt: skip
     producer = create_app("cluster_outage_producer", settings=settings)
     port = QueuePort(producer)
@@ -94,6 +95,7 @@ def test_a_pool_process_whose_first_job_finds_the_cluster_down_waits_then_applie
     query(database_url, "TRUNCATE public.consumer_work")
     env = platform_env(redis_url=cluster.url, database_url=database_url, extra={
         "PLATFORM_REDIS_CLUSTER": "true", "PLATFORM_BROKER_URL": redis_url,
+        "CONSUMER_TEST_RUNS_REDIS_URL": redis_url,
     })  # fmt: skip
     producer = create_app("cluster_outage_producer", settings=settings)
     port = QueuePort(producer)
