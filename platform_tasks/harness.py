@@ -335,8 +335,6 @@ class RedisClusterServers:
         return self.servers[0].url
 
     def start(self, timeout: float = 60.0) -> RedisClusterServers:
-        import redis
-
         for server in self.servers:
             server.start()
         addresses = [f"127.0.0.1:{server.port}" for server in self.servers]
@@ -345,20 +343,32 @@ class RedisClusterServers:
              "--cluster-replicas", "0", "--cluster-yes"],
             check=True, capture_output=True, timeout=timeout,
         )  # fmt: skip
+        wait_until(self.cluster_ok, timeout=timeout, message="redis cluster state ok")
+        return self
 
-        def cluster_ok() -> bool:
-            for server in self.servers:
-                client = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=1)
-                try:
-                    info = client.execute_command("CLUSTER", "INFO")  # type: ignore[no-untyped-call]
-                finally:
-                    client.close()
-                text = info.decode() if isinstance(info, bytes) else str(info)
-                if "cluster_state:ok" not in text:
-                    return False
-            return True
+    def cluster_ok(self) -> bool:
+        """Every node answers and reports ``cluster_state:ok``."""
+        import redis
 
-        wait_until(cluster_ok, timeout=timeout, message="redis cluster state ok")
+        for server in self.servers:
+            client = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=1)
+            try:
+                info = client.execute_command("CLUSTER", "INFO")  # type: ignore[no-untyped-call]
+            except redis.RedisError:
+                return False
+            finally:
+                client.close()
+            text = info.decode() if isinstance(info, bytes) else str(info)
+            if "cluster_state:ok" not in text:
+                return False
+        return True
+
+    def restart(self, timeout: float = 60.0) -> RedisClusterServers:
+        """Start the stopped nodes again: they rejoin from their ``nodes.conf``."""
+        for server in self.servers:
+            if not server.running:
+                server.start()
+        wait_until(self.cluster_ok, timeout=timeout, message="redis cluster state ok again")
         return self
 
     def stop(self) -> None:

@@ -11,19 +11,40 @@ from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from platform_tasks.errors import JobStartupError, UnsafeRedisError
-from platform_tasks.settings import PlatformSettings
+from platform_tasks.settings import PlatformSettings, redact_url
 
-__all__ = ["SAFE_EVICTION_POLICIES", "ManagedRedis", "build_redis", "check_redis_safe"]
+__all__ = [
+    "REDIS_ERRORS",
+    "SAFE_EVICTION_POLICIES",
+    "ManagedRedis",
+    "build_redis",
+    "check_redis_safe",
+]
 
 SAFE_EVICTION_POLICIES = frozenset({"noeviction"})
 """Every other policy may evict a lease (all of them carry a TTL) or a marker."""
 
+REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, RedisClusterException)
+"""What a call to the platform's Redis raises when it fails: a :class:`RedisCluster` whose
+nodes all stopped answering raises ``RedisClusterException``, which is no ``RedisError``."""
 
-def build_redis(settings: PlatformSettings, *, timeout: float = 5.0) -> Any:
-    """A new client for ``settings.redis_url``, cluster-aware when configured."""
-    options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+
+def build_redis(
+    settings: PlatformSettings, *, timeout: float = 5.0, connect_timeout: float | None = None
+) -> Any:
+    """A new client for ``settings.redis_url``, cluster-aware when configured.
+
+    Every client of the platform's own Redis (leases, rate limits, delivery counts) is
+    built here, so ``PLATFORM_REDIS_CLUSTER=true`` reaches all of them; the broker's Redis
+    is never a cluster and keeps its plain client.
+    """
+    options: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout if connect_timeout is None else connect_timeout,
+    }
     if settings.redis_cluster:
         return RedisCluster.from_url(settings.redis_url, **options)
     return redis.Redis.from_url(settings.redis_url, **options)
@@ -34,7 +55,15 @@ class ManagedRedis:
 
     def __init__(self, settings: PlatformSettings, client: Any | None = None) -> None:
         self.owned = client is None
-        self.client = client if client is not None else build_redis(settings)
+        if client is None:
+            try:
+                client = build_redis(settings)  # a RedisCluster connects right here
+            except REDIS_ERRORS as exc:
+                raise JobStartupError(
+                    f"PLATFORM_REDIS_URL: Redis Cluster {redact_url(settings.redis_url)} is "
+                    f"unreachable (PLATFORM_REDIS_CLUSTER=true): {exc}"
+                ) from exc
+        self.client = client
 
     def close(self) -> None:
         if self.owned:

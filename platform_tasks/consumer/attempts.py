@@ -17,10 +17,12 @@ dead-lettered meanwhile (``done``), so a late duplicate is not run again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
+from redis.cluster import RedisCluster
 
 from platform_tasks.consumer.retry import RetryPolicy
 from platform_tasks.keys import DeliveryKeys
@@ -66,11 +68,35 @@ class DeliveryState:
 
 
 class DeliveryCounter:
-    """The per-job delivery state, one small Redis hash per job that needed one."""
+    """The per-job delivery state, one small Redis hash per job that needed one.
 
-    def __init__(self, client: redis.Redis, keys: DeliveryKeys) -> None:
-        self.client = client
+    ``client`` is the platform's Redis, a :class:`RedisCluster` with
+    ``PLATFORM_REDIS_CLUSTER=true``: every call and pipeline touches one job's one key,
+    so one slot, and the transactions (``MULTI``) run on that slot's node.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis | RedisCluster | None,
+        keys: DeliveryKeys,
+        *,
+        connect: Callable[[], redis.Redis | RedisCluster] | None = None,
+    ) -> None:
+        if client is None and connect is None:
+            raise ValueError("DeliveryCounter needs a client or a connect callable")
+        self._client = client
+        self._connect = connect
         self.keys = keys
+
+    @property
+    def client(self) -> redis.Redis | RedisCluster:
+        """The client, built on first use by ``connect``: a :class:`RedisCluster` connects
+        when it is built, and a cluster that is down then must make the delivery wait
+        like any Redis error, not fail the task outside the pipeline's judgement."""
+        if self._client is None:
+            assert self._connect is not None
+            self._client = self._connect()
+        return self._client
 
     def observe(self, consumer: str, job_id: str, *, redelivered: bool, ttl_seconds: int
                 ) -> DeliveryState:  # fmt: skip

@@ -41,7 +41,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-import redis
 from celery.exceptions import Retry
 
 from platform_tasks import idempotency
@@ -79,6 +78,7 @@ from platform_tasks.envelope import Envelope, parse_envelope
 from platform_tasks.errors import DeadLettered, EnvelopeError, Throttled
 from platform_tasks.keys import delivery_keys
 from platform_tasks.queue_port import QueuePort
+from platform_tasks.redis_client import REDIS_ERRORS, build_redis
 
 logger = logging.getLogger(__name__)
 
@@ -109,13 +109,14 @@ class DeliveryPipeline:
     @classmethod
     def for_app(cls, app: Any, database_url: str) -> DeliveryPipeline:
         settings = app.platform_settings
-        client = redis.Redis.from_url(
-            settings.redis_url, socket_timeout=10, socket_connect_timeout=5
-        )
         return cls(
             app,
             Database(database_url, autocommit=True),
-            DeliveryCounter(client, delivery_keys(settings.profile)),
+            DeliveryCounter(
+                None,
+                delivery_keys(settings.profile),
+                connect=lambda: build_redis(settings, timeout=10, connect_timeout=5),
+            ),
         )
 
     def port(self) -> QueuePort:
@@ -396,13 +397,13 @@ class DeliveryPipeline:
     def _forget(self, delivery: Delivery, envelope: Envelope[Any]) -> None:
         try:
             self.deliveries.forget(delivery.consumer, str(envelope.job_id))
-        except redis.RedisError:
+        except REDIS_ERRORS:
             _warn("could not clear the delivery count", "consumer.count_not_cleared")
 
     def _undo_count(self, delivery: Delivery, job: str) -> None:
         try:
             self.deliveries.undo(delivery.consumer, job)
-        except redis.RedisError:
+        except REDIS_ERRORS:
             _warn("could not take back a delivery count", "consumer.count_not_undone")
 
     def _exhaust(self, delivery: Delivery, envelope: Envelope[Any]) -> None:
@@ -410,7 +411,7 @@ class DeliveryPipeline:
         try:
             self.deliveries.exhaust(delivery.consumer, str(envelope.job_id),
                                     ttl_seconds=self._ttl(self._policy(delivery)))  # fmt: skip
-        except redis.RedisError:
+        except REDIS_ERRORS:
             _warn("could not mark the delivery budget spent", "consumer.budget_not_marked")
 
     def _policy(self, delivery: Delivery) -> RetryPolicy:

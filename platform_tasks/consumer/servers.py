@@ -17,10 +17,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import psycopg2
-import redis
 
 from platform_tasks.database import DatabaseUnavailable
 from platform_tasks.errors import ServersUnavailable
+from platform_tasks.redis_client import REDIS_ERRORS
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
     DatabaseUnavailable,
     psycopg2.OperationalError,
     psycopg2.InterfaceError,
-    redis.RedisError,
+    *REDIS_ERRORS,  # a Redis Cluster none of whose nodes answers raises no RedisError
 )
 """Errors of the platform's own server calls after which a delivery waits and starts over."""
 

@@ -22,11 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from celery.signals import task_postrun, task_prerun, task_revoked
 
 from platform_tasks.leases import JobLeases, LeaseOutcome
-from platform_tasks.redis_client import ManagedRedis
+from platform_tasks.redis_client import REDIS_ERRORS, ManagedRedis
 from platform_tasks.settings import PlatformSettings
 
 __all__ = ["LEASE_HEADER", "LeaseGrant", "install_lease_renewal"]
@@ -88,7 +87,7 @@ class _Renewer(threading.Thread):
                 outcome, _ = self.leases.renew(
                     self.grant.job, token=self.grant.token, lease_ttl_ms=self.grant.ttl_ms
                 )
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 logger.warning("lease renewal of %s failed: %s", self.grant.job, exc,
                                extra={"event": "beat_leases.renew_error"})  # fmt: skip
                 continue
@@ -134,7 +133,7 @@ class _LeaseKeeper:
             # most of its lease. Taken back if it lapsed meanwhile and nobody holds it.
             outcome, _ = leases.renew(grant.job, token=grant.token, lease_ttl_ms=grant.ttl_ms,
                                       reacquire=True)  # fmt: skip
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             logger.warning("lease renewal of %s failed: %s", grant.job, exc,
                            extra={"event": "beat_leases.renew_error"})  # fmt: skip
         else:
@@ -158,7 +157,7 @@ class _LeaseKeeper:
             return
         try:
             self._leases_for(grant).release(grant.job, token=grant.token)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             logger.warning(
                 "could not release the lease of %s (it expires by itself): %s", grant.job, exc,
                 extra={"event": "beat_leases.release_error"},

@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-import redis
-
 from platform_tasks.jobs import monitoring
 from platform_tasks.jobs.discovery import JobSet
 from platform_tasks.jobs.points import from_ms
 from platform_tasks.leases import JobLeases, LeaseOutcome
+from platform_tasks.redis_client import REDIS_ERRORS
 from platform_tasks.scheduler_metrics import lease_renewal_failed
 
 __all__ = ["JobContext", "RunOutcome", "RunRegistry", "run_point"]
@@ -104,7 +103,7 @@ class _Renewer(threading.Thread):
                 outcome, _ = self.leases.renew(
                     self.run_.job, token=self.run_.token, lease_ttl_ms=self.ttl_ms
                 )
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 outcome, reason = LeaseOutcome.LOST, f"redis error: {exc}"
                 lease_renewal_failed(self.run_.job, "redis_error")
             else:
@@ -152,7 +151,7 @@ def run_point(
             job, token=token, lease_ttl_ms=lease_ttl_ms, deadline_ms=period_end_ms,
             reacquire=True, now_ms=now_ms,
         )  # fmt: skip
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         logger.warning("start check of %s failed: %s", job, exc,
                        extra={"event": "jobs.start_check_error", "job": job})  # fmt: skip
         _log_run("jobs.run_skipped", job, point_ms, RunOutcome.SKIPPED_REDIS_ERROR)
@@ -196,7 +195,7 @@ def run_point(
 def _release(leases: JobLeases, job: str, token: str) -> None:
     try:
         leases.release(job, token=token)
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         logger.warning(
             "could not release the lease of %s (it expires by itself): %s", job, exc,
             extra={"event": "jobs.release_error", "job": job},

@@ -38,6 +38,7 @@ from platform_tasks.leases import (
     JobLeases,
     new_token,
 )
+from platform_tasks.redis_client import REDIS_ERRORS
 
 __all__ = ["DEFAULT_BATCH_SIZE", "PointOutcome", "PointResult", "TriggerEngine"]
 
@@ -279,7 +280,7 @@ class TriggerEngine:
             answers: list[Admission | redis.RedisError] = self.leases.admit_many(
                 requests, now_ms=now_ms if self.explicit_now else None
             )
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             logger.warning(
                 "admission of %d point(s) failed, points skipped: %s", len(chunk), exc,
                 extra={"event": "jobs.admission_error"},

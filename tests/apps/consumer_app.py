@@ -39,7 +39,12 @@ app = create_app(
     },
     task_default_queue=QUEUE,
 )
-_redis = redis.Redis.from_url(os.environ.get("PLATFORM_REDIS_URL", "redis://127.0.0.1:6379/0"))
+# CONSUMER_TEST_RUNS_REDIS_URL: a single Redis for the runs counter when the platform's
+# own Redis is a Redis Cluster (PLATFORM_REDIS_CLUSTER=true)
+_redis = redis.Redis.from_url(
+    os.environ.get("CONSUMER_TEST_RUNS_REDIS_URL")
+    or os.environ.get("PLATFORM_REDIS_URL", "redis://127.0.0.1:6379/0")
+)
 
 
 class Work(BaseModel):
