@@ -5,15 +5,29 @@ Retries and replays must go back to the queue the job was consumed from. Celery'
 need not be its routing key (``Queue("ledger", routing_key="ledger.entries")``), so the
 queue is found among the app's declared queues by exchange and routing key, then by the
 task's own ``queue`` option, and only then taken to be the routing key.
+
+A job that came back through RabbitMQ's native delayed delivery (a retry, a
+``schedule()``) arrives from Celery's delayed-delivery exchange with its routing key
+prefixed by the countdown's bits (``0.0.….1.billing``): that prefix and that exchange say
+nothing about the queue, so both are set aside before the lookup. Without this a delayed
+retry lost its queue, and with it the queue's retry policy.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kombu.transport.native_delayed_delivery import (
+    CELERY_DELAYED_DELIVERY_EXCHANGE,
+    MAX_NUMBER_OF_BITS_TO_USE,
+)
+
 from platform_tasks.queue_port import ATTEMPT_HEADER
+
+_DELAY_PREFIX = re.compile(rf"^(?:[01]\.){{{MAX_NUMBER_OF_BITS_TO_USE}}}")
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,10 @@ def consumed_queue(task: Any, info: Mapping[str, Any]) -> str | None:
     """The declared queue this delivery came from (see the module docstring)."""
     routing_key = info.get("routing_key") or None
     exchange = info.get("exchange")
+    if isinstance(exchange, str) and exchange.endswith(CELERY_DELAYED_DELIVERY_EXCHANGE):
+        exchange = None
+        if routing_key is not None:
+            routing_key = _DELAY_PREFIX.sub("", str(routing_key), count=1) or None
     queues: Mapping[str, Any] = getattr(getattr(task.app, "amqp", None), "queues", None) or {}
     if routing_key is not None:
         same_name = queues.get(routing_key) if routing_key in queues else None
