@@ -1,7 +1,10 @@
 """Redis (broker, delays and rate limits) restarted while a worker sends notifications.
 
 Needs a private Redis (``server_factory``) so the restart does not disturb other tests;
-the worker itself is started as users start it (no ``-Q``).
+the worker itself is started as users start it (no ``-Q``). The visibility timeout is
+shortened to 10 s: a message whose ack (or restore) could not reach the stopped Redis stays
+unacked and comes back by the visibility sweep, as documented, and with the default 300 s
+that alone would outlast the test's wait.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ def test_redis_restart_mid_run_drops_nothing_and_sends_nothing_twice(
     server_factory: ServerFactory, database_url: str, tmp_path: Path
 ) -> None:
     broker = server_factory.redis(appendfsync="always")
-    env = {"PLATFORM_PROVIDER_RATE_LIMITS": "resend=10/s"}
+    env = {
+        "PLATFORM_PROVIDER_RATE_LIMITS": "resend=10/s",
+        "PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "10",
+    }
     with rig(broker.url, database_url, tmp_path, env=env) as r:
         worker = r.workers[0]
         receipts = [r.receipt("acme", n) for n in range(40)]
