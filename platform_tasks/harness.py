@@ -8,6 +8,10 @@ handed over to it.
 
 Servers can be stopped and started again on the same port and data directory, which is
 what fault tests need ("restart Redis while jobs run").
+
+Redis and PostgreSQL bind to loopback unless given a ``host`` address; with ``netns`` they
+run inside that network namespace (``ip netns exec``, as root), which is how the
+across-hosts test puts the servers on a host of their own.
 """
 
 from __future__ import annotations
@@ -102,6 +106,24 @@ def _die_with_parent() -> None:
     with contextlib.suppress(OSError):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def in_network_namespace(
+    argv: Sequence[str], netns: str | None, ids: tuple[int, int] | None = None
+) -> list[str]:
+    """``argv`` run inside network namespace ``netns`` (none: unchanged), as ``ids``.
+
+    Entering a namespace needs root, so a server that must not run as root (PostgreSQL)
+    drops to ``ids`` after entering it, through ``setpriv``; its parent-death signal is
+    set again after the switch (a credential change clears it).
+    """
+    if netns is None:
+        return list(argv)
+    prefix = ["ip", "netns", "exec", netns]
+    if ids is not None:
+        prefix += ["setpriv", f"--reuid={ids[0]}", f"--regid={ids[1]}", "--clear-groups",
+                   "--pdeathsig", "TERM"]  # fmt: skip
+    return [*prefix, *argv]
 
 
 def _package_dir(name: str) -> Path | None:
@@ -225,8 +247,12 @@ class RedisServer:
         appendfsync: str = "everysec",
         maxmemory_policy: str = "noeviction",
         extra_args: Sequence[str] = (),
+        host: str = "127.0.0.1",
+        netns: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.host = host
+        self.netns = netns
         self.port = port or free_port()
         self.appendonly = appendonly
         self.appendfsync = appendfsync
@@ -236,10 +262,10 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def url_for_db(self, db: int) -> str:
-        return f"redis://127.0.0.1:{self.port}/{db}"
+        return f"redis://{self.host}:{self.port}/{db}"
 
     @property
     def running(self) -> bool:
@@ -249,7 +275,7 @@ class RedisServer:
         return [
             str(find_redis_server()),
             "--port", str(self.port),
-            "--bind", "127.0.0.1",
+            "--bind", self.host,
             "--dir", str(self.data_dir),
             "--dbfilename", "dump.rdb",
             "--save", "",
@@ -264,7 +290,8 @@ class RedisServer:
 
     def start(self, timeout: float = 20.0) -> RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._process = _Process(self.argv(), self.data_dir / "redis.log")
+        argv = in_network_namespace(self.argv(), self.netns)
+        self._process = _Process(argv, self.data_dir / "redis.log")
         self._process.start()
         self._wait_ready(timeout)
         return self
@@ -277,7 +304,7 @@ class RedisServer:
                 raise ServerStartError(
                     f"redis-server exited at start-up:\n{self._process.log_tail()}"
                 )
-            client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
+            client = redis.Redis(host=self.host, port=self.port, socket_timeout=1)
             try:
                 return bool(client.ping())
             finally:
@@ -648,6 +675,8 @@ class PostgresServer:
 
     As root, the cluster is owned by and runs as ``nobody``; if the project folder is not
     reachable by that user the cluster lives in a private temporary folder instead.
+    Bound to another ``host`` address, it trusts clients of that address's subnet
+    (``samenet``), as it trusts loopback clients.
     """
 
     database = "platform"
@@ -658,8 +687,12 @@ class PostgresServer:
         port: int | None = None,
         *,
         durable: bool = False,
+        host: str = "127.0.0.1",
+        netns: str | None = None,
     ) -> None:
         self.requested_dir = Path(data_dir)
+        self.host = host
+        self.netns = netns
         self.port = port or free_port()
         self.durable = durable
         self.bin_dir = find_postgres_bin()
@@ -674,10 +707,10 @@ class PostgresServer:
 
     @property
     def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{self.database}"
+        return f"postgresql://postgres@{self.host}:{self.port}/{self.database}"
 
     def admin_url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://postgres@{self.host}:{self.port}/postgres"
 
     @property
     def running(self) -> bool:
@@ -707,10 +740,13 @@ class PostgresServer:
             raise ServerStartError(
                 f"initdb failed in {self.data_dir}: {result.stderr.decode(errors='replace')}"
             )
+        if self.host != "127.0.0.1":
+            with open(self.data_dir / "pg_hba.conf", "a") as hba:
+                hba.write("host all all samenet trust\n")
 
     def argv(self) -> list[str]:
         options = {
-            "listen_addresses": "127.0.0.1",
+            "listen_addresses": self.host,
             "unix_socket_directories": str(self.data_dir),
             "max_connections": "300",
             "shared_buffers": "64MB",
@@ -726,11 +762,13 @@ class PostgresServer:
 
     def start(self, timeout: float = 60.0) -> PostgresServer:
         self._initdb()
+        # Inside a namespace the switch to the unprivileged user happens after entering it.
+        as_user = self._ids if self.netns is None else None
         self._process = _Process(
-            self.argv(),
+            in_network_namespace(self.argv(), self.netns, self._ids),
             self.data_dir.parent / "postgres.log",
-            user=self._ids[0] if self._ids else None,
-            group=self._ids[1] if self._ids else None,
+            user=as_user[0] if as_user else None,
+            group=as_user[1] if as_user else None,
         )
         self._process.start()
         self._wait_ready(timeout)
