@@ -68,6 +68,22 @@ def broker_holds_delays(settings: PlatformSettings) -> bool:
     return broker_kind(settings.effective_broker_url) in ("redis", "amqp")
 
 
+def delays_in_store(settings: PlatformSettings) -> Literal["redis", "rabbitmq"] | None:
+    """Which delay store holds this deployment's delays, or ``None`` for RabbitMQ's native
+    delayed delivery (and for brokers that hold no delays).
+
+    ``redis``: the store on the broker's Redis, promoted atomically onto its lists.
+    ``rabbitmq``: the store on the platform's Redis (``PLATFORM_REDIS_URL``), promoted into
+    RabbitMQ with publisher confirms (``PLATFORM_RABBITMQ_DELAYS=delay_store``).
+    """
+    kind = broker_kind(settings.effective_broker_url)
+    if kind == "redis":
+        return "redis"
+    if kind == "amqp" and settings.rabbitmq_delay_mode == "delay_store":
+        return "rabbitmq"
+    return None
+
+
 def refuse_cluster_broker(settings: PlatformSettings) -> None:
     """Refuse a Redis Cluster as the broker, which no kombu transport can drive."""
     if settings.redis_cluster and settings.broker_url is None:
