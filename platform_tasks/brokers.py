@@ -8,8 +8,9 @@ Two kinds of broker keep every guarantee of the contract:
   exchanges, publisher confirms, and delays held by RabbitMQ itself through Celery's
   native delayed delivery (a chain of quorum queues with at-least-once dead lettering),
   so a delayed job is a message in a replicated queue from the moment ``schedule``
-  returns. ``docs/brokers.md`` says why this path was chosen over promoting the Redis
-  delay store into RabbitMQ.
+  returns. With ``PLATFORM_RABBITMQ_DELAYS=delay_store`` delays wait in the Redis delay
+  store instead and are published with confirms when due (at least once); the default
+  and why it is the default, with the measurements, are in ``docs/brokers.md``.
 
 Anything else (SQS, the in-memory transport, …) cannot hold delays durably;
 :func:`broker_holds_delays` says so, and a worker on such a broker refuses to start.
