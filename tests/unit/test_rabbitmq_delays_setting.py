@@ -60,3 +60,17 @@ def test_the_stored_message_is_the_task_message_without_the_sent_event() -> None
     assert props["application_headers"]["platform_attempt"] == 2
     assert "argsrepr" not in props, "only AMQP basic properties are kept"
     assert AmqpMessage.decode(message.encode()) == message
+
+
+def test_each_broker_and_mode_gets_its_promoter() -> None:
+    from platform_tasks.delay_promoter import DelayPromoter, delay_promoter_for
+    from platform_tasks.rabbitmq_delay_promoter import RabbitMQDelayPromoter
+
+    def promoter_of(**values: str) -> object:
+        return delay_promoter_for(create_app("promoter_unit", settings=PlatformSettings.build(
+            **values)))  # fmt: skip
+
+    assert isinstance(promoter_of(), DelayPromoter)
+    assert promoter_of(broker_url=AMQP) is None, "RabbitMQ holds native delays itself"
+    assert isinstance(promoter_of(broker_url=AMQP, rabbitmq_delays="delay_store"),
+                      RabbitMQDelayPromoter)  # fmt: skip
