@@ -31,6 +31,7 @@ bench: install
 	.venv/bin/python bench/dead_letters_purge.py --rows 500000 --batch-sizes 1000,5000,20000
 	.venv/bin/python bench/rabbitmq_throughput.py --jobs 1000 --runs 2
 	.venv/bin/python bench/rabbitmq_delays.py --jobs 10000 --delay 5
+	.venv/bin/python bench/rabbitmq_delays.py --jobs 3000 --delay 5.5
 	.venv/bin/python bench/fanout_throughput.py --tenants 10000,100000 --baseline 5000
 	.venv/bin/python bench/notifications_limiter.py --calls 20000 --rounds 7
 	.venv/bin/python bench/notifications_throughput.py --workers 2 --transactional 400 --marketing 4000 --chunk 10 --pace 20 --rate 48 --server-rate 50

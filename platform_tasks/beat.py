@@ -29,7 +29,7 @@ from typing import Any
 
 from celery import beat
 
-from platform_tasks.delay_promoter import DelayPromoter
+from platform_tasks.delay_promoter import Promoter, delay_promoter_for
 from platform_tasks.jobs.points import to_ms
 from platform_tasks.jobs.runtime import JobRuntime, app_name, runtime_mode, start_jobs
 from platform_tasks.jobs.trigger import PointOutcome, PointResult, TriggerEngine
@@ -64,7 +64,7 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
     def __init__(self, app: Any, *args: Any, **kwargs: Any) -> None:
         self.runtime: JobRuntime | None = None
         self.engine: TriggerEngine | None = None
-        self.promoter: DelayPromoter | None = None
+        self.promoter: Promoter | None = None
         self._offset_ms = 0  # Redis clock minus ours (see _observe_clock)
         self._clock_seen_ms = 0
         self._unsent: dict[str, str] = {}  # token -> job: admitted, trigger not yet sent
@@ -96,8 +96,9 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
             self._clock_seen_ms = _local_ms()
             self._offset_ms = to_ms(self.runtime.ready_at) - self._clock_seen_ms
             self._queues = {name: job.definition.queue for name, job in self.engine.jobs.items()}
-        self.promoter = DelayPromoter(settings, name="platform-beat-delay-promoter")
-        self.promoter.start()
+        self.promoter = delay_promoter_for(self.app, name="platform-beat-delay-promoter")
+        if self.promoter is not None:
+            self.promoter.start()
         logger.info(
             "beat scheduler ready owner=%s ready_at_ms=%d active_jobs=%d", self.owner,
             to_ms(self.runtime.ready_at), len(self.engine.jobs) if self.engine else 0,

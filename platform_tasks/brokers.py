@@ -8,8 +8,9 @@ Two kinds of broker keep every guarantee of the contract:
   exchanges, publisher confirms, and delays held by RabbitMQ itself through Celery's
   native delayed delivery (a chain of quorum queues with at-least-once dead lettering),
   so a delayed job is a message in a replicated queue from the moment ``schedule``
-  returns. ``docs/brokers.md`` says why this path was chosen over promoting the Redis
-  delay store into RabbitMQ.
+  returns. With ``PLATFORM_RABBITMQ_DELAYS=delay_store`` delays wait in the Redis delay
+  store instead and are published with confirms when due (at least once); the default
+  and why it is the default, with the measurements, are in ``docs/brokers.md``.
 
 Anything else (SQS, the in-memory transport, …) cannot hold delays durably;
 :func:`broker_holds_delays` says so, and a worker on such a broker refuses to start.
@@ -66,6 +67,22 @@ def broker_holds_delays(settings: PlatformSettings) -> bool:
     retries and ``schedule`` would otherwise lose jobs.
     """
     return broker_kind(settings.effective_broker_url) in ("redis", "amqp")
+
+
+def delays_in_store(settings: PlatformSettings) -> Literal["redis", "rabbitmq"] | None:
+    """Which delay store holds this deployment's delays, or ``None`` for RabbitMQ's native
+    delayed delivery (and for brokers that hold no delays).
+
+    ``redis``: the store on the broker's Redis, promoted atomically onto its lists.
+    ``rabbitmq``: the store on the platform's Redis (``PLATFORM_REDIS_URL``), promoted into
+    RabbitMQ with publisher confirms (``PLATFORM_RABBITMQ_DELAYS=delay_store``).
+    """
+    kind = broker_kind(settings.effective_broker_url)
+    if kind == "redis":
+        return "redis"
+    if kind == "amqp" and settings.rabbitmq_delay_mode == "delay_store":
+        return "rabbitmq"
+    return None
 
 
 def refuse_cluster_broker(settings: PlatformSettings) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 from celery import bootsteps
@@ -104,18 +104,48 @@ class DelayPromoter:
             self._thread = None
 
 
+class Promoter(Protocol):
+    """What a worker or beat needs of a promoter: start it, stop it."""
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float = 10.0) -> None: ...
+
+
+def delay_promoter_for(app: Any, *, name: str = "platform-delay-promoter") -> Promoter | None:
+    """The promoter this app's broker needs, or ``None`` when RabbitMQ holds delays itself.
+
+    A Redis broker: :class:`DelayPromoter` (atomic, onto the broker's lists). RabbitMQ with
+    ``PLATFORM_RABBITMQ_DELAYS=delay_store``: a
+    :class:`~platform_tasks.rabbitmq_delay_promoter.RabbitMQDelayPromoter` (publisher
+    confirms, at least once). RabbitMQ's native delayed delivery needs none.
+    """
+    from platform_tasks.brokers import delays_in_store
+
+    settings: PlatformSettings = app.platform_settings
+    kind = delays_in_store(settings)
+    if kind == "redis":
+        return DelayPromoter(settings, name=name)
+    if kind == "rabbitmq":
+        from platform_tasks.rabbitmq_delay_promoter import RabbitMQDelayPromoter
+
+        return RabbitMQDelayPromoter(app, name=name)
+    return None
+
+
 class DelayPromoterStep(bootsteps.StartStopStep):  # type: ignore[misc]
-    """Worker bootstep: runs a :class:`DelayPromoter` in the worker's main process."""
+    """Worker bootstep: runs the broker's delay promoter in the worker's main process."""
 
     label = "platform delay promoter"
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
-        self.promoter: DelayPromoter | None = None
+        self.promoter: Promoter | None = None
 
     def start(self, worker: Any) -> None:
-        self.promoter = DelayPromoter(worker.app.platform_settings)
-        self.promoter.start()
+        self.promoter = delay_promoter_for(worker.app)
+        if self.promoter is not None:
+            self.promoter.start()
 
     def stop(self, worker: Any) -> None:
         if self.promoter is not None:

@@ -23,6 +23,20 @@ from platform_tasks.scripts import script_source
 
 
 @dataclass(frozen=True)
+class Claim:
+    """Entries claimed for publishing elsewhere, under a lease until removed.
+
+    ``entries`` pairs each entry id with its encoded entry; ``more_due`` says the batch
+    was full; ``next_due_in_ms`` is how long until the earliest entry left in the store
+    is due (claimed ones included, at their lease's end), ``None`` when the store is empty.
+    """
+
+    entries: list[tuple[str, bytes]]
+    more_due: bool
+    next_due_in_ms: int | None
+
+
+@dataclass(frozen=True)
 class PromotionResult:
     """What one promotion call did: entries moved, and whether more were already due."""
 
@@ -38,11 +52,26 @@ class DelayStore:
         self.keys = keys
         self._add = client.register_script(script_source("add_delay"))
         self._promote = client.register_script(script_source("promote_delays"))
+        self._claim = client.register_script(script_source("claim_delays"))
+        self._remove = client.register_script(script_source("remove_delays"))
+        self._release = client.register_script(script_source("release_delays"))
 
     def add(self, entry_id: str, due_ms: int, list_key: str, wire: str) -> None:
         """Store one entry due at ``due_ms`` (ms since the epoch) for list ``list_key``."""
         entry = json.dumps({"q": list_key, "m": wire}, separators=(",", ":"))
+        self.add_encoded(entry_id, due_ms, entry)
+
+    def add_encoded(self, entry_id: str, due_ms: int, entry: str) -> None:
+        """Store one already encoded entry (an AMQP message for a RabbitMQ promoter)."""
         self._add(keys=[self.keys.schedule, self.keys.entries], args=[entry_id, due_ms, entry])
+
+    def add_many_encoded(self, entries: list[tuple[str, int, str]]) -> None:
+        """Store many ``(entry id, due ms, encoded entry)`` with one pipelined round trip."""
+        with self.client.pipeline(transaction=False) as pipe:
+            for entry_id, due_ms, entry in entries:
+                self._add(keys=[self.keys.schedule, self.keys.entries],
+                          args=[entry_id, due_ms, entry], client=pipe)  # fmt: skip
+            pipe.execute()
 
     def add_many(self, entries: list[tuple[str, int, str, str]]) -> None:
         """Store many entries with one pipelined round trip (bulk scheduling, benchmarks)."""
@@ -62,6 +91,27 @@ class DelayStore:
                                             args=[limit]))  # fmt: skip
         return PromotionResult(moved=int(raw[0]), more_due=bool(int(raw[1])))
 
+    def claim_due(self, limit: int, lease_ms: int) -> Claim:
+        """Claim up to ``limit`` due entries for ``lease_ms``; they stay stored until
+        :meth:`remove`, and become due again when the lease ends."""
+        raw = cast(list[Any], self._claim(keys=[self.keys.schedule, self.keys.entries],
+                                          args=[limit, lease_ms]))  # fmt: skip
+        pairs = [(_text(raw[i]), bytes(raw[i + 1])) for i in range(2, len(raw), 2)]
+        wait = int(raw[1])
+        return Claim(entries=pairs, more_due=bool(int(raw[0])),
+                     next_due_in_ms=None if wait < 0 else wait)  # fmt: skip
+
+    def remove(self, entry_ids: list[str]) -> int:
+        """Remove entries (their publish was confirmed); returns how many were still there."""
+        if not entry_ids:
+            return 0
+        return int(self._remove(keys=[self.keys.schedule, self.keys.entries], args=entry_ids))
+
+    def release(self, entry_ids: list[str]) -> None:
+        """Make claimed entries due again now (their publish was not confirmed)."""
+        if entry_ids:
+            self._release(keys=[self.keys.schedule], args=entry_ids)
+
     def pending(self) -> int:
         """Entries still waiting (due or not)."""
         return int(self.client.zcard(self.keys.schedule))
@@ -70,3 +120,7 @@ class DelayStore:
         first = cast(list[tuple[bytes, float]],
                      self.client.zrange(self.keys.schedule, 0, 0, withscores=True))  # fmt: skip
         return int(first[0][1]) if first else None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

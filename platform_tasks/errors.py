@@ -60,6 +60,11 @@ class UnsafeRedisError(ConfigurationError):
     """The Redis server is configured so that platform keys could be evicted."""
 
 
+class BrokerPublishError(PlatformError):
+    """The connection or channel to RabbitMQ failed while publishing a batch of delayed
+    jobs: none of the batch is known to have arrived, so none of it may be removed."""
+
+
 class PermanentError(PlatformError):
     """Raised by a handler for a failure that retrying cannot fix.
 

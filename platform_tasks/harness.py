@@ -549,7 +549,7 @@ class RabbitMQServer:
         return self
 
     def _wait_ready(self, timeout: float) -> None:
-        import amqp  # type: ignore[import-untyped]
+        import amqp
 
         def ready() -> bool:
             if self._process is not None and not self._process.running:

@@ -24,25 +24,34 @@ class DelayKeys:
     ``schedule`` is a sorted set of entry ids scored by due time in milliseconds;
     ``entries`` a hash from entry id to the encoded entry (target list key and the exact
     wire message). One hash tag, so the promotion script touches a single slot.
+    ``store`` names the store: ``delays`` holds Redis-list entries (a Redis broker),
+    ``rabbitmq-delays`` AMQP messages (a RabbitMQ broker with
+    ``PLATFORM_RABBITMQ_DELAYS=delay_store``), so the two encodings never meet.
     """
 
     namespace: str
+    store: str = "delays"
 
     @property
     def schedule(self) -> str:
-        return f"{{{self.namespace}:delays}}:v1:schedule"
+        return f"{{{self.namespace}:{self.store}}}:v1:schedule"
 
     @property
     def entries(self) -> str:
-        return f"{{{self.namespace}:delays}}:v1:entries"
+        return f"{{{self.namespace}:{self.store}}}:v1:entries"
 
     @property
     def delivered_counter(self) -> str:
-        return f"{{{self.namespace}:delays}}:v1:delivered"
+        return f"{{{self.namespace}:{self.store}}}:v1:delivered"
 
 
 def delay_keys(profile: str) -> DelayKeys:
     return DelayKeys(base_namespace(profile))
+
+
+def rabbitmq_delay_keys(profile: str) -> DelayKeys:
+    """The delay store whose entries a promoter publishes to RabbitMQ."""
+    return DelayKeys(base_namespace(profile), store="rabbitmq-delays")
 
 
 # --- scheduled jobs (issue 4) -------------------------------------------------------

@@ -15,12 +15,13 @@ from typing import Any
 import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from platform_tasks.brokers import broker_kind
+from platform_tasks.amqp_wire import AmqpMessageBuilder
+from platform_tasks.brokers import broker_kind, delays_in_store
 from platform_tasks.context import current_correlation_id
 from platform_tasks.delay_store import DelayStore
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7, validation_errors
 from platform_tasks.errors import ConfigurationError, NaiveDatetimeError
-from platform_tasks.keys import delay_keys
+from platform_tasks.keys import delay_keys, rabbitmq_delay_keys
 from platform_tasks.native_delays import NativeDelays
 from platform_tasks.wire import WireBuilder
 
@@ -70,15 +71,34 @@ class QueuePort:
         self._redis = redis_client
         self._store: DelayStore | None = None
         self._native: NativeDelays | None = None
-        if broker_kind(self.settings.effective_broker_url) == "amqp":
+        self._amqp_messages: AmqpMessageBuilder | None = None
+        self._store_kind = delays_in_store(self.settings)
+        if self._store_kind == "rabbitmq":
+            self._amqp_messages = AmqpMessageBuilder(app)
+        elif broker_kind(self.settings.effective_broker_url) == "amqp":
             self._native = NativeDelays(app)
 
     def _delay_store(self) -> DelayStore:
+        """The store on the broker's Redis, or on the platform's Redis for RabbitMQ."""
         if self._store is None:
-            if self._redis is None:
-                self._redis = redis.Redis.from_url(self.settings.effective_broker_url)
-            self._store = DelayStore(self._redis, delay_keys(self.settings.profile))
+            if self._store_kind == "rabbitmq":
+                from platform_tasks.redis_client import build_redis
+
+                if self._redis is None:
+                    self._redis = build_redis(self.settings)
+                self._store = DelayStore(self._redis, rabbitmq_delay_keys(self.settings.profile))
+            else:
+                if self._redis is None:
+                    self._redis = redis.Redis.from_url(self.settings.effective_broker_url)
+                self._store = DelayStore(self._redis, delay_keys(self.settings.profile))
         return self._store
+
+    def _store_amqp(self, kind: str, send: dict[str, Any], run_at: datetime
+                    ) -> tuple[str, int, str]:  # fmt: skip
+        """An entry of the RabbitMQ delay store: a fresh id, the due time, the message."""
+        assert self._amqp_messages is not None
+        message = self._amqp_messages.build(kind, **send)
+        return uuid.uuid4().hex, int(run_at.timestamp() * 1000), message.encode()
 
     def envelope(self, payload: Mapping[str, Any]) -> Envelope[Any]:
         """Complete ``payload`` (job_id, correlation_id) and validate it as an envelope."""
@@ -131,7 +151,9 @@ class QueuePort:
         """Validate and store for delivery at ``run_at`` (aware); a past time publishes now.
 
         On Redis the job waits in the delay store; on RabbitMQ in the broker's delayed
-        delivery queues, arriving at ``run_at`` rounded up to the next whole second.
+        delivery queues, arriving at ``run_at`` rounded up to the next whole second, or with
+        ``PLATFORM_RABBITMQ_DELAYS=delay_store`` in the delay store on the platform's Redis,
+        published when due (milliseconds).
         """
         _require_aware(run_at)
         options = _options(opts)
@@ -143,6 +165,10 @@ class QueuePort:
         if self._native is not None:
             send = self._send_options(queue, envelope, options)
             self._native.send(envelope.kind, run_at - now, **send)
+            return envelope.job_id
+        if self._amqp_messages is not None:
+            send = self._send_options(queue, envelope, options)
+            self._delay_store().add_encoded(*self._store_amqp(envelope.kind, send, run_at))
             return envelope.job_id
         message = self._wire.build(envelope.kind, **self._send_options(queue, envelope, options))
         due_ms = int(run_at.timestamp() * 1000)
@@ -173,6 +199,13 @@ class QueuePort:
                 else:
                     self._native.send(envelope.kind, delay, **send)
             return [envelope.job_id for envelope, _ in prepared]
+        if self._amqp_messages is not None:
+            encoded = [
+                self._store_amqp(envelope.kind, self._send_options(queue, envelope, options), at)
+                for envelope, at in prepared
+            ]
+            self._delay_store().add_many_encoded(encoded)
+            return [envelope.job_id for envelope, _ in prepared]
         entries = []
         for envelope, run_at in prepared:
             message = self._wire.build(
@@ -185,6 +218,8 @@ class QueuePort:
 
     def close(self) -> None:
         self._wire.close()
+        if self._amqp_messages is not None:
+            self._amqp_messages.close()
         if self._owns_client and self._redis is not None:
             self._redis.close()
             self._redis = None

@@ -165,6 +165,10 @@ class PlatformSettings(BaseSettings):
 
     redis_cluster: bool = False
     rabbitmq_consumer_timeout_seconds: int = Field(default=1800, ge=2)
+    rabbitmq_delays: Literal["native", "delay_store"] | None = None
+    """How delays and retries wait on a RabbitMQ broker: ``native`` (RabbitMQ's delayed
+    delivery, whole seconds; the default) or ``delay_store`` (the platform's Redis delay
+    store, promoted with publisher confirms). Refused with any other broker."""
     max_payload_bytes: int = Field(default=262_144, ge=1024)
     processed_jobs_ttl_days: int = Field(default=30, ge=1)
     dead_letter_alert_age_hours: float = Field(default=24.0, gt=0)
@@ -173,6 +177,9 @@ class PlatformSettings(BaseSettings):
     transport: Literal["platform", "stock"] = "platform"
     delay_poll_interval_seconds: float = Field(default=0.5, gt=0, le=60)
     delay_batch_size: int = Field(default=500, ge=1, le=10_000)
+    delay_lease_seconds: float = Field(default=30.0, ge=1, le=3600)
+    """How long a promoter publishing to RabbitMQ holds claimed entries before another
+    promoter may publish them again (``PLATFORM_RABBITMQ_DELAYS=delay_store``)."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     processed_jobs_purge_cron: str = "17 3 * * *"
     """When the shipped ``platform.processed_jobs_cleanup`` job runs (5-field cron, UTC)."""
@@ -268,6 +275,28 @@ class PlatformSettings(BaseSettings):
         if not value.startswith(("https://", "http://")) or "@" in value:
             raise ValueError("must be an http(s):// URL without credentials")
         return value.rstrip("/")
+
+    @field_validator("rabbitmq_delays")
+    @classmethod
+    def _rabbitmq_delays_need_rabbitmq(cls, value: str | None, info: ValidationInfo
+                                       ) -> str | None:  # fmt: skip
+        """Set on another broker it would silently mean nothing (a Redis broker's delays
+        always wait in the delay store), so it is refused there."""
+        if value is None:
+            return value
+        url = info.data.get("broker_url") or info.data.get("redis_url") or ""
+        scheme = str(url).partition("://")[0].rpartition("+")[2]
+        if scheme not in ("amqp", "amqps", "pyamqp"):
+            raise ValueError(
+                "applies to a RabbitMQ broker (amqp://) only; the broker is "
+                f"{scheme or 'unknown'}://, whose delays always wait in the delay store"
+            )
+        return value
+
+    @property
+    def rabbitmq_delay_mode(self) -> Literal["native", "delay_store"]:
+        """``PLATFORM_RABBITMQ_DELAYS``, or its default ``native``."""
+        return self.rabbitmq_delays or "native"
 
     @property
     def effective_broker_url(self) -> str:
