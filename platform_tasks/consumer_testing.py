@@ -52,6 +52,7 @@ from platform_tasks.consumer.hooks import PipelineHook, add_hook
 from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt, ThrottledUntil
 from platform_tasks.envelope import Envelope
 from platform_tasks.queries import load_queries
+from platform_tasks.settings import PlatformSettings
 
 REDIS_URL_VARIABLE = "PLATFORM_TEST_REDIS_URL"
 DATABASE_URL_VARIABLE = "PLATFORM_TEST_DATABASE_URL"
@@ -425,6 +426,36 @@ def platform_worker(platform_app: Any, platform_worker_parameters: Mapping[str, 
         yield worker
 
 
+def empty_delay_store(settings: PlatformSettings) -> Literal["redis", "rabbitmq"] | None:
+    """Remove every waiting delay of ``settings``' deployment, wherever it is kept, and say
+    which store that was (``None``: RabbitMQ's native delayed delivery, nothing to empty).
+
+    ``platform_db`` calls it before each test, so a delay left by one test is never
+    promoted into the next one. The store is on the broker's Redis for a Redis broker and
+    on the platform's Redis for ``PLATFORM_RABBITMQ_DELAYS=delay_store``; an ``amqp://``
+    broker URL is never opened as a Redis URL.
+    """
+    from platform_tasks.brokers import delays_in_store
+    from platform_tasks.keys import delay_keys, rabbitmq_delay_keys
+    from platform_tasks.redis_client import build_redis
+
+    kind = delays_in_store(settings)
+    if kind is None:
+        return None
+    if kind == "rabbitmq":
+        client = build_redis(settings)
+        keys = rabbitmq_delay_keys(settings.profile)
+    else:
+        client = redis.Redis.from_url(settings.effective_broker_url)
+        keys = delay_keys(settings.profile)
+    try:
+        client.delete(keys.schedule)  # one key per call: the keys may sit on cluster nodes
+        client.delete(keys.entries)
+    finally:
+        client.close()
+    return kind
+
+
 @pytest.fixture
 def platform_truncate_tables() -> Sequence[str]:
     """Your own tables to empty before each test (``("public.orders",)``); none by default."""
@@ -436,8 +467,6 @@ def platform_db(platform_app: Any, platform_database_url: str,
                 platform_truncate_tables: Sequence[str]) -> Iterator[Any]:  # fmt: skip
     """A connection (autocommit) to the test database, after emptying the ``core`` tables,
     the tables of ``platform_truncate_tables`` and the delay store."""
-    from platform_tasks.keys import delay_keys
-
     conn = psycopg2.connect(platform_database_url)
     conn.autocommit = True
     try:
@@ -446,13 +475,7 @@ def platform_db(platform_app: Any, platform_database_url: str,
             tables = [row[0] for row in cur.fetchall()] + list(platform_truncate_tables)
             if tables:
                 cur.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
-        settings = platform_app.platform_settings
-        keys = delay_keys(settings.profile)
-        client = redis.Redis.from_url(settings.effective_broker_url)
-        try:
-            client.delete(keys.schedule, keys.entries)
-        finally:
-            client.close()
+        empty_delay_store(platform_app.platform_settings)
         yield conn
     finally:
         conn.close()
