@@ -6,10 +6,15 @@
 -- ARGV[6] provider capacity, ARGV[7] tenant capacity (tokens a full bucket holds),
 -- ARGV[8] headroom: provider tokens this caller must leave in the bucket (the marketing
 --         rail leaves some for transactional sends; transactional passes 0),
--- ARGV[9] the caller's queue of refused callers ('t' transactional, 'm' marketing).
+-- ARGV[9] the caller's queue of refused callers ('t' transactional, 'm' marketing),
+-- ARGV[10] the longest wait in ms the caller will spend in its own process for tokens
+--         that are short ('' or 0: none): such a caller is not refused but given the
+--         tokens now, due at now + the wait (both buckets go into debt by them, so every
+--         later caller waits behind it), and sends once that time has come.
 -- A rate learned from the provider's headers scales the capacity down with it.
--- Returns 0 when granted, else wait_ms * 8 + reason (1 provider_paused, 2 provider_backoff,
--- 3 provider_rate_limit, 4 tenant_rate_limit): one integer is the cheapest reply to read.
+-- Returns 0 when granted, wait_ms * 8 + 5 when granted for now + wait_ms (ARGV[10]), else
+-- wait_ms * 8 + reason (1 provider_paused, 2 provider_backoff, 3 provider_rate_limit,
+-- 4 tenant_rate_limit): one integer is the cheapest reply to read.
 -- A refused caller is given a slot after the callers of its rail refused before it
 -- (field 'next_<rail>' of the bucket that refused): a thousand jobs refused at once come
 -- back spread over the time their tokens need, not all at once to be refused again.
@@ -81,6 +86,7 @@ if pneed > pcap then pneed = pcap end
 local wait = 0
 if ptokens < pneed then wait = math.ceil((pneed - ptokens) / prate) end
 
+local reserve_ms = tonumber(ARGV[10]) or 0
 local trate = tonumber(ARGV[4])
 if trate and KEYS[2] then
   local messages = tonumber(ARGV[5])
@@ -101,10 +107,13 @@ if trate and KEYS[2] then
   if ttokens < tneed then
     local twait = math.ceil((tneed - ttokens) / trate)
     if twait > wait then
-      return reserve(KEYS[2], twait, tneed, trate, 4)
+      if twait > reserve_ms then
+        return reserve(KEYS[2], twait, tneed, trate, 4)
+      end
+      wait = twait
     end
   end
-  if wait > 0 then
+  if wait > reserve_ms then
     return reserve(KEYS[1], wait, requests, prate, 3)
   end
   ttokens = ttokens - messages
@@ -116,8 +125,9 @@ if trate and KEYS[2] then
   else
     redis.call('HSET', KEYS[2], 'tokens', tostring(ttokens), 'ts', now)
   end
-elseif wait > 0 then
+elseif wait > reserve_ms then
   return reserve(KEYS[1], wait, requests, prate, 3)
 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(ptokens - requests), 'ts', now)
+if wait > 0 then return wait * 8 + 5 end
 return 0

@@ -50,7 +50,10 @@ def marketing_headroom(capacity: float) -> int:
 
 @dataclass(frozen=True)
 class Decision:
-    """The verdict of one take: granted, or wait ``wait_ms`` (``reason`` says which bucket)."""
+    """The verdict of one take: granted, or wait ``wait_ms`` (``reason`` says which bucket).
+
+    Granted with ``wait_ms`` > 0 (reason ``reserved``): the tokens are the caller's, due
+    ``wait_ms`` from now; sending earlier would exceed the limit."""
 
     granted: bool
     wait_ms: int = 0
@@ -64,8 +67,12 @@ _REASONS = {
     2: "provider_backoff",
     3: "provider_rate_limit",
     4: "tenant_rate_limit",
+    5: "reserved",
 }
 """The take script's reason codes (the low three bits of its reply)."""
+
+_RESERVED = 5
+"""The code of a grant due ``wait_ms`` from now (``reserve_ms``)."""
 
 
 def _redis_now_ms(client: Any) -> int:
@@ -126,12 +133,18 @@ class RateLimiter:
         requests: int = 1,
         messages: int = 1,
         rail: str = "transactional",
+        reserve_ms: int = 0,
     ) -> Decision:
         """Take ``requests`` provider tokens and ``messages`` tenant tokens, or none.
 
         The marketing rail must leave :data:`MARKETING_HEADROOM` of the provider bucket
         for transactional sends, so a password reset finds a token while a blast keeps
         the provider busy; each rail queues its refused callers separately.
+
+        With ``reserve_ms``, tokens due within that many ms are taken now and the
+        decision is granted with ``wait_ms`` > 0 (reason ``reserved``): the caller must
+        not send before ``wait_ms`` has passed. Later callers queue behind the reserved
+        tokens, so the caller's send needs no second round trip and no second refusal.
         """
         plan = self._plans.get((provider, rail))
         if plan is None:
@@ -144,21 +157,25 @@ class RateLimiter:
                 verdict = self._execute(
                     "EVALSHA", self._take.sha, 1, bucket, now, fixed[0],
                     b"1" if requests == 1 else requests, fixed[1],
-                    b"1" if messages == 1 else messages, *fixed[2:],
+                    b"1" if messages == 1 else messages, *fixed[2:], reserve_ms,
                 )  # fmt: skip
             else:
                 verdict = self._execute(
                     "EVALSHA", self._take.sha, 2, bucket, tenant_prefix + tenant, now,
                     fixed[0], b"1" if requests == 1 else requests, fixed[1],
-                    b"1" if messages == 1 else messages, *fixed[2:],
+                    b"1" if messages == 1 else messages, *fixed[2:], reserve_ms,
                 )  # fmt: skip
         except NoScriptError:  # a restarted or flushed Redis: load it and ask again
             self._take.sha = self.client.script_load(self._take.script)
-            return self.take(provider, tenant, requests=requests, messages=messages, rail=rail)
+            return self.take(
+                provider, tenant, requests=requests, messages=messages, rail=rail,
+                reserve_ms=reserve_ms,
+            )  # fmt: skip
         if verdict == 0:
             return GRANTED
         verdict = int(verdict)
-        return Decision(False, verdict >> 3, _REASONS[verdict & 7])
+        reason = verdict & 7
+        return Decision(reason == _RESERVED, verdict >> 3, _REASONS[reason])
 
     def _plan(self, provider: str, rail: str) -> tuple[str, str | None, tuple[bytes, ...]]:
         """The per-provider, per-rail keys and arguments of the take script, computed once.

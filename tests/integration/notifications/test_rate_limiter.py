@@ -280,3 +280,49 @@ def test_tenant_bucket_never_expires_before_it_has_refilled(redis_client: redis.
         # test's clock only gets longer in its terms, so it must be renewed to pass
         assert redis_client.pttl(key) >= refill_ms + 400
         clock.now += 7
+
+
+def test_tokens_due_soon_are_reserved_and_later_callers_queue_behind_them(
+    redis_client: redis.Redis,
+) -> None:
+    """A caller that accepts a short wait gets the next token now, due when it refills;
+    the next caller's wait counts that token as spent, so no two sends share a slot."""
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(50, 1))  # 2 tokens, one per 20 ms
+    assert [lim.take("resend", "acme", reserve_ms=50).wait_ms for _ in range(2)] == [0, 0]
+    first = lim.take("resend", "acme", reserve_ms=50)
+    second = lim.take("resend", "acme", reserve_ms=50)
+    assert (first.granted, first.reason, first.wait_ms) == (True, "reserved", 20)
+    assert (second.granted, second.reason, second.wait_ms) == (True, "reserved", 40)
+    # due later than the caller accepts: refused, with nothing taken
+    before = tokens(redis_client, lim.keys("resend").bucket)
+    third = lim.take("resend", "acme", reserve_ms=50)
+    assert (third.granted, third.reason, third.wait_ms) == (False, "provider_rate_limit", 60)
+    assert tokens(redis_client, lim.keys("resend").bucket) == before
+    assert not lim.take("resend", "acme").granted  # without reserve_ms: refused as before
+    # callers every 5 ms: after the full bucket's two, due times one token interval apart
+    clock.now += 1_000
+    start = clock.now
+    due = []
+    for _ in range(30):
+        decision = lim.take("resend", "acme", reserve_ms=50)
+        if decision.granted:
+            due.append(clock.now + decision.wait_ms - start)
+        clock.now += 5
+    assert due == [0, 5, *range(20, 200, 20)]
+
+
+def test_a_reservation_takes_tenant_tokens_too_and_never_overrides_a_long_tenant_wait(
+    redis_client: redis.Redis,
+) -> None:
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(1000, 1), tenant=RateLimit(100, 1))
+    assert lim.take("resend", "acme", messages=100).granted
+    soon = lim.take("resend", "acme", messages=3, reserve_ms=50)
+    assert (soon.granted, soon.wait_ms) == (True, 30)  # 3 messages at 100/s
+    assert tokens(redis_client, lim.keys("resend").tenant("acme")) == -3
+    late = lim.take("resend", "acme", messages=5, reserve_ms=50)
+    assert (late.granted, late.reason, late.wait_ms) == (False, "tenant_rate_limit", 80)
+    # a back-off is never waited out in process, however short
+    lim.back_off("resend", 0.01)
+    assert lim.take("resend", "globex", reserve_ms=50).reason == "provider_backoff"
