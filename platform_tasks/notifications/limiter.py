@@ -68,6 +68,7 @@ _REASONS = {
     3: "provider_rate_limit",
     4: "tenant_rate_limit",
     5: "reserved",
+    6: "provider_slot_held",
 }
 """The take script's reason codes (the low three bits of its reply)."""
 
@@ -103,7 +104,7 @@ class RateLimiter:
         self._pause = client.register_script(script_source("rate_limit_pause"))
         self._keys: dict[str, RateLimitKeys] = {}
         self._learned: dict[str, float] = {}
-        self._plans: dict[tuple[str, str], tuple[str, str | None, tuple[bytes, ...]]] = {}
+        self._plans: dict[tuple[str, str], tuple[str, str, str | None, tuple[bytes, ...]]] = {}
 
     def keys(self, provider: str) -> RateLimitKeys:
         keys = self._keys.get(provider)
@@ -134,6 +135,8 @@ class RateLimiter:
         messages: int = 1,
         rail: str = "transactional",
         reserve_ms: int = 0,
+        hold_as: str = "",
+        hold_ms: int = 0,
     ) -> Decision:
         """Take ``requests`` provider tokens and ``messages`` tenant tokens, or none.
 
@@ -145,31 +148,40 @@ class RateLimiter:
         decision is granted with ``wait_ms`` > 0 (reason ``reserved``): the caller must
         not send before ``wait_ms`` has passed. Later callers queue behind the reserved
         tokens, so the caller's send needs no second round trip and no second refusal.
+
+        With ``hold_as`` (a name unique to this send, e.g. its idempotency key), a caller
+        the provider bucket refuses for at most ``hold_ms`` takes its tokens now and holds
+        the slot they are due at (reason ``provider_slot_held``, ``wait_ms`` until it);
+        taking again under that name at the slot is granted without taking tokens again.
+        Callers arriving meanwhile queue behind the held tokens, so a rescheduled send is
+        refused once, not again by sends that came after it.
         """
         plan = self._plans.get((provider, rail))
         if plan is None:
             plan = self._plans[(provider, rail)] = self._plan(provider, rail)
-        bucket, tenant_prefix, fixed = plan
+        bucket, held, tenant_prefix, fixed = plan
         now = b"" if self._clock_ms is None else str(self._clock_ms())
         # EVALSHA straight from the client: this is every send's one round trip
         try:
             if tenant_prefix is None:
                 verdict = self._execute(
-                    "EVALSHA", self._take.sha, 1, bucket, now, fixed[0],
+                    "EVALSHA", self._take.sha, 2, bucket, held, now, fixed[0],
                     b"1" if requests == 1 else requests, fixed[1],
                     b"1" if messages == 1 else messages, *fixed[2:], reserve_ms,
+                    hold_as, hold_ms,
                 )  # fmt: skip
             else:
                 verdict = self._execute(
-                    "EVALSHA", self._take.sha, 2, bucket, tenant_prefix + tenant, now,
+                    "EVALSHA", self._take.sha, 3, bucket, held, tenant_prefix + tenant, now,
                     fixed[0], b"1" if requests == 1 else requests, fixed[1],
                     b"1" if messages == 1 else messages, *fixed[2:], reserve_ms,
+                    hold_as, hold_ms,
                 )  # fmt: skip
         except NoScriptError:  # a restarted or flushed Redis: load it and ask again
             self._take.sha = self.client.script_load(self._take.script)
             return self.take(
                 provider, tenant, requests=requests, messages=messages, rail=rail,
-                reserve_ms=reserve_ms,
+                reserve_ms=reserve_ms, hold_as=hold_as, hold_ms=hold_ms,
             )  # fmt: skip
         if verdict == 0:
             return GRANTED
@@ -177,12 +189,12 @@ class RateLimiter:
         reason = verdict & 7
         return Decision(reason == _RESERVED, verdict >> 3, _REASONS[reason])
 
-    def _plan(self, provider: str, rail: str) -> tuple[str, str | None, tuple[bytes, ...]]:
+    def _plan(self, provider: str, rail: str) -> tuple[str, str, str | None, tuple[bytes, ...]]:
         """The per-provider, per-rail keys and arguments of the take script, computed once.
 
-        Returns the provider bucket's key, the tenant keys' prefix (None: tenants are
-        unlimited) and the fixed arguments between ``now``, ``requests`` and ``messages``,
-        encoded once (the client sends bytes as they are).
+        Returns the provider bucket's key, its held slots' key, the tenant keys' prefix
+        (None: tenants are unlimited) and the fixed arguments between ``now``,
+        ``requests`` and ``messages``, encoded once (the client sends bytes as they are).
         """
         limit = self.limit_of(provider)
         tenant_limit = self.tenant_limits.get(provider)
@@ -199,12 +211,13 @@ class RateLimiter:
         # ARGV order: now, prate, requests, trate, messages, pcap, tcap, headroom, queue
         fixed = (texts[0], texts[1], texts[2], texts[3], texts[4], texts[5])
         tenant_prefix = keys.tenant("") if tenant_limit else None
-        return keys.bucket, tenant_prefix, tuple(t.encode() for t in fixed)
+        return keys.bucket, keys.held_slots, tenant_prefix, tuple(t.encode() for t in fixed)
 
     def back_off(self, provider: str, seconds: float) -> int:
         """Empty ``provider``'s bucket for ``seconds``: nobody sends before then. Returns ms."""
         block_ms = max(1, math.ceil(seconds * 1000))
-        self._observe(keys=[self.keys(provider).bucket], args=[self._now(), block_ms, "", ""])
+        keys = self.keys(provider)
+        self._observe(keys=[keys.bucket, keys.held_slots], args=[self._now(), block_ms, "", ""])
         return block_ms
 
     def learn(self, provider: str, limit_per_second: float) -> bool:
@@ -216,8 +229,9 @@ class RateLimiter:
             return False
         if self._learned.get(provider) == limit_per_second:
             return True
+        keys = self.keys(provider)
         self._observe(
-            keys=[self.keys(provider).bucket],
+            keys=[keys.bucket, keys.held_slots],
             args=[self._now(), "", repr(limit_per_second / 1000), LEARNED_RATE_TTL_MS],
         )
         self._learned[provider] = limit_per_second
