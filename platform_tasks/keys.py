@@ -150,10 +150,7 @@ class RateLimitKeys:
     ``pause_reason`` of a quota pause, ``next_t``/``next_m`` the next slot given to a
     refused transactional/marketing caller); ``tenant(t)`` is tenant ``t``'s bucket of
     messages for this provider (``tokens``, ``ts``, ``next_*``; expires when full);
-    ``pause_alerted`` exists while a pause lasts, so the pause alerts once;
-    ``held_slots`` (sorted set: a send's idempotency key -> the ms its tokens are due)
-    holds the slots given to refused transactional sends, counted in the bucket's
-    ``held`` field.
+    ``pause_alerted`` exists while a pause lasts, so the pause alerts once.
     """
 
     namespace: str
@@ -166,10 +163,6 @@ class RateLimitKeys:
     @property
     def bucket(self) -> str:
         return f"{self.tag}:v1:bucket"
-
-    @property
-    def held_slots(self) -> str:
-        return f"{self.tag}:v1:held_slots"
 
     @property
     def pause_alerted(self) -> str:

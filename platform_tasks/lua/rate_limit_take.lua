@@ -1,28 +1,15 @@
 -- Take tokens from a provider bucket (requests) and a tenant bucket (messages): both or none.
--- KEYS[1] provider bucket hash, KEYS[2] the provider's slots held by refused callers
---         (sorted set: member -> due ms), KEYS[3] tenant bucket hash (optional: absent
---         when tenants are unlimited)
+-- KEYS[1] provider bucket hash, KEYS[2] tenant bucket hash (optional: absent when
+--         tenants are unlimited)
 -- ARGV[1] now in ms ('' = Redis TIME), ARGV[2] provider rate in tokens per ms,
 -- ARGV[3] requests to take, ARGV[4] tenant rate per ms ('' = unlimited), ARGV[5] messages,
 -- ARGV[6] provider capacity, ARGV[7] tenant capacity (tokens a full bucket holds),
 -- ARGV[8] headroom: provider tokens this caller must leave in the bucket (the marketing
 --         rail leaves some for transactional sends; transactional passes 0),
--- ARGV[9] the caller's queue of refused callers ('t' transactional, 'm' marketing),
--- ARGV[10] the longest wait in ms the caller will spend in its own process for tokens
---         that are short ('' or 0: none): such a caller is not refused but given the
---         tokens now, due at now + the wait (both buckets go into debt by them, so every
---         later caller waits behind it), and sends once that time has come,
--- ARGV[11] the caller's name for a held slot ('' = none), ARGV[12] how far ahead a slot
---         may be held (ms): a caller refused by the provider bucket within that horizon
---         takes its tokens now and holds the slot they are due at under its name
---         (reason 6); called again under that name it is granted without taking tokens
---         again (at the slot, up to ARGV[10] early, or up to 1 s late; later than that
---         the slot has lapsed and it takes tokens like any caller). So a refused and
---         rescheduled send is refused once, not again by callers that arrived after it.
+-- ARGV[9] the caller's queue of refused callers ('t' transactional, 'm' marketing).
 -- A rate learned from the provider's headers scales the capacity down with it.
--- Returns 0 when granted, wait_ms * 8 + 5 when granted for now + wait_ms (ARGV[10]), else
--- wait_ms * 8 + reason (1 provider_paused, 2 provider_backoff, 3 provider_rate_limit,
--- 4 tenant_rate_limit, 6 provider_slot_held): one integer is the cheapest reply to read.
+-- Returns 0 when granted, else wait_ms * 8 + reason (1 provider_paused, 2 provider_backoff,
+-- 3 provider_rate_limit, 4 tenant_rate_limit): one integer is the cheapest reply to read.
 -- A refused caller is given a slot after the callers of its rail refused before it
 -- (field 'next_<rail>' of the bucket that refused): a thousand jobs refused at once come
 -- back spread over the time their tokens need, not all at once to be refused again.
@@ -36,7 +23,7 @@
 -- expiry is renewed only when the one set before ('exp') would end less than half a
 -- second after the bucket is full again.
 local now = tonumber(ARGV[1])
-local p = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'state', 'held')
+local p = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'state')
 if not now then
   local t = redis.call('TIME')
   now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -76,22 +63,6 @@ end
 if now < until_ms then
   return reserve(KEYS[1], until_ms - now, requests, prate, 2)
 end
-local reserve_ms = tonumber(ARGV[10]) or 0
-local member = ARGV[11]
-if member == '' then member = nil end
-if member and (tonumber(p[4]) or 0) > 0 then
-  local slot = tonumber(redis.call('ZSCORE', KEYS[2], member))
-  if slot then
-    local early = slot - now
-    if early > reserve_ms then return math.ceil(early) * 8 + 6 end
-    redis.call('ZREM', KEYS[2], member)
-    redis.call('HINCRBY', KEYS[1], 'held', -1)
-    if early >= -1000 then
-      if early > 0 then return math.ceil(early) * 8 + 5 end
-      return 0
-    end
-  end
-end
 local headroom = tonumber(ARGV[8])
 if headroom > pcap - 1 then headroom = 0 end
 -- refill (a bucket never seen is full); after a back-off 'ts' is its 'until' already
@@ -111,11 +82,10 @@ local wait = 0
 if ptokens < pneed then wait = math.ceil((pneed - ptokens) / prate) end
 
 local trate = tonumber(ARGV[4])
-local horizon = tonumber(ARGV[12]) or 0
-if trate and KEYS[3] then
+if trate and KEYS[2] then
   local messages = tonumber(ARGV[5])
   local tcap = tonumber(ARGV[7])
-  local t = redis.call('HMGET', KEYS[3], 'tokens', 'ts', 'exp')
+  local t = redis.call('HMGET', KEYS[2], 'tokens', 'ts', 'exp')
   local ttokens = tonumber(t[1])
   if ttokens then
     local elapsed = now - tonumber(t[2])
@@ -131,36 +101,23 @@ if trate and KEYS[3] then
   if ttokens < tneed then
     local twait = math.ceil((tneed - ttokens) / trate)
     if twait > wait then
-      if twait > reserve_ms then
-        return reserve(KEYS[3], twait, tneed, trate, 4)
-      end
-      wait = twait
+      return reserve(KEYS[2], twait, tneed, trate, 4)
     end
   end
-  if wait > reserve_ms and not (member and wait <= horizon) then
+  if wait > 0 then
     return reserve(KEYS[1], wait, requests, prate, 3)
   end
   ttokens = ttokens - messages
   -- a full bucket is the same as no bucket: let it expire once it has refilled
   local full_at = now + math.ceil((tcap - ttokens) / trate) + 1000
   if (tonumber(t[3]) or 0) < full_at - 500 then
-    redis.call('HSET', KEYS[3], 'tokens', tostring(ttokens), 'ts', now, 'exp', full_at)
-    redis.call('PEXPIRE', KEYS[3], full_at - now)
+    redis.call('HSET', KEYS[2], 'tokens', tostring(ttokens), 'ts', now, 'exp', full_at)
+    redis.call('PEXPIRE', KEYS[2], full_at - now)
   else
-    redis.call('HSET', KEYS[3], 'tokens', tostring(ttokens), 'ts', now)
+    redis.call('HSET', KEYS[2], 'tokens', tostring(ttokens), 'ts', now)
   end
-elseif wait > reserve_ms and not (member and wait <= horizon) then
+elseif wait > 0 then
   return reserve(KEYS[1], wait, requests, prate, 3)
 end
-if wait > reserve_ms then
-  -- held for member: the tokens are taken now, due at now + wait; slots older than ten
-  -- minutes belong to callers that never came back and are dropped
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 600000)
-  redis.call('ZADD', KEYS[2], now + wait, member)
-  redis.call('HSET', KEYS[1], 'tokens', tostring(ptokens - requests), 'ts', now,
-             'held', redis.call('ZCARD', KEYS[2]))
-  return wait * 8 + 6
-end
 redis.call('HSET', KEYS[1], 'tokens', tostring(ptokens - requests), 'ts', now)
-if wait > 0 then return wait * 8 + 5 end
 return 0

@@ -14,7 +14,6 @@ provider answers with the original ids instead of sending again.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,33 +31,9 @@ from platform_tasks.notifications.provider import (
 from platform_tasks.notifications.rails import MARKETING
 from platform_tasks.notifications.rate_limits import LEARNED_WINDOW_SECONDS
 
-__all__ = [
-    "RESERVATION_WAIT_MS",
-    "SLOT_HOLD_MS",
-    "Dispatcher",
-    "idempotency_key",
-    "quota_reset_seconds",
-]
+__all__ = ["Dispatcher", "idempotency_key", "quota_reset_seconds"]
 
 logger = logging.getLogger(__name__)
-
-RESERVATION_WAIT_MS = 50
-"""A send whose provider (or tenant) tokens are due within this many ms takes them now and
-waits for them in its own process instead of being refused. Refused, the job would be
-rolled back, stored as a delay, promoted (the promoter polls every 0.5 s), claimed and
-rendered again, and often refused again when the promoted jobs arrive together: that
-costs far more worker time than the wait, and a refused transactional send waits for
-the promotion too. 50 ms is shorter than a provider request usually takes, so a process
-is held no longer than by one more send; longer waits (a slow limit, a tenant's
-per-minute limit, a 429's retry-after, a quota pause) are still refused and rescheduled,
-so a worker never waits on a limit for long."""
-
-SLOT_HOLD_MS = 2_000
-"""A refused transactional send due within this many ms takes its provider tokens now and
-holds the slot they are due at (under its idempotency key): rescheduled to that slot, it
-sends without being refused again by the sends that arrived meanwhile, which queue behind
-it instead. Further ahead than this (a backlog of more than two seconds of the provider's
-rate) it is refused without holding anything, so held tokens never pile up far ahead."""
 
 
 def idempotency_key(job_id: object, request_number: int) -> str:
@@ -85,14 +60,8 @@ class Dispatcher:
         providers: Mapping[str, Callable[[], Provider]],
         *,
         clock: Callable[[], datetime] | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        reserve_ms: int = RESERVATION_WAIT_MS,
-        hold_ms: int = SLOT_HOLD_MS,
     ) -> None:
         self.limiter = limiter
-        self._sleep = sleep
-        self.reserve_ms = reserve_ms
-        self.hold_ms = hold_ms
         self._factories = dict(providers)
         self._providers: dict[str, Provider] = {}
         self._clock = clock or (lambda: datetime.now(UTC))
@@ -117,17 +86,12 @@ class Dispatcher:
         ids: list[str] = []
         for number, start in enumerate(range(0, len(messages), size)):
             chunk = list(messages[start : start + size])
-            key = idempotency_key(job_id, number)
             decision = self.limiter.take(
-                provider, tenant_id, requests=1, messages=len(chunk), rail=rail,
-                reserve_ms=self.reserve_ms,
-                # a refused marketing send must not hold tokens transactional ones need
-                hold_as=key if rail != MARKETING else "", hold_ms=self.hold_ms,
-            )  # fmt: skip
+                provider, tenant_id, requests=1, messages=len(chunk), rail=rail
+            )
             if not decision.granted:
                 raise self._throttled(decision.wait_ms / 1000, decision.reason)
-            if decision.wait_ms:  # reserved: the tokens are due this much later
-                self._sleep(decision.wait_ms / 1000)
+            key = idempotency_key(job_id, number)
             try:
                 result = adapter.send(chunk, idempotency_key=key, batch=batch)
             except ProviderRateLimited as exc:

@@ -50,10 +50,7 @@ def marketing_headroom(capacity: float) -> int:
 
 @dataclass(frozen=True)
 class Decision:
-    """The verdict of one take: granted, or wait ``wait_ms`` (``reason`` says which bucket).
-
-    Granted with ``wait_ms`` > 0 (reason ``reserved``): the tokens are the caller's, due
-    ``wait_ms`` from now; sending earlier would exceed the limit."""
+    """The verdict of one take: granted, or wait ``wait_ms`` (``reason`` says which bucket)."""
 
     granted: bool
     wait_ms: int = 0
@@ -67,13 +64,8 @@ _REASONS = {
     2: "provider_backoff",
     3: "provider_rate_limit",
     4: "tenant_rate_limit",
-    5: "reserved",
-    6: "provider_slot_held",
 }
 """The take script's reason codes (the low three bits of its reply)."""
-
-_RESERVED = 5
-"""The code of a grant due ``wait_ms`` from now (``reserve_ms``)."""
 
 
 def _redis_now_ms(client: Any) -> int:
@@ -104,7 +96,7 @@ class RateLimiter:
         self._pause = client.register_script(script_source("rate_limit_pause"))
         self._keys: dict[str, RateLimitKeys] = {}
         self._learned: dict[str, float] = {}
-        self._plans: dict[tuple[str, str], tuple[str, str, str | None, tuple[bytes, ...]]] = {}
+        self._plans: dict[tuple[str, str], tuple[str, str | None, tuple[bytes, ...]]] = {}
 
     def keys(self, provider: str) -> RateLimitKeys:
         keys = self._keys.get(provider)
@@ -134,67 +126,46 @@ class RateLimiter:
         requests: int = 1,
         messages: int = 1,
         rail: str = "transactional",
-        reserve_ms: int = 0,
-        hold_as: str = "",
-        hold_ms: int = 0,
     ) -> Decision:
         """Take ``requests`` provider tokens and ``messages`` tenant tokens, or none.
 
         The marketing rail must leave :data:`MARKETING_HEADROOM` of the provider bucket
         for transactional sends, so a password reset finds a token while a blast keeps
         the provider busy; each rail queues its refused callers separately.
-
-        With ``reserve_ms``, tokens due within that many ms are taken now and the
-        decision is granted with ``wait_ms`` > 0 (reason ``reserved``): the caller must
-        not send before ``wait_ms`` has passed. Later callers queue behind the reserved
-        tokens, so the caller's send needs no second round trip and no second refusal.
-
-        With ``hold_as`` (a name unique to this send, e.g. its idempotency key), a caller
-        the provider bucket refuses for at most ``hold_ms`` takes its tokens now and holds
-        the slot they are due at (reason ``provider_slot_held``, ``wait_ms`` until it);
-        taking again under that name at the slot is granted without taking tokens again.
-        Callers arriving meanwhile queue behind the held tokens, so a rescheduled send is
-        refused once, not again by sends that came after it.
         """
         plan = self._plans.get((provider, rail))
         if plan is None:
             plan = self._plans[(provider, rail)] = self._plan(provider, rail)
-        bucket, held, tenant_prefix, fixed = plan
+        bucket, tenant_prefix, fixed = plan
         now = b"" if self._clock_ms is None else str(self._clock_ms())
         # EVALSHA straight from the client: this is every send's one round trip
         try:
             if tenant_prefix is None:
                 verdict = self._execute(
-                    "EVALSHA", self._take.sha, 2, bucket, held, now, fixed[0],
+                    "EVALSHA", self._take.sha, 1, bucket, now, fixed[0],
                     b"1" if requests == 1 else requests, fixed[1],
-                    b"1" if messages == 1 else messages, *fixed[2:], reserve_ms,
-                    hold_as, hold_ms,
+                    b"1" if messages == 1 else messages, *fixed[2:],
                 )  # fmt: skip
             else:
                 verdict = self._execute(
-                    "EVALSHA", self._take.sha, 3, bucket, held, tenant_prefix + tenant, now,
+                    "EVALSHA", self._take.sha, 2, bucket, tenant_prefix + tenant, now,
                     fixed[0], b"1" if requests == 1 else requests, fixed[1],
-                    b"1" if messages == 1 else messages, *fixed[2:], reserve_ms,
-                    hold_as, hold_ms,
+                    b"1" if messages == 1 else messages, *fixed[2:],
                 )  # fmt: skip
         except NoScriptError:  # a restarted or flushed Redis: load it and ask again
             self._take.sha = self.client.script_load(self._take.script)
-            return self.take(
-                provider, tenant, requests=requests, messages=messages, rail=rail,
-                reserve_ms=reserve_ms, hold_as=hold_as, hold_ms=hold_ms,
-            )  # fmt: skip
+            return self.take(provider, tenant, requests=requests, messages=messages, rail=rail)
         if verdict == 0:
             return GRANTED
         verdict = int(verdict)
-        reason = verdict & 7
-        return Decision(reason == _RESERVED, verdict >> 3, _REASONS[reason])
+        return Decision(False, verdict >> 3, _REASONS[verdict & 7])
 
-    def _plan(self, provider: str, rail: str) -> tuple[str, str, str | None, tuple[bytes, ...]]:
+    def _plan(self, provider: str, rail: str) -> tuple[str, str | None, tuple[bytes, ...]]:
         """The per-provider, per-rail keys and arguments of the take script, computed once.
 
-        Returns the provider bucket's key, its held slots' key, the tenant keys' prefix
-        (None: tenants are unlimited) and the fixed arguments between ``now``,
-        ``requests`` and ``messages``, encoded once (the client sends bytes as they are).
+        Returns the provider bucket's key, the tenant keys' prefix (None: tenants are
+        unlimited) and the fixed arguments between ``now``, ``requests`` and ``messages``,
+        encoded once (the client sends bytes as they are).
         """
         limit = self.limit_of(provider)
         tenant_limit = self.tenant_limits.get(provider)
@@ -211,13 +182,12 @@ class RateLimiter:
         # ARGV order: now, prate, requests, trate, messages, pcap, tcap, headroom, queue
         fixed = (texts[0], texts[1], texts[2], texts[3], texts[4], texts[5])
         tenant_prefix = keys.tenant("") if tenant_limit else None
-        return keys.bucket, keys.held_slots, tenant_prefix, tuple(t.encode() for t in fixed)
+        return keys.bucket, tenant_prefix, tuple(t.encode() for t in fixed)
 
     def back_off(self, provider: str, seconds: float) -> int:
         """Empty ``provider``'s bucket for ``seconds``: nobody sends before then. Returns ms."""
         block_ms = max(1, math.ceil(seconds * 1000))
-        keys = self.keys(provider)
-        self._observe(keys=[keys.bucket, keys.held_slots], args=[self._now(), block_ms, "", ""])
+        self._observe(keys=[self.keys(provider).bucket], args=[self._now(), block_ms, "", ""])
         return block_ms
 
     def learn(self, provider: str, limit_per_second: float) -> bool:
@@ -229,9 +199,8 @@ class RateLimiter:
             return False
         if self._learned.get(provider) == limit_per_second:
             return True
-        keys = self.keys(provider)
         self._observe(
-            keys=[keys.bucket, keys.held_slots],
+            keys=[self.keys(provider).bucket],
             args=[self._now(), "", repr(limit_per_second / 1000), LEARNED_RATE_TTL_MS],
         )
         self._learned[provider] = limit_per_second

@@ -5,7 +5,7 @@ from __future__ import annotations
 import redis
 from redis.cluster import key_slot
 
-from platform_tasks.notifications.limiter import Decision, RateLimiter
+from platform_tasks.notifications.limiter import RateLimiter
 from platform_tasks.notifications.rate_limits import RateLimit
 
 
@@ -280,110 +280,3 @@ def test_tenant_bucket_never_expires_before_it_has_refilled(redis_client: redis.
         # test's clock only gets longer in its terms, so it must be renewed to pass
         assert redis_client.pttl(key) >= refill_ms + 400
         clock.now += 7
-
-
-def test_tokens_due_soon_are_reserved_and_later_callers_queue_behind_them(
-    redis_client: redis.Redis,
-) -> None:
-    """A caller that accepts a short wait gets the next token now, due when it refills;
-    the next caller's wait counts that token as spent, so no two sends share a slot."""
-    clock = Clock()
-    lim = limiter(redis_client, clock, provider=RateLimit(50, 1))  # 2 tokens, one per 20 ms
-    assert [lim.take("resend", "acme", reserve_ms=50).wait_ms for _ in range(2)] == [0, 0]
-    first = lim.take("resend", "acme", reserve_ms=50)
-    second = lim.take("resend", "acme", reserve_ms=50)
-    assert (first.granted, first.reason, first.wait_ms) == (True, "reserved", 20)
-    assert (second.granted, second.reason, second.wait_ms) == (True, "reserved", 40)
-    # due later than the caller accepts: refused, with nothing taken
-    before = tokens(redis_client, lim.keys("resend").bucket)
-    third = lim.take("resend", "acme", reserve_ms=50)
-    assert (third.granted, third.reason, third.wait_ms) == (False, "provider_rate_limit", 60)
-    assert tokens(redis_client, lim.keys("resend").bucket) == before
-    assert not lim.take("resend", "acme").granted  # without reserve_ms: refused as before
-    # callers every 5 ms: after the full bucket's two, due times one token interval apart
-    clock.now += 1_000
-    start = clock.now
-    due = []
-    for _ in range(30):
-        decision = lim.take("resend", "acme", reserve_ms=50)
-        if decision.granted:
-            due.append(clock.now + decision.wait_ms - start)
-        clock.now += 5
-    assert due == [0, 5, *range(20, 200, 20)]
-
-
-def test_a_reservation_takes_tenant_tokens_too_and_never_overrides_a_long_tenant_wait(
-    redis_client: redis.Redis,
-) -> None:
-    clock = Clock()
-    lim = limiter(redis_client, clock, provider=RateLimit(1000, 1), tenant=RateLimit(100, 1))
-    assert lim.take("resend", "acme", messages=100).granted
-    soon = lim.take("resend", "acme", messages=3, reserve_ms=50)
-    assert (soon.granted, soon.wait_ms) == (True, 30)  # 3 messages at 100/s
-    assert tokens(redis_client, lim.keys("resend").tenant("acme")) == -3
-    late = lim.take("resend", "acme", messages=5, reserve_ms=50)
-    assert (late.granted, late.reason, late.wait_ms) == (False, "tenant_rate_limit", 80)
-    # a back-off is never waited out in process, however short
-    lim.back_off("resend", 0.01)
-    assert lim.take("resend", "globex", reserve_ms=50).reason == "provider_backoff"
-
-
-def test_a_refused_send_holds_its_slot_and_later_sends_queue_behind_it(
-    redis_client: redis.Redis,
-) -> None:
-    """Refused within the horizon, a named send takes its tokens and holds the slot they
-    are due at; back at that slot it is granted without taking again, while a send that
-    arrived in between was refused for the slot after it."""
-    clock = Clock()
-    lim = limiter(redis_client, clock, provider=RateLimit(10, 1))  # 1 token, one per 100 ms
-    assert lim.take("resend", "acme").granted
-    held = lim.take("resend", "acme", hold_as="job-1:0", hold_ms=2_000)
-    assert (held.granted, held.reason, held.wait_ms) == (False, "provider_slot_held", 100)
-    assert tokens(redis_client, lim.keys("resend").bucket) == -1
-    clock.now += 50
-    early = lim.take("resend", "acme", hold_as="job-1:0", hold_ms=2_000)
-    assert (early.granted, early.reason, early.wait_ms) == (False, "provider_slot_held", 50)
-    # a send arriving meanwhile (unnamed) is refused for the slot after the held one
-    assert lim.take("resend", "globex").wait_ms == 150
-    clock.now += 50
-    assert lim.take("resend", "acme", hold_as="job-1:0", hold_ms=2_000) == Decision(True)
-    assert tokens(redis_client, lim.keys("resend").bucket) == -1  # nothing taken twice
-    assert redis_client.zcard(lim.keys("resend").held_slots) == 0
-    # the slot was used: the same name again is refused like any send (globex held none)
-    again = lim.take("resend", "acme", hold_as="job-1:0", hold_ms=2_000)
-    assert (again.reason, again.wait_ms) == ("provider_slot_held", 100)
-    assert tokens(redis_client, lim.keys("resend").bucket) == -1
-
-
-def test_held_slots_stay_within_the_horizon_and_lapse_when_late_or_after_a_429(
-    redis_client: redis.Redis,
-) -> None:
-    clock = Clock()
-    lim = limiter(redis_client, clock, provider=RateLimit(10, 1))
-    assert lim.take("resend", "acme").granted
-    waits = [lim.take("resend", "acme", hold_as=f"j{n}", hold_ms=300).wait_ms for n in range(5)]
-    assert waits == [100, 200, 300, 400, 500]  # the last two are beyond the horizon
-    assert redis_client.zcard(lim.keys("resend").held_slots) == 3
-    assert lim.take("resend", "acme", hold_as="j3", hold_ms=300).reason == "provider_rate_limit"
-    # j0 comes back more than a second after its slot: it has lapsed, tokens again
-    clock.now += 1_200
-    assert lim.take("resend", "acme", hold_as="j0", hold_ms=300) == Decision(True)
-    assert tokens(redis_client, lim.keys("resend").bucket) == 0
-    # a 429 empties the bucket and drops the held slots with the tokens they stood for
-    lim.back_off("resend", 1)
-    assert redis_client.exists(lim.keys("resend").held_slots) == 0
-    clock.now += 1_000
-    assert lim.take("resend", "acme", hold_as="j1", hold_ms=300) == Decision(True)
-    assert lim.take("resend", "acme", hold_as="j2", hold_ms=300).reason == "provider_slot_held"
-
-
-def test_held_slot_takes_the_tenant_tokens_too(redis_client: redis.Redis) -> None:
-    clock = Clock()
-    lim = limiter(redis_client, clock, provider=RateLimit(10, 1), tenant=RateLimit(100, 1))
-    assert lim.take("resend", "acme", messages=10).granted
-    held = lim.take("resend", "acme", messages=10, hold_as="j", hold_ms=2_000)
-    assert held.reason == "provider_slot_held"
-    assert tokens(redis_client, lim.keys("resend").tenant("acme")) == 80
-    clock.now += 100
-    assert lim.take("resend", "acme", messages=10, hold_as="j", hold_ms=2_000).granted
-    assert tokens(redis_client, lim.keys("resend").tenant("acme")) == 80
