@@ -80,7 +80,9 @@ def phase(
         f"p99 {result.latency(0.99) * 1000:.0f} ms; marketing paused "
         f"{result.paused_seconds:.1f} s in {result.pauses} pause(s); Redis commands/email "
         f"{result.redis_commands / max(1, result.emails):.2f} (rate-limit script calls/email "
-        f"{result.limiter_calls / max(1, result.emails):.3f}); duplicates "
+        f"{result.limiter_calls / max(1, result.emails):.3f}, per request "
+        f"{result.limiter_calls / max(1, result.requests):.3f}; throttled deliveries "
+        f"{result.throttles}); duplicates "
         f"{result.duplicates}; dead letters {result.dead_letters}",
         flush=True,
     )

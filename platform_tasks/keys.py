@@ -156,9 +156,11 @@ class RateLimitKeys:
     ``bucket`` is the provider's token bucket (hash: ``tokens``, ``ts`` of the last
     refill in ms, ``until`` before which nobody may send after a 429, ``learned`` rate per
     ms the provider's headers reported and ``learned_until``, ``paused_until`` and
-    ``pause_reason`` of a quota pause, ``next_t``/``next_m`` the next slot given to a
-    refused transactional/marketing caller); ``tenant(t)`` is tenant ``t``'s bucket of
-    messages for this provider (``tokens``, ``ts``, ``next_*``; expires when full);
+    ``pause_reason`` of a quota pause, ``state`` present while any of those may be in
+    force, ``next_t``/``next_m`` the next slot given to a refused transactional/marketing
+    caller); ``tenant(t)`` is tenant ``t``'s bucket of messages for this provider
+    (``tokens``, ``ts``, ``exp`` the ms its expiry was set to, ``next_*``; expires when
+    full);
     ``pause_alerted`` exists while a pause lasts, so the pause alerts once.
     """
 

@@ -5,6 +5,7 @@
 --         the bucket is emptied: nobody takes a token before now + ARGV[2], then one
 --         token is there and the bucket refills at its rate
 -- ARGV[3] learned rate per ms ('' = none), ARGV[4] how long the learned rate holds (ms)
+-- Either sets the bucket's 'state' flag, which makes rate_limit_take read these fields.
 -- Returns the 'until' in force (ms).
 local now = tonumber(ARGV[1])
 if not now then
@@ -17,12 +18,13 @@ if block then
   local candidate = now + block
   if candidate > until_ms then
     until_ms = candidate
-    redis.call('HSET', KEYS[1], 'until', tostring(until_ms), 'tokens', '1', 'ts', tostring(until_ms))
+    redis.call('HSET', KEYS[1], 'until', tostring(until_ms), 'tokens', '1', 'ts', tostring(until_ms),
+               'state', '1')
   end
 end
 local learned = tonumber(ARGV[3])
 if learned then
   redis.call('HSET', KEYS[1], 'learned', tostring(learned),
-             'learned_until', tostring(now + tonumber(ARGV[4])))
+             'learned_until', tostring(now + tonumber(ARGV[4])), 'state', '1')
 end
 return until_ms

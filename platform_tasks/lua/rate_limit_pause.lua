@@ -14,7 +14,8 @@ local ms = tonumber(ARGV[2])
 local paused_until = tonumber(redis.call('HGET', KEYS[1], 'paused_until')) or 0
 if paused_until < now + ms then
   paused_until = now + ms
-  redis.call('HSET', KEYS[1], 'paused_until', tostring(paused_until), 'pause_reason', ARGV[3])
+  redis.call('HSET', KEYS[1], 'paused_until', tostring(paused_until), 'pause_reason', ARGV[3],
+             'state', '1')
 end
 local remaining = paused_until - now
 local first = redis.call('SET', KEYS[2], ARGV[3], 'NX', 'PX', remaining)

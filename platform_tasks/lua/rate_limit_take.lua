@@ -15,85 +15,109 @@
 -- back spread over the time their tokens need, not all at once to be refused again.
 -- A cost above the capacity is granted from a full bucket and leaves it in debt, so a
 -- 100-message batch still passes a 10-message bucket at the bucket's long-run rate.
+--
+-- The common call is a grant with nothing unusual in force, so that path reads two fields
+-- per bucket plus the provider's 'state' flag, and nothing else: the flag is set by
+-- rate_limit_observe/rate_limit_pause whenever a back-off, a learned rate or a pause is
+-- stored, and removed here once none of them is in force any more. A tenant bucket's
+-- expiry is renewed only when the one set before ('exp') would end less than half a
+-- second after the bucket is full again.
 local now = tonumber(ARGV[1])
+local p = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'state')
 if not now then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
 end
-local headroom = tonumber(ARGV[8]) or 0
-local queue_field = 'next_' .. (ARGV[9] or 't')
-
-local function refill(tokens, ts, rate, cap, floor_ts)
-  tokens = tonumber(tokens)
-  ts = tonumber(ts)
-  if not tokens then
-    tokens = cap
-    ts = now
+local prate = tonumber(ARGV[2])
+local pcap = tonumber(ARGV[6])
+local requests = tonumber(ARGV[3])
+local until_ms = 0
+if p[3] then
+  local s = redis.call('HMGET', KEYS[1], 'until', 'learned', 'learned_until', 'paused_until')
+  local paused_until = tonumber(s[4]) or 0
+  if paused_until > now then
+    return math.max(1, paused_until - now) * 8 + 1
   end
-  if floor_ts and ts < floor_ts then ts = floor_ts end
-  if now > ts then tokens = math.min(cap, tokens + (now - ts) * rate) end
-  return tokens
-end
-
-local function wait_for(tokens, need, rate)
-  if tokens >= need then return 0 end
-  return math.ceil((need - tokens) / rate)
+  until_ms = tonumber(s[1]) or 0
+  local learned = tonumber(s[2])
+  local learned_until = tonumber(s[3]) or 0
+  if learned and learned_until > now then
+    if learned < prate then
+      pcap = math.max(1, math.floor(pcap * learned / prate))
+      prate = learned
+    end
+  elseif until_ms <= now then
+    redis.call('HDEL', KEYS[1], 'state')
+  end
 end
 
 local function reserve(key, wait, cost, rate, reason)
+  local field = 'next_' .. ARGV[9]
   local slot = now + wait
-  local queued = tonumber(redis.call('HGET', key, queue_field)) or 0
+  local queued = tonumber(redis.call('HGET', key, field)) or 0
   if queued > slot then slot = queued end
-  redis.call('HSET', key, queue_field, tostring(slot + cost / rate))
+  redis.call('HSET', key, field, tostring(slot + cost / rate))
   return math.max(1, math.ceil(slot - now)) * 8 + reason
 end
 
--- provider: a quota pause, a 429's 'until', maybe a lower rate taught by its headers
-local p = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'until', 'learned', 'learned_until',
-                     'paused_until')
-local paused_until = tonumber(p[6]) or 0
-if paused_until > now then
-  return math.max(1, paused_until - now) * 8 + 1
-end
-local until_ms = tonumber(p[3]) or 0
-local prate = tonumber(ARGV[2])
-local pcap = tonumber(ARGV[6])
-local learned = tonumber(p[4])
-if learned and (tonumber(p[5]) or 0) > now and learned < prate then
-  pcap = math.max(1, math.floor(pcap * learned / prate))
-  prate = learned
-end
-if headroom > pcap - 1 then headroom = 0 end
-local requests = tonumber(ARGV[3])
 if now < until_ms then
   return reserve(KEYS[1], until_ms - now, requests, prate, 2)
 end
-local ptokens = refill(p[1], p[2], prate, pcap, until_ms)
-local pneed = math.min(requests + headroom, pcap)
-local wait = wait_for(ptokens, pneed, prate)
+local headroom = tonumber(ARGV[8])
+if headroom > pcap - 1 then headroom = 0 end
+-- refill (a bucket never seen is full); after a back-off 'ts' is its 'until' already
+local ptokens = tonumber(p[1])
+if ptokens then
+  local elapsed = now - tonumber(p[2])
+  if elapsed > 0 then
+    ptokens = ptokens + elapsed * prate
+    if ptokens > pcap then ptokens = pcap end
+  end
+else
+  ptokens = pcap
+end
+local pneed = requests + headroom
+if pneed > pcap then pneed = pcap end
+local wait = 0
+if ptokens < pneed then wait = math.ceil((pneed - ptokens) / prate) end
 
 local trate = tonumber(ARGV[4])
-local messages = tonumber(ARGV[5])
-local ttokens
-local tcap = tonumber(ARGV[7])
 if trate and KEYS[2] then
-  local t = redis.call('HMGET', KEYS[2], 'tokens', 'ts')
-  ttokens = refill(t[1], t[2], trate, tcap, nil)
-  local twait = wait_for(ttokens, math.min(messages, tcap), trate)
-  if twait > wait then
-    return reserve(KEYS[2], twait, math.min(messages, tcap), trate, 4)
+  local messages = tonumber(ARGV[5])
+  local tcap = tonumber(ARGV[7])
+  local t = redis.call('HMGET', KEYS[2], 'tokens', 'ts', 'exp')
+  local ttokens = tonumber(t[1])
+  if ttokens then
+    local elapsed = now - tonumber(t[2])
+    if elapsed > 0 then
+      ttokens = ttokens + elapsed * trate
+      if ttokens > tcap then ttokens = tcap end
+    end
+  else
+    ttokens = tcap
   end
-end
-if wait > 0 then
+  local tneed = messages
+  if tneed > tcap then tneed = tcap end
+  if ttokens < tneed then
+    local twait = math.ceil((tneed - ttokens) / trate)
+    if twait > wait then
+      return reserve(KEYS[2], twait, tneed, trate, 4)
+    end
+  end
+  if wait > 0 then
+    return reserve(KEYS[1], wait, requests, prate, 3)
+  end
+  ttokens = ttokens - messages
+  -- a full bucket is the same as no bucket: let it expire once it has refilled
+  local full_at = now + math.ceil((tcap - ttokens) / trate) + 1000
+  if (tonumber(t[3]) or 0) < full_at - 500 then
+    redis.call('HSET', KEYS[2], 'tokens', tostring(ttokens), 'ts', now, 'exp', full_at)
+    redis.call('PEXPIRE', KEYS[2], full_at - now)
+  else
+    redis.call('HSET', KEYS[2], 'tokens', tostring(ttokens), 'ts', now)
+  end
+elseif wait > 0 then
   return reserve(KEYS[1], wait, requests, prate, 3)
 end
-
-ptokens = ptokens - requests
-redis.call('HSET', KEYS[1], 'tokens', tostring(ptokens), 'ts', tostring(now))
-if trate and KEYS[2] then
-  ttokens = ttokens - messages
-  redis.call('HSET', KEYS[2], 'tokens', tostring(ttokens), 'ts', tostring(now))
-  -- a full bucket is the same as no bucket: let it expire once it has refilled
-  redis.call('PEXPIRE', KEYS[2], math.ceil((tcap - ttokens) / trate) + 1000)
-end
+redis.call('HSET', KEYS[1], 'tokens', tostring(ptokens - requests), 'ts', now)
 return 0

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from redis.exceptions import NoScriptError
+
 from platform_tasks.keys import RateLimitKeys, rate_limit_keys
 from platform_tasks.notifications.rate_limits import RateLimit
 from platform_tasks.scripts import script_source
@@ -89,11 +91,12 @@ class RateLimiter:
         self.tenant_limits = dict(tenant_limits or {})
         self._clock_ms = clock_ms
         self._take = client.register_script(script_source("rate_limit_take"))
+        self._execute = client.execute_command
         self._observe = client.register_script(script_source("rate_limit_observe"))
         self._pause = client.register_script(script_source("rate_limit_pause"))
         self._keys: dict[str, RateLimitKeys] = {}
         self._learned: dict[str, float] = {}
-        self._plans: dict[tuple[str, str], tuple[str, str, list[Any]]] = {}
+        self._plans: dict[tuple[str, str], tuple[str, str | None, tuple[bytes, ...]]] = {}
 
     def keys(self, provider: str) -> RateLimitKeys:
         keys = self._keys.get(provider)
@@ -133,42 +136,53 @@ class RateLimiter:
         plan = self._plans.get((provider, rail))
         if plan is None:
             plan = self._plans[(provider, rail)] = self._plan(provider, rail)
-        bucket, tenant_rate, fixed = plan
-        script_keys = [bucket, self.keys(provider).tenant(tenant)] if tenant_rate else [bucket]
-        args = [
-            self._now(),
-            fixed[1],
-            requests,
-            fixed[3],
-            messages,
-            fixed[5],
-            fixed[6],
-            fixed[7],
-            fixed[8],
-        ]
-        verdict = int(self._take(keys=script_keys, args=args))
+        bucket, tenant_prefix, fixed = plan
+        now = b"" if self._clock_ms is None else str(self._clock_ms())
+        # EVALSHA straight from the client: this is every send's one round trip
+        try:
+            if tenant_prefix is None:
+                verdict = self._execute(
+                    "EVALSHA", self._take.sha, 1, bucket, now, fixed[0],
+                    b"1" if requests == 1 else requests, fixed[1],
+                    b"1" if messages == 1 else messages, *fixed[2:],
+                )  # fmt: skip
+            else:
+                verdict = self._execute(
+                    "EVALSHA", self._take.sha, 2, bucket, tenant_prefix + tenant, now,
+                    fixed[0], b"1" if requests == 1 else requests, fixed[1],
+                    b"1" if messages == 1 else messages, *fixed[2:],
+                )  # fmt: skip
+        except NoScriptError:  # a restarted or flushed Redis: load it and ask again
+            self._take.sha = self.client.script_load(self._take.script)
+            return self.take(provider, tenant, requests=requests, messages=messages, rail=rail)
         if verdict == 0:
             return GRANTED
+        verdict = int(verdict)
         return Decision(False, verdict >> 3, _REASONS[verdict & 7])
 
-    def _plan(self, provider: str, rail: str) -> tuple[str, str, list[Any]]:
-        """The per-provider, per-rail arguments of the take script, computed once."""
+    def _plan(self, provider: str, rail: str) -> tuple[str, str | None, tuple[bytes, ...]]:
+        """The per-provider, per-rail keys and arguments of the take script, computed once.
+
+        Returns the provider bucket's key, the tenant keys' prefix (None: tenants are
+        unlimited) and the fixed arguments between ``now``, ``requests`` and ``messages``,
+        encoded once (the client sends bytes as they are).
+        """
         limit = self.limit_of(provider)
         tenant_limit = self.tenant_limits.get(provider)
         marketing = rail == "marketing"
+        keys = self.keys(provider)
         texts = [
-            "",
             repr(limit.per_second / 1000),
-            "1",
             repr(tenant_limit.per_second / 1000) if tenant_limit else "",
-            "1",
             repr(limit.provider_capacity),
             repr(tenant_limit.capacity) if tenant_limit else "",
             repr(marketing_headroom(limit.provider_capacity)) if marketing else "0",
             "m" if marketing else "t",
         ]
-        # encoded once: the client sends bytes as they are
-        return self.keys(provider).bucket, texts[3], [t.encode() for t in texts]
+        # ARGV order: now, prate, requests, trate, messages, pcap, tcap, headroom, queue
+        fixed = (texts[0], texts[1], texts[2], texts[3], texts[4], texts[5])
+        tenant_prefix = keys.tenant("") if tenant_limit else None
+        return keys.bucket, tenant_prefix, tuple(t.encode() for t in fixed)
 
     def back_off(self, provider: str, seconds: float) -> int:
         """Empty ``provider``'s bucket for ``seconds``: nobody sends before then. Returns ms."""

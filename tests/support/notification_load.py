@@ -39,8 +39,11 @@ class LoadResult:
     provider_429s: int
     limiter_calls: int
     """Rate-limit script calls: one per delivery of a job (first ones and reruns after a
-    throttle, counted from the workers' "retry scheduled" lines; no other failure is
-    injected) plus none for the learned-limit write-backs, which happen once."""
+    throttle or a failed attempt, counted from the workers' "job throttled" and "retry
+    scheduled" lines; no other failure is injected) plus none for the learned-limit
+    write-backs, which happen once."""
+    throttles: int
+    """Deliveries that ended "job throttled" (rolled back and rescheduled)."""
     duration: float
     notes: list[str] = field(default_factory=list)
 
@@ -133,7 +136,8 @@ def run_load(
             t += 1.0
     logs = rig.logs()
     paused, pauses = _paused_seconds(logs)
-    limiter_calls = transactional + len(marketing_ids) + logs.count("retry scheduled")
+    throttles = logs.count("job throttled")
+    limiter_calls = transactional + len(marketing_ids) + logs.count("retry scheduled") + throttles
     return LoadResult(
         requests=len(email_requests),
         emails=len(seen),
@@ -147,5 +151,6 @@ def run_load(
         redis_commands=commands,
         provider_429s=sum(1 for r in email_requests if r.status == 429),
         limiter_calls=limiter_calls,
+        throttles=throttles,
         duration=duration,
     )

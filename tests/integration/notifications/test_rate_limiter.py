@@ -230,3 +230,53 @@ def test_marketing_leaves_headroom_for_transactional(redis_client: redis.Redis) 
     for _ in range(20):
         lim.take("resend", "acme", rail="marketing")
     assert lim.take("resend", "acme").wait_ms <= 20
+
+
+def test_back_off_learned_rate_and_pause_each_apply_after_an_expired_one(
+    redis_client: redis.Redis,
+) -> None:
+    """The take script reads the back-off, learned-rate and pause fields only while the
+    bucket's ``state`` flag says one is stored, and drops the flag once none is in force:
+    whatever is stored next must be seen again."""
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(200, 1))
+    bucket = lim.keys("resend").bucket
+    lim.back_off("resend", 1)
+    assert lim.take("resend", "acme").reason == "provider_backoff"
+    clock.now += 1_000
+    assert lim.take("resend", "acme").granted
+    assert redis_client.hget(bucket, "state") is None  # nothing in force: the fast path
+    lim.back_off("resend", 2)
+    assert lim.take("resend", "acme").wait_ms == 2_000
+    clock.now += 2_000
+    assert lim.take("resend", "acme").granted
+    assert lim.learn("resend", 40) is True
+    clock.now += 60_000
+    # 40/s with a 2-token bucket, as long as the learned rate holds
+    assert [lim.take("resend", "acme").granted for _ in range(3)] == [True, True, False]
+    assert redis_client.hget(bucket, "state") is not None
+    clock.now += 3_600_000  # the learned rate has lapsed: the setting (10 tokens) again
+    assert [lim.take("resend", "acme").granted for _ in range(10)] == [True] * 10
+    assert redis_client.hget(bucket, "state") is None
+    lim.pause("resend", 5, "daily_quota_exceeded")
+    assert lim.take("resend", "acme").reason == "provider_paused"
+
+
+def test_tenant_bucket_never_expires_before_it_has_refilled(redis_client: redis.Redis) -> None:
+    """The tenant key's expiry is renewed only when it would end less than half a second
+    after the bucket is full again; an expiry before that would hand a tenant in debt a
+    full bucket early."""
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(1000, 1), tenant=RateLimit(20, 1))
+    key = lim.keys("resend").tenant("acme")
+    for n in range(60):
+        decision = lim.take("resend", "acme", messages=1 + n % 3)
+        if not decision.granted:
+            clock.now += decision.wait_ms
+            continue
+        tokens_left = tokens(redis_client, key)
+        refill_ms = (20 - tokens_left) / 0.02
+        # Redis's TTL runs on real time, slower than this clock: a TTL set from the
+        # test's clock only gets longer in its terms, so it must be renewed to pass
+        assert redis_client.pttl(key) >= refill_ms + 400
+        clock.now += 7
