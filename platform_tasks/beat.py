@@ -12,6 +12,12 @@ pipeline per batch (one script call per point), and the batch's admitted trigger
 published in one kombu publish batch (one broker round trip) before the next batch is
 judged. Beat then sleeps until the next due point.
 
+A warm stop (SIGTERM/SIGINT) arriving while a batch is admitted or its triggers are
+sent is deferred until they are sent (:mod:`platform_tasks.warm_stop`), at most
+``PLATFORM_BEAT_STOP_TIMEOUT_SECONDS``; a stop that cuts the send short (the timeout, a
+second signal) logs each admitted point whose trigger was not sent and gives back its
+lease.
+
 The scheduler also runs a delay promoter, so durable delays keep moving in deployments
 whose only long-lived process next to the workers is beat.
 """
@@ -35,6 +41,7 @@ from platform_tasks.jobs.runtime import JobRuntime, app_name, runtime_mode, star
 from platform_tasks.jobs.trigger import PointOutcome, PointResult, TriggerEngine
 from platform_tasks.jobs.worker import RUN_TASK
 from platform_tasks.scheduler_metrics import BeatMetrics, MetricsServer, serve
+from platform_tasks.warm_stop import WarmStop
 
 __all__ = ["LeaseScheduler"]
 
@@ -67,7 +74,8 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
         self.promoter: Promoter | None = None
         self._offset_ms = 0  # Redis clock minus ours (see _observe_clock)
         self._clock_seen_ms = 0
-        self._unsent: dict[str, str] = {}  # token -> job: admitted, trigger not yet sent
+        self._unsent: dict[str, PointResult] = {}  # token -> admitted, trigger not yet sent
+        self._warm_stop: WarmStop | None = None
         self._closed = False
         self._dispatching = False
         self._queues: dict[str, str] = {}  # job -> queue its triggers go to
@@ -96,6 +104,8 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
             self._clock_seen_ms = _local_ms()
             self._offset_ms = to_ms(self.runtime.ready_at) - self._clock_seen_ms
             self._queues = {name: job.definition.queue for name, job in self.engine.jobs.items()}
+        self._warm_stop = WarmStop(timeout_seconds=settings.beat_stop_timeout_seconds,
+                                   owner=self.owner)  # fmt: skip
         self.promoter = delay_promoter_for(self.app, name="platform-beat-delay-promoter")
         if self.promoter is not None:
             self.promoter.start()
@@ -120,14 +130,21 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
             return float(self.max_interval)
         batches = engine.tick_batches(self.now())
         while True:
-            sent_ms = _local_ms()
-            batch = next(batches, None)
-            if batch is None:
-                break
-            self._observe_clock(batch, sent_ms, _local_ms())
-            admitted = [r for r in batch if r.outcome is PointOutcome.ADMITTED]
-            if admitted:
-                self._dispatch(admitted)
+            # A warm stop waits until this batch's admitted triggers are sent; then the
+            # deferred signal's handler runs (Celery's closes and exits: nothing more
+            # is admitted).
+            with self._stop_deferred():
+                sent_ms = _local_ms()
+                batch = next(batches, None)
+                if batch is None:
+                    break
+                admitted = [r for r in batch if r.outcome is PointOutcome.ADMITTED]
+                for result in admitted:  # first: what close() gives back if cut short
+                    assert result.token is not None
+                    self._unsent[result.token] = result
+                self._observe_clock(batch, sent_ms, _local_ms())
+                if admitted:
+                    self._dispatch(admitted)
             if self._closed:
                 raise SystemExit()  # see above: nothing more is triggered
         next_due = engine.next_due_ms()
@@ -135,6 +152,10 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
             return float(self.max_interval)
         wait = (next_due - (_local_ms() + self._offset_ms)) / 1000
         return min(float(self.max_interval), max(_MIN_SLEEP, wait))
+
+    def _stop_deferred(self) -> contextlib.AbstractContextManager[None]:
+        warm_stop = self._warm_stop
+        return warm_stop.deferred() if warm_stop is not None else contextlib.nullcontext()
 
     def _observe_clock(self, batch: Sequence[PointResult], sent_ms: int, received_ms: int) -> None:
         """Refine the Redis-minus-local clock offset from one pipeline's judged times.
@@ -156,11 +177,8 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
         self._clock_seen_ms = received_ms
 
     def _dispatch(self, admitted: Sequence[PointResult]) -> None:
-        """Publish the admitted triggers in one batch; give back the leases of those
-        that could not be sent (or whose delivery is uncertain)."""
-        for result in admitted:
-            assert result.token is not None
-            self._unsent[result.token] = result.job
+        """Publish the admitted triggers (already in ``_unsent``) in one batch; give
+        back the leases of those that could not be sent (or whose delivery is uncertain)."""
         self._dispatching = True
         try:
             self._publish(admitted)
@@ -228,7 +246,7 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
 
     def _release(self, tokens: Sequence[str]) -> None:
         """Give back leases we took for triggers that were not sent (one round trip)."""
-        pairs = [(self._unsent.pop(token), token) for token in tokens if token in self._unsent]
+        pairs = [(self._unsent.pop(token).job, token) for token in tokens if token in self._unsent]
         if not pairs or self.runtime is None or self.runtime.leases is None:
             return
         try:
@@ -249,6 +267,15 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
         self._closed = True
         self.engine = None
         if self._unsent:
+            # A stop cut the tick short (second signal, stop timeout): these points are
+            # consumed and their triggers will never be sent by anyone.
+            for result in self._unsent.values():
+                logger.error(
+                    "trigger of %s at point_ms=%d not sent (beat stopped); its lease is "
+                    "released owner=%s", result.job, result.point_ms, self.owner,
+                    extra={"event": "beat.trigger_not_sent", "job": result.job,
+                           "point_ms": result.point_ms},
+                )  # fmt: skip
             self._release(list(self._unsent))
         if self.promoter is not None:
             self.promoter.stop()

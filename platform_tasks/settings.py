@@ -162,6 +162,9 @@ class PlatformSettings(BaseSettings):
     jobs_namespace: str | None = None
     jobs_key_prefix: str | None = None
     jobs_shutdown_budget_seconds: float = Field(default=30.0, gt=0)
+    beat_stop_timeout_seconds: float = Field(default=5.0, gt=0)
+    """How long a warm stop (SIGTERM/SIGINT) of beat waits for the tick it interrupts to
+    send the triggers it admitted; a second signal stops at once."""
 
     redis_cluster: bool = False
     rabbitmq_consumer_timeout_seconds: int = Field(default=1800, ge=2)

@@ -18,7 +18,10 @@ within a tick), but decides each run the way ``LeaseScheduler`` does:
 * only the admitting replica writes the run metadata (``last_run_at`` = the point,
   ``total_run_count``), with a queryset ``update()``: no signal, so no reload anywhere;
 * a ``one_off`` task disables itself in the same conditional update that admits it, so it
-  is sent once even if two replicas race.
+  is sent once even if two replicas race;
+* a warm stop (SIGTERM/SIGINT) during a tick's admission and sends waits until the
+  admitted points are sent, like ``LeaseScheduler`` (:mod:`platform_tasks.warm_stop`); a
+  stop that cuts them short logs each one not sent and gives back its lease.
 
 Start-up refuses what it cannot honour (a solar schedule without ``ephem``, an unknown
 timezone, a clocked schedule without ``one_off``), naming the periodic task. A task that
@@ -32,6 +35,7 @@ Workers keep the lease while a task runs with
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -67,6 +71,7 @@ from platform_tasks.leases import (
 )
 from platform_tasks.redis_client import ManagedRedis, check_redis_safe
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.warm_stop import WarmStop
 
 __all__ = ["LeaseDatabaseScheduler"]
 
@@ -103,6 +108,9 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self._token_prefix = new_token(self.owner)
         self._tokens = 0
+        # token -> (task name, request): admitted, trigger not yet sent
+        self._unsent: dict[str, tuple[str, AdmissionRequest]] = {}
+        self._warm_stop: WarmStop | None = None
         super().__init__(*args, **kwargs)
 
     # -- start-up ----------------------------------------------------------------------
@@ -114,6 +122,8 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
         namespace = django_beat_namespace(
             app_name=str(self.app.main or "celery_app"), profile=settings.profile
         )
+        self._warm_stop = WarmStop(timeout_seconds=settings.beat_stop_timeout_seconds,
+                                   owner=self.owner)  # fmt: skip
         self._redis = ManagedRedis(settings)
         try:
             check_redis_safe(self._redis.client)
@@ -212,7 +222,10 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
             self._refresh(schedule, now_ms)
         due = [p for p in self._pending.values() if p.point_ms is not None and p.point_ms <= now_ms]
         if due:
-            self._admit(due, now_ms, schedule)
+            # A warm stop waits until the admitted points are sent (module docstring).
+            warm_stop = self._warm_stop
+            with warm_stop.deferred() if warm_stop is not None else contextlib.nullcontext():
+                self._admit(due, now_ms, schedule)
         upcoming = [p.point_ms for p in self._pending.values() if p.point_ms is not None]
         if not upcoming:
             return float(self.max_interval)
@@ -244,6 +257,9 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
                 extra={"event": "django_beat.admission_error"},
             )  # fmt: skip
             return
+        for (item, request), answer in zip(requests, answers, strict=True):
+            if not isinstance(answer, Exception) and answer.outcome is AdmissionOutcome.ADMITTED:
+                self._unsent[request.token] = (item.name, request)  # first: close() needs it
         for (item, request), answer in zip(requests, answers, strict=True):
             outcome = answer if isinstance(answer, Exception) else answer.outcome
             logger.debug(
@@ -291,7 +307,9 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
         entry.model.last_run_at = point
         entry.last_run_at = point
         entry.total_run_count = entry.model.total_run_count = entry.total_run_count + 1
-        if not self._send(entry, request):
+        if self._send(entry, request):
+            self._unsent.pop(request.token, None)
+        else:
             self._release(request)
 
     def _send(self, entry: Any, request: AdmissionRequest) -> bool:
@@ -321,6 +339,7 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
 
     def _release(self, request: AdmissionRequest) -> None:
         assert self.leases is not None
+        self._unsent.pop(request.token, None)
         try:
             self.leases.release(request.job, token=request.token)
         except Exception as exc:
@@ -332,6 +351,18 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
         return entry
 
     def close(self) -> None:
+        """Give back the leases of admitted points not sent (a stop cut the tick
+        short: each is logged), save the base class's state, close our Redis client."""
+        unsent, self._unsent = self._unsent, {}
+        for name, request in unsent.values():
+            logger.error(
+                "trigger of %s at point_ms=%d not sent (periodic task %r; beat stopped); "
+                "its lease is released owner=%s", request.job, request.point_ms, name,
+                self.owner, extra={"event": "django_beat.trigger_not_sent",
+                                   "job": request.job, "point_ms": request.point_ms},
+            )  # fmt: skip
+            if self.leases is not None:
+                self._release(request)
         try:
             super().close()
         finally:
