@@ -8,83 +8,17 @@ application, so a job applied twice shows as two rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import kombu
-import psycopg2
-import pytest
 import redis
 
-from platform_tasks import QueuePort, create_app
+from platform_tasks import QueuePort
 from platform_tasks.harness import RabbitMQServer, wait_until
 from platform_tasks.settings import PlatformSettings
-from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL, runs_key
-from tests.conftest import REPO_ROOT
-from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
-
-
-def query(database_url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    conn = psycopg2.connect(database_url)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql, params)
-            return list(cur.fetchall()) if cur.description else []
-    finally:
-        conn.close()
-
-
-def applied(database_url: str, job_id: object) -> int:
-    rows = query(database_url, "SELECT count(*) FROM public.consumer_work WHERE job_id = %s",
-                 str(job_id))  # fmt: skip
-    return int(rows[0][0])
-
-
-@pytest.fixture
-def broker_settings(rabbitmq_url: str, redis_url: str, database_url: str) -> PlatformSettings:
-    query(database_url, WORK_TABLE_SQL)
-    query(database_url, "TRUNCATE public.consumer_work")
-    return PlatformSettings.build(broker_url=rabbitmq_url, redis_url=redis_url,
-                                  database_url=database_url, profile="test")  # fmt: skip
-
-
-@pytest.fixture
-def port(broker_settings: PlatformSettings) -> Iterator[QueuePort]:
-    app = create_app("rabbitmq_e2e_producer", settings=broker_settings, task_default_queue=QUEUE)
-    qp = QueuePort(app)
-    yield qp
-    qp.close()
-    app.close()
-
-
-class Workers:
-    """Starts ``celery -A tests.apps.consumer_app worker`` (no ``-Q``) on the RabbitMQ vhost."""
-
-    def __init__(self, settings: PlatformSettings, tmp_path: Path, started: list[CeleryProcess]
-                 ) -> None:  # fmt: skip
-        self.env = platform_env(
-            redis_url=settings.redis_url,
-            database_url=settings.database_url,
-            extra={"PLATFORM_BROKER_URL": str(settings.broker_url)},
-        )
-        self.tmp_path = tmp_path
-        self.started = started
-
-    def start(self, name: str = "w1", **extra: str) -> CeleryProcess:
-        argv = worker_argv("tests.apps.consumer_app", concurrency=1, hostname=f"{name}@%h")
-        proc = CeleryProcess(argv, env={**self.env, **extra}, cwd=REPO_ROOT,
-                             log_path=self.tmp_path / f"{name}.log")  # fmt: skip
-        self.started.append(proc.start())
-        proc.wait_for_log("ready.", timeout=120)
-        return proc
-
-
-@pytest.fixture
-def workers(broker_settings: PlatformSettings, tmp_path: Path) -> Iterator[Workers]:
-    with celery_processes() as started:
-        yield Workers(broker_settings, tmp_path, started)
+from tests.apps.consumer_app import QUEUE, runs_key
+from tests.e2e.rabbitmq.conftest import Workers, applied, query, queue_types
 
 
 def job(key: str, **data: Any) -> dict[str, Any]:
@@ -110,12 +44,7 @@ def test_publish_schedule_and_retry_on_quorum_queues(
     assert applied_at >= run_at, "the delayed job ran before run_at"
     assert int(redis_client.get(runs_key(retried_id)) or 0) == 2, "one failure, one retry"
     assert int(redis_client.get(runs_key(now_id)) or 0) == 1
-    vhost = str(broker_settings.broker_url).rsplit("/", 1)[1]
-    types = dict(
-        line.split("\t") for line in rabbitmq_server.ctl(
-            "list_queues", "-p", vhost, "--quiet", "--no-table-headers", "name", "type"
-        ).splitlines() if "\t" in line
-    )  # fmt: skip
+    types = queue_types(rabbitmq_server, broker_settings)
     assert types[QUEUE] == "quorum", types
     assert types["celery_delayed_0"] == "quorum", "delays wait in quorum queues"
     assert {applied(database_url, j) for j in (now_id, later_id, retried_id)} == {1}
