@@ -12,13 +12,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kombu
+import pytest
 import redis
 
 from platform_tasks import QueuePort
+from platform_tasks.envelope import uuid7
 from platform_tasks.harness import RabbitMQServer, wait_until
 from platform_tasks.settings import PlatformSettings
 from tests.apps.consumer_app import QUEUE, runs_key
-from tests.e2e.rabbitmq.conftest import Workers, applied, query, queue_types
+from tests.e2e.rabbitmq.conftest import Workers, applied, query, queue_types, vhost_of
 
 
 def job(key: str, **data: Any) -> dict[str, Any]:
@@ -117,3 +119,40 @@ def test_a_job_longer_than_consumer_timeout_neither_loops_nor_is_lost(
         assert "PRECONDITION_FAILED" not in worker.log(), "RabbitMQ cut the delivery first"
     finally:
         rabbitmq_server.set_consumer_timeout(1_800_000)
+
+
+def test_schedule_many_delivers_each_job_once_at_or_after_its_time(
+    port: QueuePort, workers: Workers, broker_settings: PlatformSettings,
+    rabbitmq_server: RabbitMQServer, redis_client: redis.Redis,
+) -> None:  # fmt: skip
+    """Bulk scheduling on RabbitMQ: one native delayed publish per job, whole seconds."""
+    database_url = str(broker_settings.database_url)
+    workers.start(concurrency=2)
+    refused_id = str(uuid7())
+    now = datetime.now(UTC)
+    with pytest.raises(ValueError, match="timezone-aware"):
+        # validated before anything is sent: the good first item must not arrive either
+        good = ({**job("refused"), "job_id": refused_id}, now + timedelta(seconds=1))
+        port.schedule_many(QUEUE, [good, (job("naive"), datetime.now() + timedelta(seconds=1))])
+    now = datetime.now(UTC)
+    items = [(job(f"bulk-{n}"), now + timedelta(seconds=1 + n % 4, milliseconds=137 * n))
+             for n in range(20)]  # fmt: skip
+    items.append((job("already-due"), now - timedelta(seconds=5)))
+    job_ids = port.schedule_many(QUEUE, items)
+    assert len(set(job_ids)) == len(items)
+    for job_id in job_ids:
+        wait_until(lambda j=job_id: applied(database_url, j) >= 1, timeout=90,  # type: ignore[misc]
+                   message=f"bulk job {job_id} applied")  # fmt: skip
+    rows = query(database_url, "SELECT job_id, applied_at FROM public.consumer_work")
+    applied_at = {str(job_id): at for job_id, at in rows}
+    assert len(rows) == len(items), "each job applied exactly once"
+    for job_id, (_, run_at) in zip(job_ids, items, strict=True):
+        # judged by the row the handler wrote (database clock, this machine)
+        assert applied_at[str(job_id)] >= run_at, f"{job_id} ran before its run_at"
+        assert int(redis_client.get(runs_key(job_id)) or 0) == 1
+    assert applied(database_url, refused_id) == 0
+    # Nothing else waits: RabbitMQ's queue counts lag by a few seconds (statistics
+    # interval), and a late copy from a delayed queue would show as a second row.
+    wait_until(lambda: not any(rabbitmq_server.queue_depths(vhost_of(broker_settings)).values()),
+               timeout=60, message="every queue of the vhost empty")  # fmt: skip
+    assert len(query(database_url, "SELECT 1 FROM public.consumer_work")) == len(items)
