@@ -21,7 +21,7 @@ from tests.support.processes import CELERY, CeleryProcess, celery_processes, pla
 
 APP = "tests.apps.jobs_app"
 JOBS = ("every_second_a", "every_second_b", "every_two_seconds")
-ROWS_WANTED = 12
+ROWS_WANTED = 8
 
 JOB_SOURCE = """
 import os
