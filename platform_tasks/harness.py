@@ -520,6 +520,9 @@ class RabbitMQServer:
                     f"default_user = {self.user}",
                     f"default_pass = {self.password}",
                     f"consumer_timeout = {self.consumer_timeout_ms}",
+                    # queue counts (list_queues) refreshed every second, not every 5 s,
+                    # so a test waiting for empty queues waits for the queues, not stats
+                    "collect_statistics_interval = 1000",
                     "log.console = true",
                     "log.console.level = warning",
                     "log.file = false",

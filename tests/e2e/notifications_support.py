@@ -82,14 +82,20 @@ def rig(
     concurrency: int = 2,
     env: Mapping[str, str] | None = None,
     server: ResendLikeServer | None = None,
+    broker_url: str | None = None,
 ) -> Iterator[Rig]:
-    """A Resend-like server, ``workers`` workers started as users start them (no ``-Q``)."""
+    """A Resend-like server, ``workers`` workers started as users start them (no ``-Q``).
+
+    ``broker_url`` (``PLATFORM_BROKER_URL``) puts workers and publisher on another broker
+    than the platform's Redis, e.g. a RabbitMQ virtual host.
+    """
     resend = server or ResendLikeServer()
     with resend, celery_processes() as started:
         extra = {
             "PLATFORM_RESEND_API_KEY": API_KEY,
             "PLATFORM_RESEND_BASE_URL": resend.url,
             "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1",
+            **({"PLATFORM_BROKER_URL": broker_url} if broker_url else {}),
             **(env or {}),
         }
         process_env = platform_env(redis_url=redis_url, database_url=database_url, extra=extra)
@@ -103,7 +109,8 @@ def rig(
             started.append(worker)
         for worker in started:
             worker.wait_for_log("ready.", timeout=120)
-        settings = PlatformSettings.build(redis_url=redis_url, profile="test")
+        settings = PlatformSettings.build(redis_url=redis_url, broker_url=broker_url,
+                                          profile="test")  # fmt: skip
         app = create_app("notifications_publisher", settings=settings)
         port = QueuePort(app)
         try:

@@ -8,83 +8,19 @@ application, so a job applied twice shows as two rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import kombu
-import psycopg2
 import pytest
 import redis
 
-from platform_tasks import QueuePort, create_app
+from platform_tasks import QueuePort
+from platform_tasks.envelope import uuid7
 from platform_tasks.harness import RabbitMQServer, wait_until
 from platform_tasks.settings import PlatformSettings
-from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL, runs_key
-from tests.conftest import REPO_ROOT
-from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
-
-
-def query(database_url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    conn = psycopg2.connect(database_url)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql, params)
-            return list(cur.fetchall()) if cur.description else []
-    finally:
-        conn.close()
-
-
-def applied(database_url: str, job_id: object) -> int:
-    rows = query(database_url, "SELECT count(*) FROM public.consumer_work WHERE job_id = %s",
-                 str(job_id))  # fmt: skip
-    return int(rows[0][0])
-
-
-@pytest.fixture
-def broker_settings(rabbitmq_url: str, redis_url: str, database_url: str) -> PlatformSettings:
-    query(database_url, WORK_TABLE_SQL)
-    query(database_url, "TRUNCATE public.consumer_work")
-    return PlatformSettings.build(broker_url=rabbitmq_url, redis_url=redis_url,
-                                  database_url=database_url, profile="test")  # fmt: skip
-
-
-@pytest.fixture
-def port(broker_settings: PlatformSettings) -> Iterator[QueuePort]:
-    app = create_app("rabbitmq_e2e_producer", settings=broker_settings, task_default_queue=QUEUE)
-    qp = QueuePort(app)
-    yield qp
-    qp.close()
-    app.close()
-
-
-class Workers:
-    """Starts ``celery -A tests.apps.consumer_app worker`` (no ``-Q``) on the RabbitMQ vhost."""
-
-    def __init__(self, settings: PlatformSettings, tmp_path: Path, started: list[CeleryProcess]
-                 ) -> None:  # fmt: skip
-        self.env = platform_env(
-            redis_url=settings.redis_url,
-            database_url=settings.database_url,
-            extra={"PLATFORM_BROKER_URL": str(settings.broker_url)},
-        )
-        self.tmp_path = tmp_path
-        self.started = started
-
-    def start(self, name: str = "w1", **extra: str) -> CeleryProcess:
-        argv = worker_argv("tests.apps.consumer_app", concurrency=1, hostname=f"{name}@%h")
-        proc = CeleryProcess(argv, env={**self.env, **extra}, cwd=REPO_ROOT,
-                             log_path=self.tmp_path / f"{name}.log")  # fmt: skip
-        self.started.append(proc.start())
-        proc.wait_for_log("ready.", timeout=120)
-        return proc
-
-
-@pytest.fixture
-def workers(broker_settings: PlatformSettings, tmp_path: Path) -> Iterator[Workers]:
-    with celery_processes() as started:
-        yield Workers(broker_settings, tmp_path, started)
+from tests.apps.consumer_app import QUEUE, runs_key
+from tests.e2e.rabbitmq.conftest import Workers, applied, query, queue_types, vhost_of
 
 
 def job(key: str, **data: Any) -> dict[str, Any]:
@@ -110,12 +46,7 @@ def test_publish_schedule_and_retry_on_quorum_queues(
     assert applied_at >= run_at, "the delayed job ran before run_at"
     assert int(redis_client.get(runs_key(retried_id)) or 0) == 2, "one failure, one retry"
     assert int(redis_client.get(runs_key(now_id)) or 0) == 1
-    vhost = str(broker_settings.broker_url).rsplit("/", 1)[1]
-    types = dict(
-        line.split("\t") for line in rabbitmq_server.ctl(
-            "list_queues", "-p", vhost, "--quiet", "--no-table-headers", "name", "type"
-        ).splitlines() if "\t" in line
-    )  # fmt: skip
+    types = queue_types(rabbitmq_server, broker_settings)
     assert types[QUEUE] == "quorum", types
     assert types["celery_delayed_0"] == "quorum", "delays wait in quorum queues"
     assert {applied(database_url, j) for j in (now_id, later_id, retried_id)} == {1}
@@ -188,3 +119,40 @@ def test_a_job_longer_than_consumer_timeout_neither_loops_nor_is_lost(
         assert "PRECONDITION_FAILED" not in worker.log(), "RabbitMQ cut the delivery first"
     finally:
         rabbitmq_server.set_consumer_timeout(1_800_000)
+
+
+def test_schedule_many_delivers_each_job_once_at_or_after_its_time(
+    port: QueuePort, workers: Workers, broker_settings: PlatformSettings,
+    rabbitmq_server: RabbitMQServer, redis_client: redis.Redis,
+) -> None:  # fmt: skip
+    """Bulk scheduling on RabbitMQ: one native delayed publish per job, whole seconds."""
+    database_url = str(broker_settings.database_url)
+    workers.start(concurrency=2)
+    refused_id = str(uuid7())
+    now = datetime.now(UTC)
+    with pytest.raises(ValueError, match="timezone-aware"):
+        # validated before anything is sent: the good first item must not arrive either
+        good = ({**job("refused"), "job_id": refused_id}, now + timedelta(seconds=1))
+        port.schedule_many(QUEUE, [good, (job("naive"), datetime.now() + timedelta(seconds=1))])
+    now = datetime.now(UTC)
+    items = [(job(f"bulk-{n}"), now + timedelta(seconds=1 + n % 3, milliseconds=47 * n))
+             for n in range(20)]  # fmt: skip
+    items.append((job("already-due"), now - timedelta(seconds=5)))
+    job_ids = port.schedule_many(QUEUE, items)
+    assert len(set(job_ids)) == len(items)
+    for job_id in job_ids:
+        wait_until(lambda j=job_id: applied(database_url, j) >= 1, timeout=90,  # type: ignore[misc]
+                   message=f"bulk job {job_id} applied")  # fmt: skip
+    rows = query(database_url, "SELECT job_id, applied_at FROM public.consumer_work")
+    applied_at = {str(job_id): at for job_id, at in rows}
+    assert len(rows) == len(items), "each job applied exactly once"
+    for job_id, (_, run_at) in zip(job_ids, items, strict=True):
+        # judged by the row the handler wrote (database clock, this machine)
+        assert applied_at[str(job_id)] >= run_at, f"{job_id} ran before its run_at"
+        assert int(redis_client.get(runs_key(job_id)) or 0) == 1
+    assert applied(database_url, refused_id) == 0
+    # Nothing else waits: RabbitMQ's queue counts lag by up to a second (the harness'
+    # statistics interval), and a late copy from a delayed queue would show as a second row.
+    wait_until(lambda: not any(rabbitmq_server.queue_depths(vhost_of(broker_settings)).values()),
+               timeout=60, message="every queue of the vhost empty")  # fmt: skip
+    assert len(query(database_url, "SELECT 1 FROM public.consumer_work")) == len(items)

@@ -8,9 +8,11 @@ end-to-end test runs it inside a real worker.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import redis
 
 from platform_tasks import QueuePort, create_app
@@ -141,4 +143,41 @@ def test_marketing_pauses_while_its_sends_already_wait_for_provider_tokens(
         assert consumer.asked == [("cancel", MARKETING), ("add", MARKETING)]
     finally:
         step.stop(consumer)
+        app.close()
+
+
+def test_on_rabbitmq_depth_is_read_from_the_quorum_queue_even_before_it_exists(
+    rabbitmq_url: str, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A marketing-only worker may start before anything declared the transactional queue:
+    the passive ``queue.declare`` is refused (404, which closes the AMQP channel), the depth
+    counts as 0, and the next reads still work once the queue exists."""
+    settings = PlatformSettings.build(redis_url=redis_url, broker_url=rabbitmq_url,
+                                      profile="test", marketing_pause_depth=5,
+                                      marketing_resume_depth=2)  # fmt: skip
+    app = create_app("yield_it_amqp", settings=settings)
+    app.amqp.queues.select([MARKETING])  # as with -Q notif.email.marketing
+    consumer = ConsumerStandIn(app)
+    step = MarketingYield(consumer)
+    step.start(consumer)
+    port = QueuePort(app)
+    try:
+        with caplog.at_level(logging.WARNING, logger="platform_tasks.notifications"):
+            for _ in range(3):
+                step.check(consumer)
+            assert consumer.asked == []
+            publish(port, 8)  # declares the quorum queue and fills it
+            step.check(consumer)
+            assert consumer.asked == [("cancel", MARKETING)]
+            with app.connection_for_write() as conn:
+                assert broker_depth(conn.default_channel, TRANSACTIONAL) == 8
+                conn.default_channel.queue_purge(TRANSACTIONAL)
+            step.check(consumer)
+            assert consumer.asked == [("cancel", MARKETING), ("add", MARKETING)]
+        unreadable = [r for r in caplog.records
+                      if getattr(r, "event", None) == "notifications.depth_unreadable"]  # fmt: skip
+        assert unreadable == []
+    finally:
+        step.stop(consumer)
+        port.close()
         app.close()
