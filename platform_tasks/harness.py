@@ -403,6 +403,8 @@ class RedisClusterServers:
             server.stop(kill=True)
 
 
+PORT_TAKEN_SIGNS = ("eaddrinuse", "dist_port_already_used")
+"""How a node's start-up log says a port it was given is bound by someone else."""
 RABBITMQ_SBIN_GLOB = "/usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin"
 RABBITMQ_INSTALL_HINT = (
     "no rabbitmq-server found: run ./scripts/install-rabbitmq as root "
@@ -459,6 +461,8 @@ class RabbitMQServer:
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
+        self._port_chosen_here = port is None
+        self._started_once = False
         self.dist_port = free_port()
         self.epmd_port = free_port()
         self.consumer_timeout_ms = consumer_timeout_ms
@@ -504,6 +508,7 @@ class RabbitMQServer:
             RABBITMQ_ENABLED_PLUGINS_FILE=str(self.data_dir / "enabled_plugins"),
             RABBITMQ_PLUGINS_EXPAND_DIR=str(self.data_dir / "plugins-expand"),
             RABBITMQ_LOGS="-",
+            ERL_CRASH_DUMP=str(self.data_dir / "erl_crash.dump"),  # not the working directory
             # Exec the VM directly (no signal-forwarding shell): SIGTERM is a clean
             # shutdown, SIGKILL kills the node itself, and the node dies with the harness.
             RUNNING_UNDER_SYSTEMD="true",
@@ -535,6 +540,31 @@ class RabbitMQServer:
         (self.data_dir / "enabled_plugins").write_text("[].\n")
 
     def start(self, timeout: float = 120.0) -> RabbitMQServer:
+        """Start the node; when a port it was given by :func:`free_port` was taken by
+        another process before the node bound it (:data:`PORT_TAKEN_SIGNS`), start once more on
+        fresh ports. The AMQP port changes only before the first start, when no URL of
+        it can have been handed out."""
+        try:
+            return self._start_once(timeout)
+        except ServerStartError as exc:
+            if not any(sign in str(exc).lower() for sign in PORT_TAKEN_SIGNS):
+                raise
+            self._stop_after_failed_start()
+            self.dist_port = free_port()
+            self.epmd_port = free_port()
+            if self._port_chosen_here and not self._started_once:
+                self.port = free_port()
+            return self._start_once(timeout)
+
+    def _stop_after_failed_start(self) -> None:
+        for process in (self._process, self._epmd):
+            if process is not None and process.running:
+                process.signal(signal.SIGKILL)
+                process.wait(10)
+        self._process = None
+        self._epmd = None
+
+    def _start_once(self, timeout: float) -> RabbitMQServer:
         self._write_config()
         env = self.environment()
         if self._epmd is None or not self._epmd.running:
@@ -549,6 +579,7 @@ class RabbitMQServer:
         )
         self._process.start()
         self._wait_ready(timeout)
+        self._started_once = True
         return self
 
     def _wait_ready(self, timeout: float) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
+from pathlib import Path
 
 import kombu
 import pytest
@@ -39,3 +41,24 @@ def test_each_test_gets_an_empty_virtual_host(
             conn.default_channel.queue_declare("leftover", passive=True)
     finally:
         rabbitmq_server.delete_vhost("harness-next")
+
+
+def test_a_port_taken_before_the_node_binds_it_gets_a_fresh_one(tmp_path: Path) -> None:
+    """``free_port`` only finds a port free at that moment; another process can bind it
+    before the node does (seen on a busy machine: ``dist_port_already_used``). The node
+    then starts on fresh ports instead of failing the session, and its crash dump stays
+    in its own folder."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        server = RabbitMQServer(tmp_path / "rabbitmq")
+        server.dist_port = taken
+        try:
+            server.start()
+            assert server.running and server.dist_port != taken
+            with kombu.Connection(server.url) as conn:
+                conn.connect()
+        finally:
+            server.close()
+    assert (tmp_path / "rabbitmq" / "erl_crash.dump").exists()
