@@ -11,7 +11,9 @@ point twice, and a lost one is just a skipped point, which the rules allow.
 Shutdown (warm): the worker stops consuming, requests cancellation of running handlers
 (in prefork children through ``SIGUSR2``), waits up to ``jobs_shutdown_budget_seconds``
 in total, then kills the pool processes still running a handler and releases their
-leases, and finally closes the Redis client it owns.
+leases, and finally closes the Redis client it owns. Cold shutdown (SIGQUIT, a second
+Ctrl+C) waits for nothing: the handlers' pool processes are killed and their leases
+released at once.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import logging
 import os
 import signal
 import time
+import weakref
+from pathlib import Path
 from typing import Any
 
 from celery import bootsteps
-from celery.signals import worker_process_init
+from celery.signals import task_received, worker_process_init
 from celery.worker import state as worker_state
 
 from platform_tasks.jobs.runner import REGISTRY, run_point
@@ -87,12 +91,41 @@ class JobsWorkerStep(bootsteps.StartStopStep):  # type: ignore[misc]
         # Raising here aborts the worker before any task is consumed.
         self.runtime = _runtime(worker.app)
         self.budget = worker.app.platform_settings.jobs_shutdown_budget_seconds
+        self._received: weakref.WeakSet[Any] = weakref.WeakSet()  # run requests, for terminate
 
     def stop(self, worker: Any) -> None:
         self._shutdown(worker)
 
     def shutdown(self, worker: Any) -> None:
         self._shutdown(worker)
+
+    def start(self, worker: Any) -> None:
+        task_received.connect(self._on_received, weak=False)
+
+    def _on_received(self, sender: Any = None, request: Any = None, **_: Any) -> None:
+        if request is not None and request.name == RUN_TASK:
+            self._received.add(request)
+
+    def terminate(self, worker: Any) -> None:
+        """A cold shutdown (SIGQUIT, a second SIGTERM/Ctrl+C) waits for nothing: running
+        handlers are killed at once and their leases released, so their jobs' next
+        points are not blocked for ``lease_ttl``.
+
+        Celery's cold-shutdown handler cancels active requests (SIGTERM to their pool
+        processes, out of ``active_requests``) before the steps terminate, so the runs are
+        found among the requests this worker received, not in ``active_requests``. A
+        release names the run's token, so a run that had already finished (and given its
+        lease back) is left alone.
+        """
+        task_received.disconnect(self._on_received)
+        if self.runtime.closed:
+            return
+        REGISTRY.cancel_all()
+        running = set(self._job_requests())
+        for request in list(self._received):
+            if request.time_start and (request in running or request._already_cancelled):
+                self._abandon(request, why="by a cold shutdown")
+        self.runtime.close()
 
     def _job_requests(self) -> list[Any]:
         return [r for r in list(worker_state.active_requests) if r.name == RUN_TASK]
@@ -116,23 +149,33 @@ class JobsWorkerStep(bootsteps.StartStopStep):  # type: ignore[misc]
             self._abandon(request)
         self.runtime.close()
 
-    def _abandon(self, request: Any) -> None:
+    def _abandon(self, request: Any, why: str = "after the shutdown budget") -> None:
         pid = request.worker_pid
         if not pid or pid == os.getpid():
             logger.warning("job still running past the shutdown budget",
                            extra={"event": "jobs.shutdown_overrun"})  # fmt: skip
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        if _is_child(pid):  # never a process that took a dead pool process's pid
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         kwargs = request.kwargs or {}
         leases = self.runtime.leases
         if leases is not None and "job" in kwargs:
             with contextlib.suppress(Exception):
                 leases.release(kwargs["job"], token=kwargs["token"])
         logger.warning(
-            "job %s killed after the shutdown budget; lease released", kwargs.get("job"),
+            "job %s killed %s; lease released", kwargs.get("job"), why,
             extra={"event": "jobs.shutdown_killed", "job": kwargs.get("job")},
         )  # fmt: skip
+
+
+def _is_child(pid: int) -> bool:
+    """``pid`` is a live (not yet reaped) child of this process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] != "Z" and int(fields[1]) == os.getpid()
 
 
 def _job_queues(app: Any) -> list[str]:

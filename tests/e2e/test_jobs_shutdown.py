@@ -164,6 +164,61 @@ def test_worker_sigterm_cancels_kills_after_budget_and_releases_leases(
     assert leases.marker("cooperative") == point and leases.marker("stubborn") == point
 
 
+def test_worker_cold_shutdown_kills_running_jobs_and_releases_their_leases(
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """SIGQUIT is Celery's cold shutdown (``WorkController.terminate``): no budget is
+    waited for, the pool's children are killed, and the leases of the jobs they ran are
+    given back so the next point is not blocked for ``lease_ttl`` (10 minutes here)."""
+    jobs_root = tmp_path / "jobs"
+    jobs_root.mkdir()
+    (jobs_root / "stubborn.py").write_text(STUBBORN)
+    runs_file = tmp_path / "runs.jsonl"
+    env = platform_env(redis_url=redis_url, database_url=None, extra={
+        "PLATFORM_JOBS_DIR": str(jobs_root), "E2E_RUNS_FILE": str(runs_file),
+        "PLATFORM_JOBS_SHUTDOWN_BUDGET_SECONDS": "60",
+    })  # fmt: skip
+    leases = leases_for(redis_url, redis_client)
+    app = create_app("jobs_app", settings=PlatformSettings.build(redis_url=redis_url,
+                                                                 profile="test"))  # fmt: skip
+    with celery_processes() as started:
+        worker = CeleryProcess(worker_argv(APP, concurrency=1), env=env, cwd=REPO,
+                               log_path=tmp_path / "worker.log").start()  # fmt: skip
+        started.append(worker)
+        worker.wait_for_log("ready.", timeout=90)
+        hour = 3_600_000
+        point = int(redis_client.time()[0]) * 1000 // hour * hour
+        token = "e2e:cold"
+        admission = leases.admit("stubborn", point_ms=point, period_end_ms=point + hour,
+                                 token=token, lease_ttl_ms=600_000)  # fmt: skip
+        assert admission.outcome.value == "admitted"
+        app.send_task(RUN_TASK, queue="platform.jobs", kwargs={
+            "job": "stubborn", "point_ms": point, "period_end_ms": point + hour,
+            "token": token, "lease_ttl_ms": 600_000,
+        })  # fmt: skip
+        wait_until(lambda: any(r["event"] == "start" for r in read_runs(runs_file)),
+                   timeout=60, message="handler running")  # fmt: skip
+        assert leases.lease_holder("stubborn") == token
+        (handler_pid,) = {r["pid"] for r in read_runs(runs_file)}
+        worker.signal(signal.SIGQUIT)
+        assert worker.popen is not None
+        worker.popen.wait(timeout=TEARDOWN_SECONDS + 30)
+        log = worker.log()
+    app.close()
+    assert not any(r["event"] == "end" for r in read_runs(runs_file)), "handler finished?"
+    assert not Path(f"/proc/{handler_pid}").exists() or _is_zombie(handler_pid)
+    assert "job stubborn killed by a cold shutdown; lease released" in log, log[-4000:]
+    assert leases.lease_holder("stubborn") is None, log[-4000:]
+    assert leases.marker("stubborn") == point, "the point is consumed, not run again"
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
+
+
 def queued_tokens(client: redis.Redis, queue: str) -> set[str]:
     tokens = set()
     for raw in client.lrange(queue, 0, -1):
