@@ -10,11 +10,19 @@ round trip, with a snapshot taken after the claim was granted
 failing copy sees that copy's mark, as it saw its Redis count. No mark and not
 redelivered means the Redis hash does not exist, so the read is skipped; anything else
 reads it as before.
+
+The read is skipped only when the platform's Redis is the broker
+(:func:`reads_can_skip`): the delivery came from that server and its ack goes back to it,
+so an outage of it already holds the message unacked (a job applied meanwhile is
+redelivered and found applied by its claim). When the platform's Redis is a server of
+its own (a cluster, a separate ``PLATFORM_BROKER_URL``, RabbitMQ), every delivery still
+reads it, and waits while it is down, as the README promises.
 """
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from platform_tasks.database import Database
 
@@ -44,3 +52,8 @@ class DeliveryMarks:
         except Exception:
             self.database.discard()
             raise
+
+
+def reads_can_skip(settings: Any) -> bool:
+    """Whether a first delivery without a mark may skip the Redis read (see the module)."""
+    return not settings.redis_cluster and settings.effective_broker_url == settings.redis_url

@@ -10,9 +10,10 @@ acts on it. Deciding, in order:
    (or wait for a concurrent delivery of the same job to finish);
 3. ask Redis about the job before the handler runs: a redelivery (its worker died) is
    counted there, so crash loops end; a first delivery only reads the attempts already
-   spent and whether the job was dead-lettered meanwhile, and only when the claim saw a
-   :mod:`delivery mark <platform_tasks.consumer.marks>` (every write of the job's Redis
-   state is preceded by one): a job without one has nothing in Redis to read. Past
+   spent and whether the job was dead-lettered meanwhile, and (when the platform's Redis
+   is the broker) only when the claim saw a :mod:`delivery mark
+   <platform_tasks.consumer.marks>` (every write of the job's Redis state is preceded by
+   one): a job without one has nothing in Redis to read. Past
    ``max_attempts`` the job is a crash-loop :class:`DeadLetter`, not run;
 4. run ``task.execute(envelope, tx)`` in that transaction; a handler that broke the
    transaction (closed it, ended it, or caught a SQL error so that ``COMMIT`` answers
@@ -62,7 +63,7 @@ from platform_tasks.consumer.dead_letter_records import (
 )
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.hooks import Hooks, hooks_of
-from platform_tasks.consumer.marks import DeliveryMarks
+from platform_tasks.consumer.marks import DeliveryMarks, reads_can_skip
 from platform_tasks.consumer.retry import CRASH_LOOP, POISON, RetryPolicy, decide
 from platform_tasks.consumer.servers import INFRASTRUCTURE_ERRORS, Backoff, describe, until_done
 from platform_tasks.consumer.transaction import JobTransaction
@@ -100,6 +101,7 @@ class DeliveryPipeline:
         sleep: Callable[[float], None] | None = None,
         port: QueuePort | None = None,
         marks: DeliveryMarks | None = None,
+        skip_unmarked_reads: bool | None = None,
     ) -> None:
         self.app = app
         self.settings = app.platform_settings
@@ -110,6 +112,8 @@ class DeliveryPipeline:
         self._sleep = sleep
         self._port = port
         self.marks = marks if marks is not None else DeliveryMarks.beside(database)
+        self.skip_unmarked_reads = (reads_can_skip(self.settings) if skip_unmarked_reads is None
+                                    else skip_unmarked_reads)  # fmt: skip
 
     @classmethod
     def for_app(cls, app: Any, database_url: str) -> DeliveryPipeline:
@@ -177,7 +181,7 @@ class DeliveryPipeline:
             claimed, marked = tx.claim_and_look(envelope.job_id, delivery.consumer)
             if not claimed:
                 return Duplicate("applied")
-            if delivery.redelivered or marked:
+            if delivery.redelivered or marked or not self.skip_unmarked_reads:
                 if delivery.redelivered:  # the count below writes the job's Redis state
                     self.marks.mark(delivery.consumer, job)
                 state = self.deliveries.observe(delivery.consumer, job,

@@ -204,7 +204,7 @@ def setup() -> Setup:
     database, counter, port, hook, sleeps = Database(), Counter(), Port(), Recorder(), []
     pipeline = DeliveryPipeline(app(), database, counter, hooks=Hooks([hook]),  # type: ignore[arg-type]
                                 clock=lambda: NOW, sleep=sleeps.append, port=port,  # type: ignore[arg-type]
-                                marks=Marks(counter.calls))  # type: ignore[arg-type]  # fmt: skip
+                                marks=Marks(counter.calls), skip_unmarked_reads=True)  # type: ignore[arg-type]  # fmt: skip
     return Setup(pipeline, database, counter, port, hook, sleeps)
 
 
@@ -235,6 +235,15 @@ def test_a_first_delivery_without_a_mark_reads_nothing_from_redis() -> None:
     verdict = s.pipeline.decide(task(lambda env, tx: "ok"), envelope(), delivery())
     assert verdict == Applied(1, "ok", tracked=False)
     assert s.counter.calls == [] and s.database.conn.statements == ["CLAIM", "COMMIT"]
+
+
+def test_without_skipping_every_first_delivery_reads_redis() -> None:
+    """The platform's Redis is not the broker: its outage must hold every delivery."""
+    s = setup()
+    s.pipeline.skip_unmarked_reads = False
+    s.database.conn.marked = False
+    s.pipeline.decide(task(lambda env, tx: "ok"), envelope(), delivery())
+    assert s.counter.calls == ["observe"]
 
 
 def test_a_marked_first_delivery_reads_its_state_from_redis() -> None:
@@ -363,3 +372,19 @@ def test_settling_throttled_keeps_the_attempt_and_tells_the_hooks() -> None:
         s.pipeline.settle(task(lambda e, tx: None), delivery(), envelope(),
                           ThrottledUntil(at, 2, "tenant_rate_limit"))  # fmt: skip
     assert s.port.scheduled == [("q", at, {"attempt": 2})] and s.hook.calls == ["throttled"]
+
+
+def test_reads_are_skipped_only_when_the_platform_redis_is_the_broker() -> None:
+    from platform_tasks.consumer.marks import reads_can_skip
+    from platform_tasks.settings import PlatformSettings
+
+    url = "redis://127.0.0.1:6390/0"
+    assert reads_can_skip(PlatformSettings.build(redis_url=url))
+    assert not reads_can_skip(
+        PlatformSettings.build(redis_url=url, broker_url="redis://127.0.0.1:6391/0")
+    )
+    assert not reads_can_skip(
+        PlatformSettings.build(
+            redis_url=url, redis_cluster=True, broker_url="redis://127.0.0.1:6391/0"
+        )
+    )
