@@ -227,7 +227,7 @@ def pg_counts(database_url: str) -> tuple[int, int]:
 
 
 def measure(row: Row, redis_url: str, database_url: str, count: int, logs: Path,
-            profile: Path | None = None) -> Result:  # fmt: skip
+            profile: Path | None = None, profile_pool: bool = False) -> Result:  # fmt: skip
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     publish(row, redis_url, database_url, count)
@@ -249,8 +249,12 @@ def measure(row: Row, redis_url: str, database_url: str, count: int, logs: Path,
         start, left = time.monotonic(), left_of()
         main0, all0 = cpu_seconds(worker.pid), sum(cpu_seconds(p) for p in procs)
         if profile is not None:
-            spy_argv = [str(VENV_BIN / "py-spy"), "record", "-p", str(worker.pid), "-r", "250",
-                        "-f", "raw", "-o", str(profile), "-n"]  # fmt: skip
+            target = procs[1] if profile_pool and len(procs) > 1 else worker.pid
+            # a pool process: only samples holding the GIL (its Python CPU, not its waits on
+            # PostgreSQL, Redis or the pipe to the main process)
+            how = "--gil" if profile_pool else "-n"
+            spy_argv = [str(VENV_BIN / "py-spy"), "record", "-p", str(target), "-r", "250",
+                        "-f", "raw", "-o", str(profile), how]  # fmt: skip
             spy = subprocess.Popen(spy_argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_until(drained(client, row), timeout=600, interval=0.002,
                    message=f"{row.name}: queue drained and acked")  # fmt: skip
@@ -271,8 +275,13 @@ def measure(row: Row, redis_url: str, database_url: str, count: int, logs: Path,
     return got
 
 
-def top_functions(raw: Path, limit: int = 30) -> list[tuple[str, float, float]]:
-    """(function, self %, inclusive %) of the event loop thread from a py-spy raw file."""
+def top_functions(raw: Path, limit: int = 30, thread: str = "asynloop"
+                  ) -> list[tuple[str, float, float]]:  # fmt: skip
+    """(function, self %, inclusive %) of one thread from a py-spy raw file.
+
+    ``thread`` is a frame the thread's stacks contain: ``asynloop`` for the main process's
+    event loop, ``trace_task`` for a pool process running tasks.
+    """
     own: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
     total = 0
@@ -280,8 +289,8 @@ def top_functions(raw: Path, limit: int = 30) -> list[tuple[str, float, float]]:
         stack, _, samples = line.rpartition(" ")
         n = int(samples)
         frames = stack.split(";")
-        if not any(frame.startswith("asynloop") for frame in frames):
-            continue  # other threads (the delay promoter waiting) are not the event loop
+        if not any(frame.startswith(thread) for frame in frames):
+            continue  # other threads (the delay promoter waiting), or a pool process idle
         total += n
         own[frames[-1]] += n
         for frame in set(frames):
@@ -337,6 +346,9 @@ def main() -> None:
                         help="run only rows whose name contains this (repeatable)")  # fmt: skip
     parser.add_argument("--profile", help="py-spy record the main process of this row")
     parser.add_argument("--profile-lines", type=int, default=45)
+    parser.add_argument("--profile-pool", action="store_true",
+                        help="with --profile: record a pool process (its task-running "
+                             "samples) instead of the main process")  # fmt: skip
     args = parser.parse_args()
     table = rows(args.prefetch, not args.no_default_prefetch)
     if args.only:
@@ -355,9 +367,12 @@ def main() -> None:
         if args.profile:
             row = next(r for r in table if r.name == args.profile)
             raw = base / "profile.txt"
-            result = measure(row, redis_server.url, postgres.url, args.messages, base, raw)
-            print(f"{row.name}: {result.rate:.0f} tasks/s, {result.main_us:.0f} us main CPU/task")
-            for name, own, incl in top_functions(raw, args.profile_lines):
+            result = measure(row, redis_server.url, postgres.url, args.messages, base, raw,
+                             profile_pool=args.profile_pool)  # fmt: skip
+            print(f"{row.name}: {result.rate:.0f} tasks/s, {result.main_us:.0f} us main CPU/task"
+                  f", {result.all_us:.0f} us all CPU/task")  # fmt: skip
+            thread = "fast_trace_task" if args.profile_pool else "asynloop"
+            for name, own, incl in top_functions(raw, args.profile_lines, thread):
                 print(f"{incl:5.1f}% incl {own:5.1f}% self  {name}")
             return
         all_rounds: list[dict[str, Result]] = []

@@ -76,6 +76,10 @@ class MetricsHook(PipelineHook):
 
     def __init__(self, app: Any) -> None:
         self.app = app
+        self._processed: dict[tuple[str | None, str, int], Any] = {}
+        """``platform_jobs_processed`` children by (queue, task, pid): working the labels
+        out walks the app's queues and tasks, once per job before; only declared pairs
+        are kept, so the dict is as small as the app."""
 
     def queue_label(self, queue: str | None) -> str:
         app = self.app
@@ -103,7 +107,14 @@ class MetricsHook(PipelineHook):
         return {"queue": self.queue_label(queue), "task": self.task_label(task)}
 
     def on_applied(self, delivery: Delivery, envelope: Envelope[Any], verdict: Applied) -> None:
-        PROCESSED.labels(**self.labels(delivery.queue, delivery.consumer)).inc()
+        key = (delivery.queue, delivery.consumer, os.getpid())
+        child = self._processed.get(key)
+        if child is None:
+            labels = self.labels(delivery.queue, delivery.consumer)
+            child = PROCESSED.labels(**labels)
+            if UNKNOWN not in labels.values():  # an undeclared name may be declared later
+                self._processed[key] = child
+        child.inc()
 
     def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate
                      ) -> None:  # fmt: skip

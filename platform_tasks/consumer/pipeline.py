@@ -10,8 +10,11 @@ acts on it. Deciding, in order:
    (or wait for a concurrent delivery of the same job to finish);
 3. ask Redis about the job before the handler runs: a redelivery (its worker died) is
    counted there, so crash loops end; a first delivery only reads the attempts already
-   spent and whether the job was dead-lettered meanwhile. Past ``max_attempts`` the job
-   is a crash-loop :class:`DeadLetter`, not run;
+   spent and whether the job was dead-lettered meanwhile, and (when the platform's Redis
+   is the broker) only when the claim saw a :mod:`delivery mark
+   <platform_tasks.consumer.marks>` (every write of the job's Redis state is preceded by
+   one): a job without one has nothing in Redis to read. Past
+   ``max_attempts`` the job is a crash-loop :class:`DeadLetter`, not run;
 4. run ``task.execute(envelope, tx)`` in that transaction; a handler that broke the
    transaction (closed it, ended it, or caught a SQL error so that ``COMMIT`` answers
    ``ROLLBACK``) failed its attempt like one that raised;
@@ -60,6 +63,7 @@ from platform_tasks.consumer.dead_letter_records import (
 )
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.hooks import Hooks, hooks_of
+from platform_tasks.consumer.marks import DeliveryMarks, reads_can_skip
 from platform_tasks.consumer.retry import CRASH_LOOP, POISON, RetryPolicy, decide
 from platform_tasks.consumer.servers import INFRASTRUCTURE_ERRORS, Backoff, describe, until_done
 from platform_tasks.consumer.transaction import JobTransaction
@@ -96,6 +100,8 @@ class DeliveryPipeline:
         clock: Callable[[], datetime] | None = None,
         sleep: Callable[[float], None] | None = None,
         port: QueuePort | None = None,
+        marks: DeliveryMarks | None = None,
+        skip_unmarked_reads: bool | None = None,
     ) -> None:
         self.app = app
         self.settings = app.platform_settings
@@ -105,6 +111,9 @@ class DeliveryPipeline:
         self.clock = clock or (lambda: datetime.now(UTC))
         self._sleep = sleep
         self._port = port
+        self.marks = marks if marks is not None else DeliveryMarks.beside(database)
+        self.skip_unmarked_reads = (reads_can_skip(self.settings) if skip_unmarked_reads is None
+                                    else skip_unmarked_reads)  # fmt: skip
 
     @classmethod
     def for_app(cls, app: Any, database_url: str) -> DeliveryPipeline:
@@ -169,11 +178,17 @@ class DeliveryPipeline:
         tx: JobTransaction | None = None
         try:
             tx = JobTransaction(self.database)
-            if not tx.claim(envelope.job_id, delivery.consumer):
+            claimed, marked = tx.claim_and_look(envelope.job_id, delivery.consumer)
+            if not claimed:
                 return Duplicate("applied")
-            state = self.deliveries.observe(delivery.consumer, job,
-                                            redelivered=delivery.redelivered,
-                                            ttl_seconds=self._ttl(policy))  # fmt: skip
+            if delivery.redelivered or marked or not self.skip_unmarked_reads:
+                if delivery.redelivered:  # the count below writes the job's Redis state
+                    self.marks.mark(delivery.consumer, job)
+                state = self.deliveries.observe(delivery.consumer, job,
+                                                redelivered=delivery.redelivered,
+                                                ttl_seconds=self._ttl(policy))  # fmt: skip
+            else:  # no mark: nothing of this job's is in Redis
+                state = DeliveryState()
             counted = delivery.redelivered
             attempt = attempt_number(delivery.header_attempt, state.spent)
             if state.exhausted or attempt > policy.max_attempts:
@@ -219,7 +234,8 @@ class DeliveryPipeline:
                 delivery: Delivery, policy: RetryPolicy, attempt: int, exc: Exception
                 ) -> Verdict:  # fmt: skip
         """A failed attempt: count it (while the claim holds copies back), roll back, decide."""
-        # a Redis refusal here raises out to the caller's Wait, before the rollback
+        # a Redis (or mark) refusal here raises out to the caller's Wait, before the rollback
+        self.marks.mark(delivery.consumer, str(envelope.job_id))
         self.deliveries.failed(delivery.consumer, str(envelope.job_id),
                                ttl_seconds=self._ttl(policy))  # fmt: skip
         tx.rollback()
@@ -242,6 +258,7 @@ class DeliveryPipeline:
         if latest is not None:
             dead_letter_id, status = latest
             if status == "replayed" and state.generation != dead_letter_id:
+                self.marks.mark(delivery.consumer, job)
                 self.deliveries.restart(delivery.consumer, job, generation=dead_letter_id,
                                         ttl_seconds=self._ttl(policy))  # fmt: skip
                 _log_replay(envelope, delivery, dead_letter_id)
@@ -408,6 +425,10 @@ class DeliveryPipeline:
 
     def _exhaust(self, delivery: Delivery, envelope: Envelope[Any]) -> None:
         """Spend the rest of the budget so a duplicate still in flight is not run again."""
+        try:
+            self.marks.mark(delivery.consumer, str(envelope.job_id))
+        except Exception:  # best effort: the dead letter row about to be written is a mark too
+            _warn("could not mark the job's delivery state", "consumer.mark_not_written")
         try:
             self.deliveries.exhaust(delivery.consumer, str(envelope.job_id),
                                     ttl_seconds=self._ttl(self._policy(delivery)))  # fmt: skip

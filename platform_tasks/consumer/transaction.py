@@ -44,6 +44,11 @@ class JobTransaction:
         self.open = True
         return idempotency.claim(self.cursor, job_id, consumer, begin_transaction=True)
 
+    def claim_and_look(self, job_id: uuid.UUID, consumer: str) -> tuple[bool, bool]:
+        """``BEGIN`` + claim + look for a delivery mark: ``(claimed, marked)``, one round trip."""
+        self.open = True
+        return idempotency.claim_and_look(self.cursor, job_id, consumer)
+
     def begin(self) -> None:
         """``BEGIN`` without a claim (a dead letter written on its own)."""
         self.open = True

@@ -55,9 +55,14 @@ class Cursor:
         conn = self.conn
         conn.statements.append(sql.split()[0] if not sql.startswith("BEGIN;") else "CLAIM")
         if sql.startswith("BEGIN; INSERT INTO core.processed_jobs"):
+            job = params["job"] if isinstance(params, dict) else params[0]
             conn.status = TRANSACTION_STATUS_INTRANS
-            self._row = None if params[0] in conn.applied else (1,)
-            conn.claimed = params[0]
+            claimed = job not in conn.applied
+            if "core.delivery_marks" in sql:  # the claim that also looks for a mark
+                self._row = (claimed, conn.marked)
+            else:
+                self._row = (1,) if claimed else None
+            conn.claimed = job
         elif sql == "COMMIT":
             aborted = conn.status == TRANSACTION_STATUS_INERROR
             self.statusmessage = "ROLLBACK" if aborted else "COMMIT"
@@ -92,6 +97,8 @@ class Connection:
     claimed: str | None = None
     closed: int = 0
     latest_dead_letter: Any = None
+    marked: bool = True
+    """What the claim answers about a delivery mark (set: the counter's state is read)."""
 
     @property
     def info(self) -> Any:
@@ -118,19 +125,31 @@ class Counter:
     state: DeliveryState = field(default_factory=DeliveryState)
     failures: int = 0
     refuse_writes: bool = False
+    calls: list[str] = field(default_factory=list)
+    """Redis calls and marks, in order (the marks share this list)."""
 
     def observe(self, consumer: str, job_id: str, *, redelivered: bool, ttl_seconds: int
                 ) -> DeliveryState:  # fmt: skip
+        self.calls.append("observe")
         return self.state
 
     def failed(self, consumer: str, job_id: str, *, ttl_seconds: int) -> None:
         if self.refuse_writes:
             raise redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'.")
+        self.calls.append("failed")
         self.failures += 1
 
     def undo(self, consumer: str, job_id: str) -> None: ...
     def exhaust(self, consumer: str, job_id: str, *, ttl_seconds: int) -> None: ...
     def forget(self, consumer: str, job_id: str) -> None: ...
+
+
+@dataclass
+class Marks:
+    calls: list[str]
+
+    def mark(self, consumer: str, job_id: str) -> None:
+        self.calls.append("mark")
 
 
 @dataclass
@@ -184,7 +203,8 @@ class Setup:
 def setup() -> Setup:
     database, counter, port, hook, sleeps = Database(), Counter(), Port(), Recorder(), []
     pipeline = DeliveryPipeline(app(), database, counter, hooks=Hooks([hook]),  # type: ignore[arg-type]
-                                clock=lambda: NOW, sleep=sleeps.append, port=port)  # type: ignore[arg-type]  # fmt: skip
+                                clock=lambda: NOW, sleep=sleeps.append, port=port,  # type: ignore[arg-type]
+                                marks=Marks(counter.calls), skip_unmarked_reads=True)  # type: ignore[arg-type]  # fmt: skip
     return Setup(pipeline, database, counter, port, hook, sleeps)
 
 
@@ -206,6 +226,47 @@ def test_a_handler_that_returns_is_applied_and_committed() -> None:
     verdict = s.pipeline.decide(task(lambda env, tx: "ok"), envelope(), delivery())
     assert verdict == Applied(1, "ok", tracked=False)
     assert s.database.conn.statements == ["CLAIM", "COMMIT"]
+
+
+def test_a_first_delivery_without_a_mark_reads_nothing_from_redis() -> None:
+    s = setup()
+    s.database.conn.marked = False
+    s.counter.state = DeliveryState(spent=2)  # not read: an unmarked job has no Redis state
+    verdict = s.pipeline.decide(task(lambda env, tx: "ok"), envelope(), delivery())
+    assert verdict == Applied(1, "ok", tracked=False)
+    assert s.counter.calls == [] and s.database.conn.statements == ["CLAIM", "COMMIT"]
+
+
+def test_without_skipping_every_first_delivery_reads_redis() -> None:
+    """The platform's Redis is not the broker: its outage must hold every delivery."""
+    s = setup()
+    s.pipeline.skip_unmarked_reads = False
+    s.database.conn.marked = False
+    s.pipeline.decide(task(lambda env, tx: "ok"), envelope(), delivery())
+    assert s.counter.calls == ["observe"]
+
+
+def test_a_marked_first_delivery_reads_its_state_from_redis() -> None:
+    s = setup()
+    s.counter.state = DeliveryState(spent=1, tracked=True)
+    verdict = s.pipeline.decide(task(lambda env, tx: "ok"), envelope(), delivery())
+    assert verdict == Applied(2, "ok", tracked=True) and s.counter.calls == ["observe"]
+
+
+def test_a_redelivery_is_marked_before_it_is_counted_even_without_a_mark() -> None:
+    s = setup()
+    s.database.conn.marked = False
+    redelivered = Delivery(consumer="tests.unit.step", queue="q", header_attempt=1,
+                           priority=None, redelivered=True)  # fmt: skip
+    s.pipeline.decide(task(lambda env, tx: "ok"), envelope(), redelivered)
+    assert s.counter.calls == ["mark", "observe"]
+
+
+def test_a_failed_attempt_is_marked_before_it_is_counted() -> None:
+    s = setup()
+    s.database.conn.marked = False
+    verdict = s.pipeline.decide(task(fail(RuntimeError("x"))), envelope(), delivery())
+    assert isinstance(verdict, RetryAt) and s.counter.calls == ["mark", "failed"]
 
 
 def test_a_job_already_applied_is_a_duplicate_and_nothing_runs() -> None:
@@ -311,3 +372,19 @@ def test_settling_throttled_keeps_the_attempt_and_tells_the_hooks() -> None:
         s.pipeline.settle(task(lambda e, tx: None), delivery(), envelope(),
                           ThrottledUntil(at, 2, "tenant_rate_limit"))  # fmt: skip
     assert s.port.scheduled == [("q", at, {"attempt": 2})] and s.hook.calls == ["throttled"]
+
+
+def test_reads_are_skipped_only_when_the_platform_redis_is_the_broker() -> None:
+    from platform_tasks.consumer.marks import reads_can_skip
+    from platform_tasks.settings import PlatformSettings
+
+    url = "redis://127.0.0.1:6390/0"
+    assert reads_can_skip(PlatformSettings.build(redis_url=url))
+    assert not reads_can_skip(
+        PlatformSettings.build(redis_url=url, broker_url="redis://127.0.0.1:6391/0")
+    )
+    assert not reads_can_skip(
+        PlatformSettings.build(
+            redis_url=url, redis_cluster=True, broker_url="redis://127.0.0.1:6391/0"
+        )
+    )
