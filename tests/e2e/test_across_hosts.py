@@ -47,7 +47,6 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-import psycopg2
 import pytest
 import redis
 
@@ -58,6 +57,7 @@ from platform_tasks.migrations import migrate
 from platform_tasks.settings import PlatformSettings
 from tests.apps.hosts_app import QUEUE, RUNS_TABLE_SQL, TASK, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
+from tests.support.database import query
 from tests.support.netns import HostNetwork
 from tests.support.processes import (
     CELERY,
@@ -106,16 +106,6 @@ TICK = re.compile(r"jobs tick owner=\S+ considered=")
 RUN = re.compile(r"job run job=(?P<job>\S+) point_ms=(?P<point>\d+) outcome=(?P<outcome>\S+)")
 RECEIVED = re.compile(rf"Task {re.escape(TASK)}\[(?P<id>[0-9a-f-]+)\] received")
 WORKER_SKIPS = {"skipped_late_start", "skipped_lease_lost", "skipped_redis_error"}
-
-
-def query(database_url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    conn = psycopg2.connect(database_url, connect_timeout=10)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql, params)
-            return list(cur.fetchall()) if cur.description else []
-    finally:
-        conn.close()
 
 
 def redis_ms(client: redis.Redis) -> int:

@@ -7,7 +7,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import psycopg2
 import redis
 
 from platform_tasks import QueuePort, create_app
@@ -19,20 +18,11 @@ from platform_tasks.keys import delay_keys
 from platform_tasks.settings import PlatformSettings
 from tests.apps.fault_app import EFFECTS_TABLE_SQL, QUEUE, TASK
 from tests.conftest import REPO_ROOT
+from tests.support.database import query
 from tests.support.processes import CeleryProcess, platform_env, worker_argv
 
 PROFILE = "test"
 """The profile every process of these tests runs with (``platform_env`` sets it too)."""
-
-
-def query(database_url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    conn = psycopg2.connect(database_url, connect_timeout=5)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql, params)
-            return list(cur.fetchall()) if cur.description else []
-    finally:
-        conn.close()
 
 
 def count(database_url: str, table: str) -> int:

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg2
 import pytest
 import redis
 from redis.cluster import RedisCluster
@@ -29,6 +28,7 @@ from platform_tasks.redis_client import build_redis
 from platform_tasks.settings import PlatformSettings
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL, runs_key
 from tests.conftest import REPO_ROOT
+from tests.support.database import query
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
 
 MAX_ATTEMPTS = 3
@@ -53,16 +53,6 @@ def cluster_settings(
     client.close()
     yield PlatformSettings.build(redis_url=cluster.url, redis_cluster=True, broker_url=redis_url,
                                  database_url=database_url, profile="test")  # fmt: skip
-
-
-def query(database_url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    conn = psycopg2.connect(database_url)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql, params)
-            return list(cur.fetchall()) if cur.description else []
-    finally:
-        conn.close()
 
 
 def payload(key: str, **data: Any) -> dict[str, Any]:

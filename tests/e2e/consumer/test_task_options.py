@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg2
 import pytest
 import redis
 
@@ -24,20 +23,11 @@ from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
 from tests.conftest import REPO_ROOT
 from tests.e2e.consumer.routing_app import WORK_TABLE_SQL, runs_key
+from tests.support.database import query
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
 
 APP = "tests.e2e.consumer.routing_app"
 SECRET = "4111-1111-SECRET-DATA"
-
-
-def query(database_url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    conn = psycopg2.connect(database_url)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql, params)
-            return list(cur.fetchall()) if cur.description else []
-    finally:
-        conn.close()
 
 
 def job(kind: str, **data: Any) -> dict[str, Any]:

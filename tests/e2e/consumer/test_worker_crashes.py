@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg2
 import pytest
 import redis
 
@@ -18,19 +17,10 @@ from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL, runs_key
 from tests.conftest import REPO_ROOT
+from tests.support.database import query
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
 
 MAX_ATTEMPTS = 3
-
-
-def query(database_url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    conn = psycopg2.connect(database_url)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql, params)
-            return list(cur.fetchall()) if cur.description else []
-    finally:
-        conn.close()
 
 
 @pytest.fixture

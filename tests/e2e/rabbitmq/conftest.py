@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import psycopg2
 import pytest
 
 from platform_tasks import QueuePort, create_app
@@ -20,17 +18,8 @@ from platform_tasks.harness import RabbitMQServer
 from platform_tasks.settings import PlatformSettings
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
+from tests.support.database import query
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
-
-
-def query(database_url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    conn = psycopg2.connect(database_url)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql, params)
-            return list(cur.fetchall()) if cur.description else []
-    finally:
-        conn.close()
 
 
 def applied(database_url: str, job_id: object) -> int:

@@ -25,14 +25,9 @@ from platform_tasks.keys import rabbitmq_delay_keys
 from platform_tasks.settings import PlatformSettings
 from tests.apps.consumer_app import QUEUE, runs_key
 from tests.conftest import REPO_ROOT
-from tests.e2e.rabbitmq.test_rabbitmq_broker import (  # noqa: F401 - fixtures
-    Workers,
-    applied,
-    broker_settings,
-    job,
-    query,
-    workers,
-)
+from tests.e2e.rabbitmq.conftest import Workers, applied
+from tests.e2e.rabbitmq.test_rabbitmq_broker import job
+from tests.support.database import query
 from tests.support.processes import CeleryProcess, celery_processes
 from tests.support.rabbitmq_promoter_main import CONFIRMED_KEY
 
@@ -41,7 +36,7 @@ KEYS = rabbitmq_delay_keys("test")
 
 
 @pytest.fixture
-def store_port(broker_settings: PlatformSettings) -> Iterator[QueuePort]:  # noqa: F811
+def store_port(broker_settings: PlatformSettings) -> Iterator[QueuePort]:
     settings = broker_settings.model_copy(update={"rabbitmq_delays": "delay_store"})
     app = create_app("rabbitmq_store_producer", settings=settings, task_default_queue=QUEUE)
     qp = QueuePort(app)
@@ -84,7 +79,7 @@ def queue_depth(url: str) -> int:
 
 
 def test_a_delayed_job_and_a_retry_go_through_the_store_and_apply_once(
-    store_port: QueuePort, workers: Workers, broker_settings: PlatformSettings,  # noqa: F811
+    store_port: QueuePort, workers: Workers, broker_settings: PlatformSettings,
     redis_client: redis.Redis, store_events: redis.client.PubSub,
 ) -> None:  # fmt: skip
     database_url = str(broker_settings.database_url)
@@ -113,7 +108,7 @@ def test_a_delayed_job_and_a_retry_go_through_the_store_and_apply_once(
 
 
 def test_a_promoter_killed_between_confirm_and_removal_publishes_again_and_applies_once(
-    store_port: QueuePort, workers: Workers, broker_settings: PlatformSettings,  # noqa: F811
+    store_port: QueuePort, workers: Workers, broker_settings: PlatformSettings,
     redis_client: redis.Redis, tmp_path: Path,
 ) -> None:  # fmt: skip
     """A stand-alone promoter of the app (``tests/support/rabbitmq_promoter_main.py``) stops
@@ -151,7 +146,7 @@ def test_a_promoter_killed_between_confirm_and_removal_publishes_again_and_appli
 
 
 def test_entries_due_while_rabbitmq_is_stopped_are_all_delivered_after_it_restarts(
-    store_port: QueuePort, workers: Workers, broker_settings: PlatformSettings,  # noqa: F811
+    store_port: QueuePort, workers: Workers, broker_settings: PlatformSettings,
     rabbitmq_server: RabbitMQServer, redis_client: redis.Redis,
 ) -> None:  # fmt: skip
     """The node stops cleanly (SIGTERM; docs/brokers.md says why not SIGKILL) with a worker
