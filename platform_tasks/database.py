@@ -17,6 +17,7 @@ import psycopg2
 from psycopg2.extensions import connection as Connection
 
 from platform_tasks.errors import ConfigurationError
+from platform_tasks.migrations import missing_migrations
 from platform_tasks.settings import PlatformSettings, redact_url, variable_name, without_secrets
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,9 @@ class DatabaseUnavailable(Exception):
 
 
 STARTUP_CONNECT_TIMEOUT_SECONDS = 5
+_MIGRATE_HINT = (
+    "run `platform-tasks migrate` (or apply `platform-tasks migrate --sql`) before workers start"
+)
 _verified_urls: set[str] = set()
 
 
@@ -46,8 +50,10 @@ def require_database_url(
 
     The worker calls this before it consumes, so a database that is unset, refuses the
     URL (no such database, authentication failed) or cannot be reached within
-    ``connect_timeout`` seconds stops the worker with an error naming
-    ``PLATFORM_DATABASE_URL`` (password masked), instead of every job failing or waiting.
+    ``connect_timeout`` seconds, or whose schema ``core`` lacks a migration this version
+    ships, stops the worker with an error naming ``PLATFORM_DATABASE_URL`` (password
+    masked) and, for the schema, ``platform-tasks migrate``, instead of every job failing
+    or waiting.
     An unreachable database at start-up is fatal: a supervisor (compose ``restart``,
     systemd, Kubernetes) restarts the worker, and an outage after start-up is waited out
     by the consumer as before. A URL is tested once per process (and its forks), so
@@ -72,7 +78,24 @@ def require_database_url(
         raise ConfigurationError(
             f"{var} ({redact_url(url)}): cannot connect before consuming: {reason}"
         ) from None
-    conn.close()
+    try:
+        missing = missing_migrations(conn)
+    except psycopg2.Error as exc:
+        reason = without_secrets(str(exc).strip(), url)
+        raise ConfigurationError(
+            f"{var} ({redact_url(url)}): cannot read schema core's migrations: {reason}"
+        ) from None
+    finally:
+        conn.close()
+    if missing is None:
+        raise ConfigurationError(
+            f"{var} ({redact_url(url)}): schema core is not migrated: " + _MIGRATE_HINT
+        )
+    if missing:
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in missing)
+        raise ConfigurationError(
+            f"{var} ({redact_url(url)}): schema core lacks migration(s) {names}: " + _MIGRATE_HINT
+        )
     _verified_urls.add(url)
     return url
 

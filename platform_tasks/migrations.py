@@ -124,3 +124,18 @@ def applied_versions(database_url: str) -> list[int]:
             return [row[0] for row in cur.fetchall()]
     finally:
         conn.close()
+
+
+def missing_migrations(conn: psycopg2.extensions.connection) -> list[Migration] | None:
+    """The shipped migrations ``conn``'s database has not applied, in order; ``None`` when
+    schema ``core`` was never migrated at all. Read-only: a worker checks this at start-up
+    so that one upgraded before ``platform-tasks migrate`` ran stops with a clear error
+    instead of failing every job on a missing table or column."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT to_regclass('core.schema_migrations') IS NOT NULL")
+        (exists,) = cur.fetchone()
+        if not exists:
+            return None
+        cur.execute("SELECT version FROM core.schema_migrations")
+        done = {row[0] for row in cur.fetchall()}
+    return [m for m in load_migrations() if m.version not in done]
