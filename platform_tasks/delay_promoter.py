@@ -21,6 +21,20 @@ from platform_tasks.settings import PlatformSettings
 
 logger = logging.getLogger(__name__)
 
+MIN_WAIT_SECONDS = 0.005
+"""The shortest sleep between passes, so a promoter never spins on entries due within
+a few milliseconds of each other."""
+
+
+def wait_until_next_due(next_due_in_ms: int | None, interval: float) -> float:
+    """Seconds to sleep after a pass: until the earliest entry left is due, so staggered
+    delays come back at their own time rather than in poll-interval batches; at most the
+    poll interval, so entries other processes add meanwhile are seen within it as before;
+    at least :data:`MIN_WAIT_SECONDS`."""
+    if next_due_in_ms is None:
+        return interval
+    return min(interval, max(MIN_WAIT_SECONDS, next_due_in_ms / 1000))
+
 
 class DelayPromoter:
     """A background thread that promotes due entries until stopped."""
@@ -44,17 +58,28 @@ class DelayPromoter:
         oldest = int(first[0][1]) if first else None
         observe_delay_store(int(waiting), oldest, int(seconds) * 1000 + int(micros) // 1000)
 
-    def run_once(self, store: DelayStore) -> int:
-        """Promote until nothing more is due; return how many entries were moved."""
+    def promote_pass(self, store: DelayStore) -> tuple[int, float]:
+        """Promote until nothing more is due; return how many entries were moved and how
+        many seconds to sleep before the next pass (see :func:`wait_until_next_due`).
+
+        The promote script reports when the earliest entry left is due, so waking for it
+        costs no round trip beyond the promotion itself."""
+        interval = self.settings.delay_poll_interval_seconds
         moved = 0
+        wait = interval
         while not self._stop.is_set():
             result = store.promote_due(self.settings.delay_batch_size)
             moved += result.moved
             if result.moved:
                 delay_promoted(result.moved)
+            wait = wait_until_next_due(result.next_due_in_ms, interval)
             if not result.more_due:
                 break
-        return moved
+        return moved, wait
+
+    def run_once(self, store: DelayStore) -> int:
+        """Promote until nothing more is due; return how many entries were moved."""
+        return self.promote_pass(store)[0]
 
     def _loop(self) -> None:
         client = redis.Redis.from_url(
@@ -66,10 +91,11 @@ class DelayPromoter:
         failures = 0
         try:
             while not self._stop.is_set():
+                wait = interval
                 try:
                     if measured:
                         self.measure(store)  # before promoting: the lag promotion leaves
-                    moved = self.run_once(store)
+                    moved, wait = self.promote_pass(store)
                     failures = 0
                     if moved:
                         self.moved_total += moved
@@ -81,7 +107,8 @@ class DelayPromoter:
                         "delay promotion failed (%s); retrying", exc,
                         extra={"event": "delay.promote_failed"},
                     )  # fmt: skip
-                wait = interval if failures == 0 else min(30.0, interval * 2 ** min(failures, 6))
+                if failures:
+                    wait = min(30.0, interval * 2 ** min(failures, 6))
                 self._stop.wait(wait)
         finally:
             client.close()

@@ -38,10 +38,13 @@ class Claim:
 
 @dataclass(frozen=True)
 class PromotionResult:
-    """What one promotion call did: entries moved, and whether more were already due."""
+    """What one promotion call did: entries moved, whether more were already due, and
+    ``next_due_in_ms``, how long until the earliest entry left is due by the Redis clock
+    (0 when one is already due, ``None`` when the store is empty)."""
 
     moved: int
     more_due: bool
+    next_due_in_ms: int | None
 
 
 class DelayStore:
@@ -89,7 +92,9 @@ class DelayStore:
         """Move up to ``limit`` due entries onto their lists; Redis ``TIME`` decides due-ness."""
         raw = cast(list[Any], self._promote(keys=[self.keys.schedule, self.keys.entries],
                                             args=[limit]))  # fmt: skip
-        return PromotionResult(moved=int(raw[0]), more_due=bool(int(raw[1])))
+        wait = int(raw[2])
+        return PromotionResult(moved=int(raw[0]), more_due=bool(int(raw[1])),
+                               next_due_in_ms=None if wait < 0 else wait)  # fmt: skip
 
     def claim_due(self, limit: int, lease_ms: int) -> Claim:
         """Claim up to ``limit`` due entries for ``lease_ms``; they stay stored until

@@ -4,6 +4,9 @@
 -- KEYS[2]  hash:       entry id -> cjson {"q": list key, "m": wire message}
 -- ARGV[1]  maximum number of entries to move in this call
 --
+-- Returns {moved, more_due, ms until the earliest entry left is due (-1: none)}: the
+-- promoter sleeps until then (bounded by its poll interval) without another round trip.
+--
 -- Due-ness is judged by the Redis server clock (TIME), so promoters on machines with
 -- skewed clocks agree. Because the whole script runs atomically, an entry is either still
 -- in the store or already on its list: a promoter killed between two calls loses nothing
@@ -25,4 +28,10 @@ for _, id in ipairs(ids) do
 end
 local more = 0
 if #ids == limit then more = 1 end
-return {moved, more}
+local next_due = -1
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #first == 2 then
+  next_due = tonumber(first[2]) - now_ms
+  if next_due < 0 then next_due = 0 end
+end
+return {moved, more, next_due}
