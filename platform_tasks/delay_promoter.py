@@ -107,6 +107,10 @@ class DelayPromoter:
                         "delay promotion failed (%s); retrying", exc,
                         extra={"event": "delay.promote_failed"},
                     )  # fmt: skip
+                except Exception:  # never end the thread: this worker's delays would stall
+                    failures += 1
+                    logger.exception("delay promotion failed unexpectedly; retrying",
+                                     extra={"event": "delay.promote_failed"})  # fmt: skip
                 if failures:
                     wait = min(30.0, interval * 2 ** min(failures, 6))
                 self._stop.wait(wait)
