@@ -49,6 +49,7 @@ class PurgeResult:
     batches: int
     seconds: float
     cutoff: datetime
+    marks_deleted: int = 0
 
 
 def purge_processed_jobs(
@@ -60,27 +61,32 @@ def purge_processed_jobs(
     """Delete idempotency rows older than ``processed_jobs_ttl_days``, batch by batch.
 
     Each batch commits on its own; the loop ends at the first batch that deletes nothing,
-    so rows a consumer holds at that moment are simply left for the next run.
+    so rows a consumer holds at that moment are simply left for the next run. Delivery
+    marks (``core.delivery_marks``) older than the same cutoff are purged after them.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     cutoff = _now(now) - timedelta(days=settings.processed_jobs_ttl_days)
-    query = load_queries("maintenance")["purge_processed_jobs_batch"]
+    queries = load_queries("maintenance")
     started = time.monotonic()
-    deleted = batches = 0
+    deleted = batches = marks_deleted = 0
     conn = _connect(settings)
     try:
-        while True:
-            with conn, conn.cursor() as cur:
-                cur.execute(query, {"cutoff": cutoff, "batch_size": batch_size})
-                count = cur.rowcount
-            if count <= 0:
-                break
-            deleted += count
-            batches += 1
+        for name in ("purge_processed_jobs_batch", "purge_delivery_marks_batch"):
+            while True:
+                with conn, conn.cursor() as cur:
+                    cur.execute(queries[name], {"cutoff": cutoff, "batch_size": batch_size})
+                    count = cur.rowcount
+                if count <= 0:
+                    break
+                if name == "purge_processed_jobs_batch":
+                    deleted += count
+                else:
+                    marks_deleted += count
+                batches += 1
     finally:
         conn.close()
-    result = PurgeResult(deleted, batches, time.monotonic() - started, cutoff)
+    result = PurgeResult(deleted, batches, time.monotonic() - started, cutoff, marks_deleted)
     logger.info(
         "purged %d processed_jobs rows older than %s in %d batches (%.2fs)",
         deleted,
@@ -90,6 +96,7 @@ def purge_processed_jobs(
         extra={
             "event": "processed_jobs.purged",
             "deleted": deleted,
+            "marks_deleted": marks_deleted,
             "batches": batches,
             "cutoff": cutoff.isoformat(),
             "seconds": round(result.seconds, 3),

@@ -12,3 +12,16 @@ WHERE ctid = ANY(ARRAY(
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED
 ));
+
+-- name: purge_delivery_marks_batch
+-- At most %(batch_size)s delivery marks older than the cutoff (the same as the idempotency
+-- rows'): a mark only says the job's delivery state is in Redis, which lives hours, so a
+-- mark past the idempotency window marks nothing. Same ctid + SKIP LOCKED batching.
+DELETE FROM core.delivery_marks
+WHERE ctid = ANY(ARRAY(
+    SELECT ctid
+    FROM core.delivery_marks
+    WHERE marked_at < %(cutoff)s
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+));

@@ -62,6 +62,26 @@ def test_purge_deletes_only_rows_past_the_ttl_in_batches(
     assert purge_expired_processed_jobs(ttl_settings, now=NOW) == 0
 
 
+def test_purge_deletes_delivery_marks_past_the_ttl_too(
+    conn: Connection, ttl_settings: PlatformSettings
+) -> None:
+    """A mark says "this job has delivery state in Redis"; that state lives hours, the
+    idempotency row ``processed_jobs_ttl_days``. Marks older than the same cutoff go
+    with the rows, so the table does not grow with every job that ever failed once."""
+    with conn, conn.cursor() as cur:
+        for consumer, age in (("old", timedelta(days=31)), ("young", timedelta(days=1))):
+            cur.execute(
+                "INSERT INTO core.delivery_marks (job_id, consumer, marked_at) "
+                "SELECT gen_random_uuid(), %s, %s FROM generate_series(1, 1200)",
+                (consumer, NOW - age),
+            )
+    result = purge_processed_jobs(ttl_settings, batch_size=500, now=NOW)
+    assert result.marks_deleted == 1200
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT consumer, count(*) FROM core.delivery_marks GROUP BY consumer")
+        assert dict(cur.fetchall()) == {"young": 1200}
+
+
 def test_ttl_comes_from_settings(conn: Connection, database_url: str) -> None:
     add_processed(conn, 10, NOW - timedelta(days=8))
     week = PlatformSettings.build(database_url=database_url, processed_jobs_ttl_days=7)
