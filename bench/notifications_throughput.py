@@ -86,6 +86,9 @@ def phase(
         f"{result.duplicates}; dead letters {result.dead_letters}",
         flush=True,
     )
+    if ratios:
+        series = " ".join(f"{ratio:.2f}" for ratio in ratios)
+        print(f"[{name}] 10 s windows (1 s apart, from warm-up): {series}", flush=True)
     return result
 
 
