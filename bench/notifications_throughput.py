@@ -82,10 +82,19 @@ def phase(
         f"{result.redis_commands / max(1, result.emails):.2f} (rate-limit script calls/email "
         f"{result.limiter_calls / max(1, result.emails):.3f}, per request "
         f"{result.limiter_calls / max(1, result.requests):.3f}; throttled deliveries "
-        f"{result.throttles}); duplicates "
+        f"{result.throttles}: {result.throttled_receipts} receipt, "
+        f"{result.throttles - result.throttled_receipts} blast); duplicates "
         f"{result.duplicates}; dead letters {result.dead_letters}",
         flush=True,
     )
+    if ratios:
+        mixed, tail = ratios[: result.mixed_windows], ratios[result.mixed_windows :]
+        print(
+            f"[{name}] 10 s windows (1 s apart, from warm-up), both rails: "
+            f"{' '.join(f'{r:.2f}' for r in mixed)} | marketing only (tail): "
+            f"{' '.join(f'{r:.2f}' for r in tail)}",
+            flush=True,
+        )
     return result
 
 

@@ -76,21 +76,47 @@ class Dispatcher:
             provider = self._providers[name] = factory()
         return provider
 
+    def take_first(self, *, provider: str, rail: str, tenant_id: str, planned: int) -> None:
+        """Take the tokens of a job's first request before it is rendered.
+
+        ``planned`` is the number of messages the job will render (a blast knows it from
+        its recipients): one provider request and as many tenant messages as its first
+        request carries. Raises Throttled when refused, so a refused job renders nothing;
+        pass ``first_taken=True`` to :meth:`send` afterwards.
+        """
+        adapter = self.provider(provider)
+        batch = rail == MARKETING or planned > 1
+        messages = min(planned, adapter.max_batch) if batch else 1
+        decision = self.limiter.take(provider, tenant_id, requests=1, messages=messages, rail=rail)
+        if not decision.granted:
+            raise self._throttled(decision.wait_ms / 1000, decision.reason)
+
     def send(
-        self, *, provider: str, rail: str, tenant_id: str, job_id: object, messages: Sequence[Any]
+        self,
+        *,
+        provider: str,
+        rail: str,
+        tenant_id: str,
+        job_id: object,
+        messages: Sequence[Any],
+        first_taken: bool = False,
     ) -> list[str]:
-        """Send ``messages``; returns the provider's ids. Raises Throttled to run later."""
+        """Send ``messages``; returns the provider's ids. Raises Throttled to run later.
+
+        ``first_taken``: :meth:`take_first` already took the first request's tokens.
+        """
         adapter = self.provider(provider)
         batch = rail == MARKETING or len(messages) > 1
         size = adapter.max_batch if batch else 1
         ids: list[str] = []
         for number, start in enumerate(range(0, len(messages), size)):
             chunk = list(messages[start : start + size])
-            decision = self.limiter.take(
-                provider, tenant_id, requests=1, messages=len(chunk), rail=rail
-            )
-            if not decision.granted:
-                raise self._throttled(decision.wait_ms / 1000, decision.reason)
+            if not (first_taken and number == 0):
+                decision = self.limiter.take(
+                    provider, tenant_id, requests=1, messages=len(chunk), rail=rail
+                )
+                if not decision.granted:
+                    raise self._throttled(decision.wait_ms / 1000, decision.reason)
             key = idempotency_key(job_id, number)
             try:
                 result = adapter.send(chunk, idempotency_key=key, batch=batch)

@@ -4,7 +4,12 @@ In every worker that consumes (or consumed, before a pause) a channel's marketin
 this step reads the depth of the same channel's transactional queue *from the broker*
 every :data:`CHECK_INTERVAL_SECONDS` and, with hysteresis, cancels the marketing consumer
 above ``PLATFORM_MARKETING_PAUSE_DEPTH`` and adds it back below
-``PLATFORM_MARKETING_RESUME_DEPTH``. It uses the same calls as Celery's
+``PLATFORM_MARKETING_RESUME_DEPTH``. It also cancels it while transactional sends the
+provider bucket refused are waiting for tokens more than
+:data:`TRANSACTIONAL_WAIT_PAUSE_SECONDS` ahead (and adds it back below
+:data:`TRANSACTIONAL_WAIT_RESUME_SECONDS`). Marketing's own refused sends never pause it:
+while transactional is quiet, marketing is what keeps the provider at its limit.
+It uses the same calls as Celery's
 ``cancel_consumer``/``add_consumer`` control commands, on the consumer's own event loop.
 
 A pause only stops fetching: messages already taken finish and are acked as usual,
@@ -27,8 +32,9 @@ from prometheus_client import Counter
 from platform_tasks.notifications.rails import MARKETING, TRANSACTIONAL, notification_queue
 
 __all__ = [
-    "BACKLOG_PAUSE_SECONDS",
     "CHECK_INTERVAL_SECONDS",
+    "TRANSACTIONAL_WAIT_PAUSE_SECONDS",
+    "TRANSACTIONAL_WAIT_RESUME_SECONDS",
     "MarketingYield",
     "YieldState",
     "broker_depth",
@@ -70,19 +76,22 @@ def broker_depth(channel: Any, queue: str) -> int:
         return 0
 
 
-BACKLOG_PAUSE_SECONDS = 2.0
-"""Marketing also stops fetching while the marketing sends already refused by a provider
-bucket hold slots this far ahead (``next_m`` of the bucket): fetching more would only
-bounce them through the delay store, spending worker time transactional sends need."""
+TRANSACTIONAL_WAIT_PAUSE_SECONDS = 1.0
+"""Marketing stops fetching while transactional sends refused by a provider bucket hold
+slots this far ahead (``next_t`` of the bucket): transactional is then short of tokens,
+and the marketing sends that take the spare ones are what it waits behind. Judged on
+transactional's queue, not marketing's: a marketing backlog at the provider is the normal
+state of a blast and says nothing about whether transactional needs the capacity."""
 
-BACKLOG_RESUME_SECONDS = 1.0
+TRANSACTIONAL_WAIT_RESUME_SECONDS = 0.25
 
 
 @dataclass
 class YieldState:
-    """Hysteresis of one channel: paused above ``pause_depth`` (or a marketing backlog at
-    the provider above :data:`BACKLOG_PAUSE_SECONDS`), resumed once the depth is below
-    ``resume_depth`` and the backlog below :data:`BACKLOG_RESUME_SECONDS`."""
+    """Hysteresis of one channel: paused above ``pause_depth`` (or while refused
+    transactional sends wait more than :data:`TRANSACTIONAL_WAIT_PAUSE_SECONDS` for
+    provider tokens), resumed once the depth is below ``resume_depth`` and the wait below
+    :data:`TRANSACTIONAL_WAIT_RESUME_SECONDS`."""
 
     channel: str
     pause_depth: int
@@ -94,11 +103,17 @@ class YieldState:
     def paused(self) -> bool:
         return self.paused_at is not None
 
-    def decide(self, depth: int, backlog: float = 0.0) -> str | None:
+    def decide(self, depth: int, transactional_wait: float = 0.0) -> str | None:
         """``"pause"``, ``"resume"`` or ``None`` (pure; the step acts on it)."""
-        if not self.paused and (depth > self.pause_depth or backlog > BACKLOG_PAUSE_SECONDS):
+        if not self.paused and (
+            depth > self.pause_depth or transactional_wait > TRANSACTIONAL_WAIT_PAUSE_SECONDS
+        ):
             return "pause"
-        if self.paused and depth < self.resume_depth and backlog < BACKLOG_RESUME_SECONDS:
+        if (
+            self.paused
+            and depth < self.resume_depth
+            and transactional_wait < TRANSACTIONAL_WAIT_RESUME_SECONDS
+        ):
             return "resume"
         return None
 
@@ -179,25 +194,25 @@ class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
         self._failing = False
         for marketing, depth in depths.items():
             state = self.states[marketing]
-            backlog = self._backlog(state)
-            action = state.decide(depth, backlog)
+            waiting = self._transactional_wait(state)
+            action = state.decide(depth, waiting)
             if action == "pause":
                 state.paused_at = time.monotonic()
                 c.call_soon(c.cancel_task_queue, marketing)
                 PAUSES.labels(state.channel).inc()
                 logger.info(
                     "marketing paused on %s: transactional depth %d (pause above %d), "
-                    "%.1f s of marketing sends waiting for provider tokens",
+                    "%.1f s of transactional sends waiting for provider tokens",
                     state.channel,
                     depth,
                     state.pause_depth,
-                    backlog,
+                    waiting,
                     extra={
                         "event": "notifications.marketing_paused",
                         "channel": state.channel,
                         "queue": marketing,
                         "depth": depth,
-                        "backlog_seconds": round(backlog, 3),
+                        "transactional_wait_seconds": round(waiting, 3),
                     },
                 )
             elif action == "resume":
@@ -222,8 +237,9 @@ class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
                     },
                 )
 
-    def _backlog(self, state: YieldState) -> float:
-        """Seconds of marketing slots already handed out by the channel's provider buckets."""
+    def _transactional_wait(self, state: YieldState) -> float:
+        """Seconds of transactional slots the channel's provider buckets already handed out
+        to refused sends (0: no transactional send is waiting for a token)."""
         if not state.providers or self._limits is None:
             return 0.0
         from platform_tasks.keys import rate_limit_keys
@@ -232,7 +248,7 @@ class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
             seconds, micros = self._limits.time()
             now_ms = int(seconds) * 1000 + int(micros) // 1000
             slots = [
-                self._limits.hget(rate_limit_keys(self._profile, p).bucket, "next_m")
+                self._limits.hget(rate_limit_keys(self._profile, p).bucket, "next_t")
                 for p in state.providers
             ]
         except Exception:  # Redis away: sends wait on their own; judge by depth alone

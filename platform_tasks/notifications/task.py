@@ -8,7 +8,10 @@
 
 One attempt (:meth:`NotificationTask.execute`, inside the transaction that holds the
 idempotency row): render; take the provider request and tenant message tokens in one
-script; send; return. The idempotency row then commits with the handler's work, so a job
+script; send; return. A job that says how many messages it will render
+(:meth:`NotificationTask.planned_messages`: a blast's ``recipients``) takes its first
+request's tokens *before* rendering, so a refused blast does not render 100 emails first.
+The idempotency row then commits with the handler's work, so a job
 whose send succeeded is never sent again by this platform, even after the provider has
 forgotten its idempotency key (24 h). Anything that says "not now" (no token, a 429, a
 quota pause) raises :class:`~platform_tasks.errors.Throttled`: the transaction rolls back
@@ -19,7 +22,7 @@ The task's queue defaults to ``notification_queue(channel, rail)``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from platform_tasks.consumer.task import PlatformTask
@@ -50,18 +53,49 @@ class NotificationTask(PlatformTask):
         super().__init_subclass__(**kwargs)
         _check_notification_options(cls)
 
+    def planned_messages(self, envelope: Any) -> int | None:
+        """How many messages this job will render, when known before rendering.
+
+        The default reads ``data.recipients`` (what :func:`publish_blast` puts in every
+        chunk): its length. ``None`` (no such field) renders first and takes tokens after.
+        A task whose render handler returns a different number of messages than its
+        recipients should return ``None`` here.
+        """
+        data = envelope.data
+        recipients = (
+            data.get("recipients")
+            if isinstance(data, Mapping)
+            else getattr(data, "recipients", None)
+        )
+        if isinstance(recipients, Sequence) and not isinstance(recipients, str | bytes):
+            return len(recipients)
+        return None
+
     def execute(self, envelope: Any, tx: Any) -> Any:
-        """Render, take tokens, send; Throttled when the limits or the provider say later."""
+        """Render, take tokens, send; Throttled when the limits or the provider say later.
+
+        With :meth:`planned_messages` known, the first request's tokens are taken first:
+        a refusal then costs one script call instead of a render. If the render then
+        fails, those tokens are spent without a send (one request of the provider's rate).
+        """
+        dispatcher = dispatcher_for(self.app)
+        planned = self.planned_messages(envelope)
+        if planned:
+            dispatcher.take_first(
+                provider=self.provider, rail=self.rail, tenant_id=envelope.tenant_id,
+                planned=planned,
+            )  # fmt: skip
         rendered = self.run(envelope, tx)
         messages = _as_messages(rendered, self.name)
         if not messages:
             return []
-        return dispatcher_for(self.app).send(
+        return dispatcher.send(
             provider=self.provider,
             rail=self.rail,
             tenant_id=envelope.tenant_id,
             job_id=envelope.job_id,
             messages=messages,
+            first_taken=bool(planned),
         )
 
 

@@ -31,6 +31,10 @@ class LoadResult:
     expected_emails: int
     duplicates: int
     window_rates: list[float]
+    mixed_windows: int
+    """How many of ``window_rates`` (the first ones) end before the last transactional
+    request: the windows where both rails had work. The rest are the tail, where only
+    marketing is left."""
     transactional_latencies: list[float]
     paused_seconds: float
     pauses: int
@@ -44,6 +48,8 @@ class LoadResult:
     write-backs, which happen once."""
     throttles: int
     """Deliveries that ended "job throttled" (rolled back and rescheduled)."""
+    throttled_receipts: int
+    """Of ``throttles``, those of transactional receipts (the rest are blast jobs)."""
     duration: float
     notes: list[str] = field(default_factory=list)
 
@@ -125,6 +131,10 @@ def run_load(
     email_requests = [r for r in requests if r.path in ("/emails", "/emails/batch")]
     marketing_requests = [r for r in email_requests if r.idempotency_key in marketing_keys]
     rates: list[float] = []
+    mixed = 0
+    transactional_end = max(
+        (r.at for r in email_requests if r.idempotency_key in published), default=0.0
+    )
     if email_requests and marketing_requests:
         first = email_requests[0].at + warmup
         backlog_end = max(r.at for r in marketing_requests)
@@ -133,10 +143,13 @@ def run_load(
         while t + WINDOW_SECONDS <= backlog_end:
             count = sum(1 for x in times if t <= x < t + WINDOW_SECONDS)
             rates.append(count / WINDOW_SECONDS)
+            if t + WINDOW_SECONDS <= transactional_end:
+                mixed += 1
             t += 1.0
     logs = rig.logs()
     paused, pauses = _paused_seconds(logs)
     throttles = logs.count("job throttled")
+    throttled_receipts = len(re.findall(r"job throttled[^\n]*kind=notify\.receipt", logs))
     limiter_calls = transactional + len(marketing_ids) + logs.count("retry scheduled") + throttles
     return LoadResult(
         requests=len(email_requests),
@@ -144,6 +157,7 @@ def run_load(
         expected_emails=expected,
         duplicates=duplicates,
         window_rates=rates,
+        mixed_windows=mixed,
         transactional_latencies=latencies,
         paused_seconds=paused,
         pauses=pauses,
@@ -152,5 +166,6 @@ def run_load(
         provider_429s=sum(1 for r in email_requests if r.status == 429),
         limiter_calls=limiter_calls,
         throttles=throttles,
+        throttled_receipts=throttled_receipts,
         duration=duration,
     )

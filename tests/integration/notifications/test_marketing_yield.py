@@ -109,11 +109,14 @@ def test_worker_without_marketing_does_not_watch(redis_url: str) -> None:
     app.close()
 
 
-def test_marketing_pauses_while_its_sends_already_wait_for_provider_tokens(
+def test_marketing_pauses_while_transactional_sends_wait_for_provider_tokens(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
-    """Fetching more marketing jobs than the provider bucket can serve only bounces them
-    through the delay store; the step stops fetching while 2 s of slots are handed out."""
+    """The yield gives transactional sends priority: the step stops fetching marketing
+    while refused transactional sends hold slots more than 1 s ahead (``next_t`` of the
+    provider bucket) and fetches again below 0.25 s. Marketing's own refused sends
+    (``next_m``, however far ahead) never pause it: with transactional quiet, marketing
+    is what fills the provider, and a pause would leave that capacity unused."""
     from platform_tasks.keys import rate_limit_keys
     from platform_tasks.notifications import NotificationTask
 
@@ -132,13 +135,16 @@ def test_marketing_pauses_while_its_sends_already_wait_for_provider_tokens(
     try:
         seconds, micros = redis_client.time()
         now_ms = int(seconds) * 1000 + int(micros) // 1000
-        redis_client.hset(bucket, "next_m", str(now_ms + 5_000))
+        redis_client.hset(bucket, "next_m", str(now_ms + 30_000))
+        step.check(consumer)  # marketing's own queue at the provider: keep fetching
+        assert consumer.asked == []
+        redis_client.hset(bucket, "next_t", str(now_ms + 5_000))
         step.check(consumer)
         assert consumer.asked == [("cancel", MARKETING)]
-        redis_client.hset(bucket, "next_m", str(now_ms + 1_500))
+        redis_client.hset(bucket, "next_t", str(now_ms + 600))
         step.check(consumer)  # between the resume and the pause mark: stays paused
         assert consumer.asked == [("cancel", MARKETING)]
-        redis_client.hset(bucket, "next_m", str(now_ms))
+        redis_client.hset(bucket, "next_t", str(now_ms))
         step.check(consumer)
         assert consumer.asked == [("cancel", MARKETING), ("add", MARKETING)]
     finally:

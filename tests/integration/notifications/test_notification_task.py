@@ -41,6 +41,8 @@ class Rails:
     receipt: Any
     blast: Any
     database_url: str
+    rendered_blasts: list[int]
+    """The chunk size of every run of the blast's render handler."""
 
     def apply(self, task: Any, payload: dict[str, Any], *, attempt: int = 1) -> Any:
         return task.apply(
@@ -70,6 +72,7 @@ def payload(kind: str, data: dict[str, Any], tenant: str = "acme") -> dict[str, 
 def make_rails(settings: PlatformSettings, server: ResendLikeServer, **overrides: Any) -> Rails:
     values = settings.model_dump()
     values.update(resend_api_key=API_KEY, resend_base_url=server.url, **overrides)
+    rendered_blasts: list[int] = []
     app = create_app("notif_it", settings=PlatformSettings.build(**values))
 
     @app.task(base=NotificationTask, data_model=Receipt, name="shop.receipt", shared=False)
@@ -82,12 +85,13 @@ def make_rails(settings: PlatformSettings, server: ResendLikeServer, **overrides
     @app.task(base=NotificationTask, data_model=Chunk, name="shop.blast", rail="marketing",
               shared=False)  # fmt: skip
     def blast(envelope: Any, tx: Any) -> list[EmailMessage]:
+        rendered_blasts.append(len(envelope.data.recipients))
         return [
             EmailMessage("news@example.com", r, "News", html="<p>hi</p>")
             for r in envelope.data.recipients
         ]
 
-    return Rails(app, receipt, blast, str(settings.database_url))
+    return Rails(app, receipt, blast, str(settings.database_url), rendered_blasts)
 
 
 @pytest.fixture
@@ -156,6 +160,39 @@ def test_empty_tenant_bucket_reschedules_without_spending_an_attempt(
         assert [e.to for e in resend.snapshot()[1]] == [["a@example.org"], ["c@example.org"]]
         assert processed(rails) == 2
         assert rails.rows("SELECT id FROM core.dead_letters") == []
+    finally:
+        rails.app.close()
+
+
+@pytest.mark.parametrize(
+    ("limits", "reason"),
+    [
+        ({"provider_rate_limits": "resend=1/min"}, "provider"),
+        ({"provider_rate_limits": "resend=1000/s", "tenant_rate_limits": "resend=150/min"},
+         "tenant"),
+    ],
+)  # fmt: skip
+def test_refused_blast_is_not_rendered(
+    settings: PlatformSettings,
+    resend: ResendLikeServer,
+    redis_client: redis.Redis,
+    limits: dict[str, str],
+    reason: str,
+) -> None:
+    """A blast job's recipients are in its envelope, so its tokens (one request, 100
+    messages) are taken before the render handler runs: a refused blast costs one script
+    call, not 100 rendered emails thrown away."""
+    rails = make_rails(settings, resend, **limits)
+    try:
+        first = payload("shop.blast", {"recipients": [f"a{n}@example.org" for n in range(100)]})
+        second = payload("shop.blast", {"recipients": [f"b{n}@example.org" for n in range(100)]})
+        assert rails.apply(rails.blast, first).state == "SUCCESS"
+        assert rails.apply(rails.blast, second).state == "RETRY"  # {reason} bucket empty
+        assert rails.rendered_blasts == [100]  # the refused one never rendered
+        (wire,) = delayed(redis_client)
+        assert wire["headers"]["id"] == second["job_id"]
+        assert len(resend.snapshot()[1]) == 100
+        assert processed(rails) == 1
     finally:
         rails.app.close()
 

@@ -95,10 +95,11 @@ def test_yield_hysteresis() -> None:
     assert [state.decide(d) for d in (500, 50, 10)] == [None, None, None]
     assert state.decide(9) == "resume"
     state.paused_at = None
-    assert state.decide(0, backlog=2.5) == "pause"  # marketing already queued at the provider
+    # transactional sends already refused and waiting for provider tokens
+    assert state.decide(0, transactional_wait=1.5) == "pause"
     state.paused_at = 0.0
-    assert state.decide(0, backlog=1.5) is None
-    assert state.decide(0, backlog=0.5) == "resume"
+    assert state.decide(0, transactional_wait=0.5) is None
+    assert state.decide(0, transactional_wait=0.1) == "resume"
 
 
 def test_quota_resets_at_utc_midnight_or_month_start() -> None:
