@@ -6,6 +6,7 @@ import pytest
 
 from platform_tasks.database import require_database_url
 from platform_tasks.errors import ConfigurationError
+from platform_tasks.migrations import migrate
 from platform_tasks.settings import PlatformSettings
 from tests.conftest import ServerFactory
 
@@ -19,6 +20,7 @@ def test_checked_once_per_process_so_a_later_outage_is_not_a_startup_error(
 ) -> None:
     server = server_factory.postgres()
     url = _with_password(server.url, "once-pw")
+    migrate(url)  # a usable database: reachable and migrated
     settings = PlatformSettings.build(database_url=url)
     assert require_database_url(settings) == url
     server.stop()
