@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from platform_tasks import PermanentError, PlatformTask, RetryPolicy, create_app
 from platform_tasks.app import PlatformCelery
 from platform_tasks.settings import PlatformSettings
+from tests.apps.consumer_app import WORK_TABLE_SQL
 
 QUEUE = "consumer"
 MAX_ATTEMPTS = 3
@@ -57,10 +58,7 @@ class Harness:
 def harness(settings: PlatformSettings) -> Iterator[Harness]:
     conn = psycopg2.connect(settings.database_url)
     with conn, conn.cursor() as cur:
-        cur.execute(
-            "CREATE TABLE IF NOT EXISTS public.consumer_work ("
-            " job_id uuid NOT NULL, key text NOT NULL)"
-        )
+        cur.execute(WORK_TABLE_SQL)  # the e2e apps' table: whichever file runs first makes it
         cur.execute("TRUNCATE public.consumer_work")
     conn.close()
     app = create_app(
