@@ -9,10 +9,8 @@ run: install
 	.venv/bin/platform-tasks dev
 
 # The whole test suite against real Redis, PostgreSQL and RabbitMQ servers it starts itself.
-# Two pytest processes (pytest-xdist), each with its own servers, one test file each at a
-# time: most tests wait on real processes and servers, so two run in about the time of one.
 test: install
-	.venv/bin/python -m pytest -n 2 --dist loadfile
+	.venv/bin/python -m pytest
 
 lint: install
 	.venv/bin/ruff check platform_tasks tests bench
