@@ -18,16 +18,8 @@ _CLAIM = (
     "INSERT INTO core.processed_jobs (job_id, consumer) VALUES (%s, %s) "
     "ON CONFLICT (job_id, consumer) DO NOTHING RETURNING 1"
 )
-_CLAIM_AND_LOOK = (
-    "INSERT INTO core.processed_jobs (job_id, consumer) VALUES (%(job)s, %(consumer)s) "
-    "ON CONFLICT (job_id, consumer) DO NOTHING "
-    "RETURNING set_config('platform_tasks.claimed', 'yes', true); "
-    "SELECT current_setting('platform_tasks.claimed', true) IS NOT DISTINCT FROM 'yes', "
-    "current_setting('transaction_isolation') <> 'read committed' "
-    "OR EXISTS (SELECT 1 FROM core.delivery_marks "
-    "WHERE job_id = %(job)s AND consumer = %(consumer)s) "
-    "OR EXISTS (SELECT 1 FROM core.dead_letters WHERE job_id = %(job)s)"
-)
+# migration 0004: the claim and the look in one function, planned once per session
+_CLAIM_AND_LOOK = "SELECT claimed, marked FROM core.claim_delivery(%(job)s, %(consumer)s)"
 _RELEASE = "DELETE FROM core.processed_jobs WHERE job_id = %s AND consumer = %s"
 
 
@@ -51,12 +43,12 @@ def claim(cursor: Any, job_id: uuid.UUID, consumer: str, *, begin_transaction: b
 def claim_and_look(cursor: Any, job_id: uuid.UUID, consumer: str) -> tuple[bool, bool]:
     """``BEGIN``, claim, and look for a delivery mark, in one round trip: ``(claimed, marked)``.
 
-    For an autocommit connection (the ``BEGIN`` opens the transaction). The look is a
-    statement of its own after the claim, so under READ COMMITTED its snapshot is taken
-    once the claim was granted: a mark committed by a delivery that held the claim before
-    is seen. Under another isolation level the snapshot would be older, so ``marked`` is
-    then always true (the caller reads the job's state in Redis, as without marks). A
-    dead letter for the job counts as a mark.
+    For an autocommit connection (the ``BEGIN`` opens the transaction). Both run in
+    ``core.claim_delivery`` (migration 0004), whose look is a query of its own after the
+    claim, so under READ COMMITTED its snapshot is taken once the claim was granted: a mark
+    committed by a delivery that held the claim before is seen. Under another isolation
+    level the snapshot would be older, so ``marked`` is then always true (the caller reads
+    the job's state in Redis, as without marks). A dead letter for the job counts as a mark.
     """
     begin(cursor, _CLAIM_AND_LOOK, {"job": str(job_id), "consumer": consumer})
     row = cursor.fetchone()

@@ -11,12 +11,16 @@ failing copy sees that copy's mark, as it saw its Redis count. No mark and not
 redelivered means the Redis hash does not exist, so the read is skipped; anything else
 reads it as before.
 
-The read is skipped only when the platform's Redis is the broker
-(:func:`reads_can_skip`): the delivery came from that server and its ack goes back to it,
-so an outage of it already holds the message unacked (a job applied meanwhile is
-redelivered and found applied by its claim). When the platform's Redis is a server of
-its own (a cluster, a separate ``PLATFORM_BROKER_URL``, RabbitMQ), every delivery still
-reads it, and waits while it is down, as the README promises.
+The read is skipped (:func:`reads_can_skip`) when the platform's Redis is the broker: the
+delivery came from that server and its ack goes back to it, so an outage of it already
+holds the message unacked (a job applied meanwhile is redelivered and found applied by
+its claim). It is skipped on RabbitMQ too: the broker itself sets ``redelivered`` on
+every message it delivered before, and a first delivery without a mark needs nothing
+from Redis, so during an outage of the platform's Redis a RabbitMQ worker goes on
+applying healthy first deliveries while every delivery that needs Redis (a redelivery,
+a job with a mark, a failed attempt to count) waits unacked. With a Redis Cluster or a
+separate Redis broker in front of a single platform Redis, every delivery still reads
+it and waits while it is down (``tests/e2e/consumer/test_redis_cluster_outage.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from platform_tasks.brokers import broker_kind
 from platform_tasks.database import Database
 
 _MARK = (
@@ -56,4 +61,6 @@ class DeliveryMarks:
 
 def reads_can_skip(settings: Any) -> bool:
     """Whether a first delivery without a mark may skip the Redis read (see the module)."""
+    if broker_kind(settings.effective_broker_url) == "amqp":
+        return True
     return not settings.redis_cluster and settings.effective_broker_url == settings.redis_url

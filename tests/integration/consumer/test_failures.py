@@ -39,7 +39,8 @@ def test_failed_attempt_is_rescheduled_in_the_delay_store_with_next_attempt(
     assert wire["headers"]["task"] == "tests.it.apply"
     # backoff for attempt 1 with base 30 s: within [15 s, 30 s] from now
     (due_ms,) = [score for _, score in redis_client.zrange(keys.schedule, 0, 0, withscores=True)]
-    now_ms = float(redis_client.time()[0]) * 1000
+    seconds, micros = redis_client.time()  # whole seconds alone would be up to 1 s early
+    now_ms = seconds * 1000 + micros / 1000
     assert 14_000 <= due_ms - now_ms <= 30_500
     assert dead_letters(harness) == []
 

@@ -71,7 +71,7 @@ def test_two_concurrent_deliveries_apply_exactly_once(harness: Harness) -> None:
     def second_waits_on_the_claim() -> bool:
         rows = harness.rows(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE 'BEGIN; INSERT INTO core.processed_jobs%%'"
+            "AND query LIKE 'BEGIN; SELECT claimed, marked FROM core.claim_delivery%%'"
         )
         return rows[0][0] == 1
 

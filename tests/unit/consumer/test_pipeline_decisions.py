@@ -54,11 +54,16 @@ class Cursor:
     def execute(self, sql: str, params: Any = None) -> None:
         conn = self.conn
         conn.statements.append(sql.split()[0] if not sql.startswith("BEGIN;") else "CLAIM")
-        if sql.startswith("BEGIN; INSERT INTO core.processed_jobs"):
+        if sql.startswith(
+            (
+                "BEGIN; INSERT INTO core.processed_jobs",
+                "BEGIN; SELECT claimed, marked FROM core.claim_delivery",
+            )
+        ):
             job = params["job"] if isinstance(params, dict) else params[0]
             conn.status = TRANSACTION_STATUS_INTRANS
             claimed = job not in conn.applied
-            if "core.delivery_marks" in sql:  # the claim that also looks for a mark
+            if "core.claim_delivery" in sql:  # the claim that also looks for a mark
                 self._row = (claimed, conn.marked)
             else:
                 self._row = (1,) if claimed else None
@@ -374,7 +379,7 @@ def test_settling_throttled_keeps_the_attempt_and_tells_the_hooks() -> None:
     assert s.port.scheduled == [("q", at, {"attempt": 2})] and s.hook.calls == ["throttled"]
 
 
-def test_reads_are_skipped_only_when_the_platform_redis_is_the_broker() -> None:
+def test_reads_are_skipped_when_the_platform_redis_is_the_broker_or_on_rabbitmq() -> None:
     from platform_tasks.consumer.marks import reads_can_skip
     from platform_tasks.settings import PlatformSettings
 
@@ -386,5 +391,14 @@ def test_reads_are_skipped_only_when_the_platform_redis_is_the_broker() -> None:
     assert not reads_can_skip(
         PlatformSettings.build(
             redis_url=url, redis_cluster=True, broker_url="redis://127.0.0.1:6391/0"
+        )
+    )
+    # RabbitMQ sets `redelivered` itself: a first delivery without a mark needs no Redis
+    assert reads_can_skip(
+        PlatformSettings.build(redis_url=url, broker_url="amqp://u:p@127.0.0.1:5672/v")
+    )
+    assert reads_can_skip(
+        PlatformSettings.build(
+            redis_url=url, redis_cluster=True, broker_url="amqp://u:p@127.0.0.1:5672/v"
         )
     )
