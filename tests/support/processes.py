@@ -144,6 +144,17 @@ def worker_argv(app: str, *, queues: str | None = None, concurrency: int = 2,
     return argv + list(extra)
 
 
+def start_worker(started: list[CeleryProcess], app: str, *, env: Mapping[str, str], cwd: Path,
+                 log_path: Path, concurrency: int = 1, ready_timeout: float = 60.0
+                 ) -> CeleryProcess:  # fmt: skip
+    """Start ``celery -A app worker`` (no ``-Q``), register it for reaping, wait until ready."""
+    worker = CeleryProcess(worker_argv(app, concurrency=concurrency), env=env, cwd=cwd,
+                           log_path=log_path)  # fmt: skip
+    started.append(worker.start())
+    worker.wait_for_log("ready.", timeout=ready_timeout)
+    return worker
+
+
 @contextmanager
 def celery_processes() -> Iterator[list[CeleryProcess]]:
     """Collects started processes and reaps every one of them at exit."""

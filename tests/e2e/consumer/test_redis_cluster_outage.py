@@ -22,7 +22,13 @@ from platform_tasks.settings import PlatformSettings
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
 from tests.e2e.consumer.test_redis_cluster import payload, query
-from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
+from tests.support.processes import (
+    CeleryProcess,
+    celery_processes,
+    platform_env,
+    start_worker,
+    worker_argv,
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +59,8 @@ def test_a_job_waits_while_the_cluster_is_down_and_is_applied_once_after(
         return int(query(database_url, "SELECT count(*) FROM public.consumer_work")[0][0])
 
     with celery_processes() as started:
-        worker = CeleryProcess(worker_argv("tests.apps.consumer_app", concurrency=1), env=env,
-                               cwd=REPO_ROOT, log_path=tmp_path / "worker.log")  # fmt: skip
-        started.append(worker.start())
-        worker.wait_for_log("ready.", timeout=60)
+        worker = start_worker(started, "tests.apps.consumer_app", env=env, cwd=REPO_ROOT,
+                              log_path=tmp_path / "worker.log", ready_timeout=60)  # fmt: skip
         try:
             port.publish(QUEUE, payload("before"))  # the pool process builds its client
             wait_until(lambda: applied() == 1, timeout=60, message="first job applied")

@@ -24,7 +24,7 @@ from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL, runs_key
 from tests.conftest import REPO_ROOT
 from tests.e2e.rabbitmq.conftest import applied
 from tests.support.database import query
-from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
+from tests.support.processes import celery_processes, platform_env, start_worker
 
 
 @pytest.fixture
@@ -55,10 +55,8 @@ def test_healthy_first_deliveries_are_applied_and_a_failure_waits_while_redis_is
                           task_default_queue=QUEUE)  # fmt: skip
     port = QueuePort(producer)
     with celery_processes() as started:
-        worker = CeleryProcess(worker_argv("tests.apps.consumer_app", concurrency=1), env=env,
-                               cwd=REPO_ROOT, log_path=tmp_path / "worker.log")  # fmt: skip
-        started.append(worker.start())
-        worker.wait_for_log("ready.", timeout=120)
+        worker = start_worker(started, "tests.apps.consumer_app", env=env, cwd=REPO_ROOT,
+                              log_path=tmp_path / "worker.log", ready_timeout=120)  # fmt: skip
         try:
             first = port.publish(QUEUE, job("before"))
             wait_until(lambda: applied(database_url, first) == 1, timeout=60,
