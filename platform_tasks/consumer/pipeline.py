@@ -79,7 +79,7 @@ from platform_tasks.consumer.verdicts import (
 from platform_tasks.context import current_correlation_id
 from platform_tasks.database import Database, require_database_url
 from platform_tasks.envelope import Envelope, parse_envelope
-from platform_tasks.errors import DeadLettered, EnvelopeError, Throttled
+from platform_tasks.errors import DeadLettered, EnvelopeError, ServersUnavailable, Throttled
 from platform_tasks.keys import delivery_keys
 from platform_tasks.queue_port import QueuePort
 from platform_tasks.redis_client import REDIS_ERRORS, build_redis
@@ -205,7 +205,9 @@ class DeliveryPipeline:
                     self._undo_count(delivery, job)
                 return ThrottledUntil(exc.retry_at, attempt, exc.reason)
             except Exception as exc:
-                if tx.server_gone(exc):
+                # the platform's own server calls inside the run (the rate limits of a
+                # NotificationTask) and a lost PostgreSQL connection wait; the rest failed
+                if isinstance(exc, ServersUnavailable) or tx.server_gone(exc):
                     raise
                 error = exc
             if error is None:

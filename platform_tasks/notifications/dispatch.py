@@ -3,7 +3,10 @@
 :class:`Dispatcher` is where the rate limits and the provider's answers become outcomes
 the consumer pipeline knows: :class:`~platform_tasks.errors.Throttled` (no token, a 429,
 a quota pause, the same key in flight: run again later, no attempt spent), a permanent
-error (dead letter), or an ordinary exception (retry with backoff).
+error (dead letter), or an ordinary exception (retry with backoff). A rate-limit call that
+Redis does not answer becomes :class:`~platform_tasks.errors.ServersUnavailable`: the
+delivery waits unacked, like any of the platform's own Redis steps, and no attempt is
+spent (a Redis restart must never use up a job's budget or dead-letter it).
 
 A job's messages go out in requests of at most ``provider.max_batch``; request ``n`` of a
 job always carries the ``Idempotency-Key`` ``{job_id}:{n}``, so a job run again after a
@@ -14,12 +17,13 @@ provider answers with the original ids instead of sending again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from platform_tasks.alerts import send_alert
-from platform_tasks.errors import Throttled
+from platform_tasks.errors import ServersUnavailable, Throttled
 from platform_tasks.notifications.limiter import RateLimiter
 from platform_tasks.notifications.provider import (
     Provider,
@@ -30,6 +34,7 @@ from platform_tasks.notifications.provider import (
 )
 from platform_tasks.notifications.rails import MARKETING
 from platform_tasks.notifications.rate_limits import LEARNED_WINDOW_SECONDS
+from platform_tasks.redis_client import REDIS_ERRORS
 
 __all__ = ["Dispatcher", "idempotency_key", "quota_reset_seconds"]
 
@@ -39,6 +44,20 @@ logger = logging.getLogger(__name__)
 def idempotency_key(job_id: object, request_number: int) -> str:
     """The provider key of request ``request_number`` of job ``job_id``: stable across runs."""
     return f"{job_id}:{request_number}"
+
+
+@contextmanager
+def _rate_limits_in_redis(what: str) -> Iterator[None]:
+    """Turn a Redis failure of a rate-limit call into "the servers are unavailable".
+
+    Raised from inside the job's run, a ``redis.ConnectionError`` would otherwise be
+    judged like a handler's error: a failed attempt, counted and retried, and after a
+    restart that is quick enough for the count to reach Redis, a dead letter.
+    """
+    try:
+        yield
+    except REDIS_ERRORS as exc:
+        raise ServersUnavailable(f"rate limits in Redis ({what}): {exc}") from exc
 
 
 def quota_reset_seconds(name: str, now: datetime) -> float:
@@ -87,7 +106,10 @@ class Dispatcher:
         adapter = self.provider(provider)
         batch = rail == MARKETING or planned > 1
         messages = min(planned, adapter.max_batch) if batch else 1
-        decision = self.limiter.take(provider, tenant_id, requests=1, messages=messages, rail=rail)
+        with _rate_limits_in_redis("take"):
+            decision = self.limiter.take(
+                provider, tenant_id, requests=1, messages=messages, rail=rail
+            )
         if not decision.granted:
             raise self._throttled(decision.wait_ms / 1000, decision.reason)
 
@@ -112,16 +134,18 @@ class Dispatcher:
         for number, start in enumerate(range(0, len(messages), size)):
             chunk = list(messages[start : start + size])
             if not (first_taken and number == 0):
-                decision = self.limiter.take(
-                    provider, tenant_id, requests=1, messages=len(chunk), rail=rail
-                )
+                with _rate_limits_in_redis("take"):
+                    decision = self.limiter.take(
+                        provider, tenant_id, requests=1, messages=len(chunk), rail=rail
+                    )
                 if not decision.granted:
                     raise self._throttled(decision.wait_ms / 1000, decision.reason)
             key = idempotency_key(job_id, number)
             try:
                 result = adapter.send(chunk, idempotency_key=key, batch=batch)
             except ProviderRateLimited as exc:
-                self.limiter.back_off(provider, exc.retry_after)
+                with _rate_limits_in_redis("back off"):
+                    self.limiter.back_off(provider, exc.retry_after)
                 self._learn(provider, exc.limits)
                 logger.warning(
                     "provider %s answered 429 rate_limit_exceeded; every worker waits %.1f s",
@@ -144,9 +168,11 @@ class Dispatcher:
         return ids
 
     def _learn(self, provider: str, limits: RateLimitHeaders) -> None:
-        if limits.limit is not None and self.limiter.learn(
-            provider, limits.limit / LEARNED_WINDOW_SECONDS
-        ):
+        if limits.limit is None:
+            return
+        with _rate_limits_in_redis("learn"):
+            lowered = self.limiter.learn(provider, limits.limit / LEARNED_WINDOW_SECONDS)
+        if lowered:
             logger.info(
                 "provider %s reports a limit of %s requests/s, below the setting",
                 provider,
@@ -161,7 +187,8 @@ class Dispatcher:
     def _quota(self, provider: str, exc: ProviderQuotaExceeded) -> Throttled:
         name = exc.name or "quota_exceeded"
         seconds = exc.reset_seconds or quota_reset_seconds(name, self._clock())
-        must_alert, remaining_ms = self.limiter.pause(provider, seconds, name)
+        with _rate_limits_in_redis("pause"):
+            must_alert, remaining_ms = self.limiter.pause(provider, seconds, name)
         if must_alert:
             message = (
                 f"provider {provider} is paused for {remaining_ms / 1000:.0f} s: {name}; "

@@ -11,7 +11,8 @@ just the one refused; ``ratelimit-limit`` below the setting lowers the rate
 (:meth:`learn`); a quota 429 pauses the provider (:meth:`pause`), alerting once.
 
 Redis errors are not caught here: a limiter that cannot ask Redis must not send (fail
-closed), and the consumer waits on ``redis.ConnectionError`` with the job unacked.
+closed). The dispatcher turns them into ``ServersUnavailable``, on which the consumer
+waits with the job unacked and no attempt spent.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,9 +19,11 @@ from platform_tasks import create_app
 from platform_tasks.app import PlatformCelery
 from platform_tasks.envelope import uuid7
 from platform_tasks.errors import ConfigurationError
+from platform_tasks.harness import wait_until
 from platform_tasks.keys import delay_keys
 from platform_tasks.notifications import EmailMessage, NotificationTask
 from platform_tasks.settings import PlatformSettings
+from tests.conftest import ServerFactory
 from tests.support.resend_server import API_KEY, ResendLikeServer
 
 TRANSACTIONAL = "notif.email.transactional"
@@ -280,3 +283,55 @@ def test_blast_chunk_is_not_sent_again_after_the_provider_forgot_its_key(
     requests, emails = resend.snapshot()
     assert len(requests) == 1
     assert sorted(e.to[0] for e in emails) == recipients
+
+
+def test_rate_limits_redis_refusing_makes_the_job_wait_without_spending_an_attempt(
+    settings: PlatformSettings, resend: ResendLikeServer, server_factory: ServerFactory
+) -> None:
+    """Redis answers the delivery count but not the rate-limit script, as when it restarts
+    between the two calls (here an ACL refuses scripts until the test allows them again).
+
+    Needs a private Redis (``server_factory``): the test changes its ACL. Before the fix the
+    limiter's Redis error was judged like a handler's error: attempt 1 counted as failed
+    and retried, and after a quick enough restart a redelivery dead-lettered the job."""
+    server = server_factory.redis()
+    admin = redis.Redis.from_url(server.url)
+    admin.execute_command("ACL", "SETUSER", "app", "on", ">app-secret", "~*", "+@all",
+                          "-@scripting")  # fmt: skip
+    app_url = server.url.replace("redis://", "redis://app:app-secret@", 1)
+    private = settings.model_copy(update={"redis_url": app_url, "broker_url": app_url})
+    rails = make_rails(private, resend)
+    waiting = threading.Event()
+
+    class Waiting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "event", None) == "consumer.waiting_for_servers":
+                waiting.set()
+
+    handler = Waiting()
+    logging.getLogger().addHandler(handler)
+    box: dict[str, Any] = {}
+    job = payload("shop.receipt", {"email": "ada@example.org"})
+    thread = threading.Thread(
+        target=lambda: box.setdefault("result", rails.apply(rails.receipt, job)), daemon=True
+    )
+    try:
+        thread.start()
+        wait_until(lambda: waiting.is_set() or not thread.is_alive(), timeout=60,
+                   message="the delivery waits or ends")  # fmt: skip
+        assert thread.is_alive(), f"settled while Redis refused the rate limits: {box}"
+        assert resend.snapshot()[0] == []  # fail closed: nothing sent without a token
+        admin.execute_command("ACL", "SETUSER", "app", "+@scripting")
+        thread.join(60)
+        assert not thread.is_alive(), "the delivery never settled"
+        assert box["result"].state == "SUCCESS", box["result"].traceback
+        requests, _ = resend.snapshot()
+        assert [r.idempotency_key for r in requests] == [f"{job['job_id']}:0"]
+        assert processed(rails) == 1
+        assert rails.rows("SELECT id FROM core.dead_letters") == []
+        # no attempt was counted as failed for the wait
+        assert [k for k in admin.scan_iter("*:deliveries:*")] == []
+    finally:
+        logging.getLogger().removeHandler(handler)
+        admin.close()
+        rails.app.close()
