@@ -23,7 +23,14 @@ before) and changes only when it flushes:
   the event connection.
 
 Worker events (heartbeats, online/offline) and events sent without an event loop are
-published as Celery does. :func:`install` adds the consumer step that flushes on stop.
+published as Celery does, with one difference: Celery sends heartbeats with ``retry=True``
+and no retry policy, which kombu takes as "reconnect until the broker answers". A
+heartbeat that fell due while the broker was away then held the worker's event loop for
+the whole outage: no acks, no results, no "Connection to broker lost" (so no reconnect
+loop). Such publishes get :data:`WORKER_EVENT_RETRY_POLICY` instead; an
+event that still cannot go out waits in the offline buffer for the next connection, as
+Celery keeps every event it could not publish. :func:`install` adds the consumer step
+that flushes on stop.
 """
 
 from __future__ import annotations
@@ -44,6 +51,16 @@ FLUSH_INTERVAL = 0.1
 MAX_BATCH = 500
 """Events published in one message at most; a full batch is published at once."""
 
+WORKER_EVENT_RETRY_POLICY: dict[str, float] = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.25,
+    "interval_max": 0.5,
+}
+"""Reconnects a ``retry=True`` publish without a policy of its own gets (a heartbeat): enough
+for a broker connection that dropped and answers again at once (what Celery's retry is
+for), bounded so that an outage costs the event loop well under a heartbeat interval."""
+
 
 class BatchingEventDispatcher(EventDispatcher):  # type: ignore[misc]
     """Celery's dispatcher, flushing buffered task events on a timer instead of per turn."""
@@ -62,6 +79,13 @@ class BatchingEventDispatcher(EventDispatcher):  # type: ignore[misc]
             # when the worker runs an event loop; replace it with the bounded timer.
             self.buffer_limit = self.max_batch
             self.on_send_buffered = self._schedule_flush
+
+    def _publish(self, event: Any, producer: Any, routing_key: str, retry: bool = False,
+                 retry_policy: Any = None, **kwargs: Any) -> Any:  # fmt: skip
+        if retry and not retry_policy:
+            retry_policy = WORKER_EVENT_RETRY_POLICY
+        return super()._publish(event, producer, routing_key, retry=retry,
+                                retry_policy=retry_policy, **kwargs)  # fmt: skip
 
     def _schedule_flush(self) -> None:
         if self._immediate:

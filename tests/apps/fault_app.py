@@ -6,6 +6,8 @@ rows. The payload chooses the rest:
 
 - ``hold_ms`` keeps the transaction open that long (``pg_sleep``) so a server stopped
   mid-run catches jobs in the middle of their transaction;
+- ``gate`` (a PostgreSQL advisory lock key) makes the job wait, inside its transaction,
+  until the test releases the lock it holds: a gate that needs neither Redis nor time;
 - ``fail_times`` makes the first runs fail with a retryable error, ``permanent`` raises
   :class:`~platform_tasks.PermanentError`. Only then are runs counted, in Redis
   (``test:faults:runs:<job_id>``), so tests that restart Redis never touch it from a
@@ -50,6 +52,7 @@ _redis: redis.Redis | None = None
 
 class Effect(BaseModel):
     hold_ms: int = 0
+    gate: int = 0
     fail_times: int = 0
     permanent: bool = False
 
@@ -72,6 +75,8 @@ def apply_effect(envelope: Envelope[Effect], tx: Any) -> None:
     tx.execute("INSERT INTO public.effects (job_id) VALUES (%s)", (job,))
     if data.hold_ms:
         tx.execute("SELECT pg_sleep(%s)", (data.hold_ms / 1000,))
+    if data.gate:
+        tx.execute("SELECT pg_advisory_xact_lock_shared(%s)", (data.gate,))
     if data.fail_times or data.permanent:
         runs = _count_run(job)
         if data.permanent:

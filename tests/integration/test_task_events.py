@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -172,3 +174,44 @@ def test_a_batch_that_cannot_be_published_is_kept_for_the_next_connection(
     assert topic == "task.multi"
     assert [(e["type"], e["uuid"]) for e in body] == [("task-received", "j1"),
                                                       ("task-succeeded", "j1")]  # fmt: skip
+
+
+def test_a_heartbeat_while_the_broker_is_down_gives_up_in_bounded_time(
+    server_factory: Any, hub: Hub
+) -> None:
+    """Celery publishes worker heartbeats with ``retry=True`` and no retry policy, which
+    kombu reads as "reconnect forever": a heartbeat due while the broker is down would hold
+    the worker's event loop (acks, results, the loss of the broker connection, a warm
+    shutdown) until the broker is back. Here it gives up after a few quick reconnects,
+    keeps the event for the next connection, and the loop goes on."""
+    server = server_factory.redis()
+    settings = PlatformSettings.build(redis_url=server.url, database_url="postgresql://unused",
+                                      profile="test")  # fmt: skip
+    app = create_app("events-heartbeat-offline", settings=settings)
+    conn = app.connection_for_write()
+    dispatcher = app.events.Dispatcher(conn, hostname="w1@test", buffer_group=["task"],
+                                       on_send_buffered=lambda: None)  # fmt: skip
+    dispatcher.send("worker-heartbeat", freq=2.0, retry=True)  # connected while Redis is up
+    server.stop()
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def heartbeat() -> None:
+        try:
+            # what celery.worker.heartbeat.Heart sends every two seconds
+            dispatcher.send("worker-heartbeat", freq=2.0, retry=True)
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            done.set()
+
+    started = time.monotonic()
+    threading.Thread(target=heartbeat, daemon=True).start()
+    returned = done.wait(timeout=30)
+    took = time.monotonic() - started
+    server.start()  # lets a publish that is still retrying finish before the checks fail
+    assert returned, "the heartbeat publish was still reconnecting after 30 s"
+    assert failure == [], f"the heartbeat raised {failure!r}"
+    assert took < 5, f"the heartbeat held its caller for {took:.1f} s"
+    assert [event["type"] for event, _ in dispatcher._outbound_buffer] == ["worker-heartbeat"]
+    conn.release()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg2
 import pytest
 import redis
 
@@ -27,6 +28,7 @@ from tests.e2e.consumer.faults import (
     start_worker,
     wait_for,
 )
+from tests.support.database import query
 from tests.support.processes import CeleryProcess, celery_processes
 
 JOBS = 300
@@ -120,3 +122,73 @@ def test_redis_restart_while_jobs_run(
 
     client.close()
     assert_each_applied_once(database_url, published)
+
+
+GATE = 4242
+"""Advisory lock key the gated jobs of the test below wait on."""
+
+
+def test_redis_stopped_while_every_slot_is_busy_the_worker_consumes_again_after_it(
+    server_factory: ServerFactory, database_url: str, tmp_path: Path
+) -> None:
+    """Redis stops while both pool processes run a job (the prefetch window is full, so
+    the worker has no fetch outstanding); the two jobs finish while Redis is down, so their
+    acks cannot reach it. Once Redis is back, the worker must consume again: a new job is
+    applied, and the two are each applied once."""
+    prepare_effects(database_url)
+    broker = server_factory.redis(appendfsync="always")
+    client = redis.Redis.from_url(broker.url)
+    gated = [effect_payload(gate=GATE) for _ in range(2)]
+    later = effect_payload()
+    gate = psycopg2.connect(database_url)
+    gate.autocommit = True
+    try:
+        with gate.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s)", (GATE,))
+        with celery_processes() as started:
+            worker = start_worker(started, redis_url=broker.url, database_url=database_url,
+                                  log_path=tmp_path / "worker.log")  # fmt: skip
+            with producer(broker.url, database_url) as (_, port):
+                publish_all(port, gated)
+            wait_for(lambda: waiting_on_gate(database_url) == 2, timeout=60,
+                     message="both jobs waiting on the gate", worker=worker)  # fmt: skip
+            broker.stop()
+            with gate.cursor() as cur:
+                cur.execute("SELECT pg_advisory_unlock(%s)", (GATE,))
+            wait_for(lambda: count(database_url, "public.effects") == 2, timeout=30,
+                     message="both gated jobs committed while Redis is down",
+                     worker=worker)  # fmt: skip
+            broker.start()  # same port, same data directory
+            with producer(broker.url, database_url) as (_, port):
+                publish_all(port, [later])
+            wait_for(lambda: later["job_id"] in applied(database_url), timeout=60,
+                     message="a job published after the restart is applied",
+                     worker=worker)  # fmt: skip
+            wait_for(lambda: settled_jobs(database_url, client, 3), timeout=60,
+                     message="nothing left on the broker", worker=worker)  # fmt: skip
+            worker.stop()
+    finally:
+        gate.close()
+        client.close()
+    published = [p["job_id"] for p in [*gated, later]]
+    assert duplicated_effects(database_url) == []
+    assert sorted(applied(database_url)) == sorted(published)
+    assert count(database_url, "core.dead_letters") == 0
+
+
+def waiting_on_gate(database_url: str) -> int:
+    sql = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = %s"
+           " AND NOT granted")  # fmt: skip
+    return int(query(database_url, sql, GATE)[0][0])
+
+
+def applied(database_url: str) -> list[str]:
+    return job_ids(database_url, "SELECT job_id::text FROM public.effects")
+
+
+def settled_jobs(database_url: str, client: redis.Redis, jobs: int) -> bool:
+    return (
+        count(database_url, "core.processed_jobs") >= jobs
+        and not broker_lists(client)
+        and delays_pending(client) == 0
+    )
