@@ -45,6 +45,10 @@ logger = logging.getLogger(__name__)
 CHECK_INTERVAL_SECONDS = 0.5
 """How often the transactional depth is read: one broker round trip per channel."""
 
+ONE_ATTEMPT = {"max_retries": 0}
+"""kombu transport option of the depth connection: a broker that is away fails the look at
+once (the next tick looks again) instead of retrying on the event loop."""
+
 PAUSES = Counter(
     "platform_marketing_pauses",
     "Marketing consumers paused for transactional depth.",
@@ -162,7 +166,10 @@ class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
                 c.call_soon(c.cancel_task_queue, marketing)
         if not self.states:
             return
-        self._connection = c.app.connection_for_read()
+        # One connection attempt per look: the check runs on the consumer's event loop, and
+        # kombu's default reconnect schedule held that loop for 6 s on every tick of an
+        # outage (acks, results and the consumer's own reconnect waited behind it).
+        self._connection = c.app.connection_for_read(transport_options=ONE_ATTEMPT)
         if self._limits is None and any(state.providers for state in self.states.values()):
             from platform_tasks.redis_client import build_redis
 

@@ -9,6 +9,7 @@ end-to-end test runs it inside a real worker.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -186,4 +187,44 @@ def test_on_rabbitmq_depth_is_read_from_the_quorum_queue_even_before_it_exists(
     finally:
         step.stop(consumer)
         port.close()
+        app.close()
+
+
+def test_a_check_while_the_broker_is_down_returns_at_once_and_keeps_marketing_as_it_was(
+    server_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The check runs on the worker's event loop every half second. With the broker gone,
+    one look must fail fast (one connection attempt), not wait out kombu's reconnect
+    schedule on every tick while acks and results queue up behind it."""
+    server = server_factory.redis()
+    settings = PlatformSettings.build(redis_url=server.url, profile="test")
+    app = create_app("yield_it_down", settings=settings)
+    app.amqp.queues.select([MARKETING])
+    consumer = ConsumerStandIn(app)
+    step = MarketingYield(consumer)
+    step.start(consumer)
+    try:
+        step.check(consumer)  # connected while Redis is up
+        server.stop()
+        took = []
+        with caplog.at_level(logging.WARNING, logger="platform_tasks.notifications"):
+            for _ in range(3):
+                started = time.monotonic()
+                step.check(consumer)
+                took.append(time.monotonic() - started)
+        assert max(took) < 1.0, f"checks with the broker down took {took}"
+        assert consumer.asked == []
+        unreadable = [r for r in caplog.records if "depth unreadable" in r.getMessage()]
+        assert len(unreadable) == 1, "logged once per outage, not per tick"
+        server.start()
+        publish_port = QueuePort(app)
+        try:
+            publish(publish_port, 1)
+        finally:
+            publish_port.close()
+        step.check(consumer)  # reads again once the broker is back
+        assert consumer.asked == []
+        assert step._failing is False
+    finally:
+        step.stop(consumer)
         app.close()
