@@ -6,7 +6,9 @@
 -- ARGV[6] provider capacity, ARGV[7] tenant capacity (tokens a full bucket holds),
 -- ARGV[8] headroom: provider tokens this caller must leave in the bucket (the marketing
 --         rail leaves some for transactional sends; transactional passes 0),
--- ARGV[9] the caller's queue of refused callers ('t' transactional, 'm' marketing).
+-- ARGV[9] the caller's queue of refused callers ('t' transactional, 'm' marketing),
+-- ARGV[10] ms: marketing keeps the headroom only while a transactional call came within
+--         this long (field 'tt' of the provider bucket, written by transactional calls).
 -- A rate learned from the provider's headers scales the capacity down with it.
 -- Returns 0 when granted, else wait_ms * 8 + reason (1 provider_paused, 2 provider_backoff,
 -- 3 provider_rate_limit, 4 tenant_rate_limit): one integer is the cheapest reply to read.
@@ -23,7 +25,7 @@
 -- expiry is renewed only when the one set before ('exp') would end less than half a
 -- second after the bucket is full again.
 local now = tonumber(ARGV[1])
-local p = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'state')
+local p = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'state', 'tt')
 if not now then
   local t = redis.call('TIME')
   now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -51,7 +53,10 @@ if p[3] then
   end
 end
 
+local transactional = ARGV[9] == 't'
+
 local function reserve(key, wait, cost, rate, reason)
+  if transactional then redis.call('HSET', KEYS[1], 'tt', now) end
   local field = 'next_' .. ARGV[9]
   local slot = now + wait
   local queued = tonumber(redis.call('HGET', key, field)) or 0
@@ -65,6 +70,10 @@ if now < until_ms then
 end
 local headroom = tonumber(ARGV[8])
 if headroom > pcap - 1 then headroom = 0 end
+-- No transactional call for a while: marketing may use the whole bucket. A bucket that
+-- must stay partly unused drains paced marketing sends only when each finds it full,
+-- which jitter of a millisecond defeats.
+if headroom > 0 and now - (tonumber(p[4]) or 0) > tonumber(ARGV[10]) then headroom = 0 end
 -- refill (a bucket never seen is full); after a back-off 'ts' is its 'until' already
 local ptokens = tonumber(p[1])
 if ptokens then
@@ -119,5 +128,9 @@ if trate and KEYS[2] then
 elseif wait > 0 then
   return reserve(KEYS[1], wait, requests, prate, 3)
 end
-redis.call('HSET', KEYS[1], 'tokens', tostring(ptokens - requests), 'ts', now)
+if transactional then
+  redis.call('HSET', KEYS[1], 'tokens', tostring(ptokens - requests), 'ts', now, 'tt', now)
+else
+  redis.call('HSET', KEYS[1], 'tokens', tostring(ptokens - requests), 'ts', now)
+end
 return 0

@@ -28,7 +28,13 @@ from platform_tasks.keys import RateLimitKeys, rate_limit_keys
 from platform_tasks.notifications.rate_limits import RateLimit
 from platform_tasks.scripts import script_source
 
-__all__ = ["LEARNED_RATE_TTL_MS", "MARKETING_HEADROOM", "Decision", "RateLimiter"]
+__all__ = [
+    "LEARNED_RATE_TTL_MS",
+    "MARKETING_HEADROOM",
+    "TRANSACTIONAL_QUIET_MS",
+    "Decision",
+    "RateLimiter",
+]
 
 LEARNED_RATE_TTL_MS = 3_600_000
 """A rate learned from the provider's headers holds for an hour, then the setting applies
@@ -38,8 +44,19 @@ picked up without a restart."""
 MARKETING_HEADROOM = 0.2
 """Share of a provider bucket marketing sends leave for transactional ones (at least one
 token when the bucket holds two or more, from 40 requests/s; a one-token bucket has none
-and relies on the marketing yield). The provider still runs at its full rate while
+and relies on the marketing yield), while transactional is sending (see
+:data:`TRANSACTIONAL_QUIET_MS`). The provider still runs at its full rate while
 marketing has work: marketing sends from a full bucket and the refill tops it up."""
+
+TRANSACTIONAL_QUIET_MS = 250
+"""Marketing keeps the headroom only while a transactional take (granted or refused) came
+within this long. After that it may use the whole bucket: with the headroom a marketing
+send needs the bucket full, and marketing sends coming back from the delay store at
+exactly the rate find it a hair short as often as not (a third of them were refused again
+once transactional was done, and the provider ran at 0.7 of its limit). The first
+transactional send after a quiet spell may wait one refill (1/rate) for its token. 250 ms
+measured better than 1 s, which kept the headroom through the first second after
+transactional ended (``bench/results-notifications.md``)."""
 
 
 def marketing_headroom(capacity: float) -> int:
@@ -131,8 +148,9 @@ class RateLimiter:
         """Take ``requests`` provider tokens and ``messages`` tenant tokens, or none.
 
         The marketing rail must leave :data:`MARKETING_HEADROOM` of the provider bucket
-        for transactional sends, so a password reset finds a token while a blast keeps
-        the provider busy; each rail queues its refused callers separately.
+        for transactional sends while transactional is sending, so a password reset finds
+        a token while a blast keeps the provider busy; each rail queues its refused
+        callers separately.
         """
         plan = self._plans.get((provider, rail))
         if plan is None:
@@ -179,9 +197,11 @@ class RateLimiter:
             repr(tenant_limit.capacity) if tenant_limit else "",
             repr(marketing_headroom(limit.provider_capacity)) if marketing else "0",
             "m" if marketing else "t",
+            str(TRANSACTIONAL_QUIET_MS),
         ]
-        # ARGV order: now, prate, requests, trate, messages, pcap, tcap, headroom, queue
-        fixed = (texts[0], texts[1], texts[2], texts[3], texts[4], texts[5])
+        # ARGV order: now, prate, requests, trate, messages, pcap, tcap, headroom, queue,
+        # quiet
+        fixed = tuple(texts)
         tenant_prefix = keys.tenant("") if tenant_limit else None
         return keys.bucket, tenant_prefix, tuple(t.encode() for t in fixed)
 

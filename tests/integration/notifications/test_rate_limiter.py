@@ -5,7 +5,7 @@ from __future__ import annotations
 import redis
 from redis.cluster import key_slot
 
-from platform_tasks.notifications.limiter import RateLimiter
+from platform_tasks.notifications.limiter import TRANSACTIONAL_QUIET_MS, RateLimiter
 from platform_tasks.notifications.rate_limits import RateLimit
 
 
@@ -112,9 +112,35 @@ def test_batch_larger_than_the_tenant_bucket_passes_at_the_long_run_rate(
 def test_two_token_bucket_keeps_one_for_transactional(redis_client: redis.Redis) -> None:
     clock = Clock()
     lim = limiter(redis_client, clock, provider=RateLimit(48, 1))  # 2 tokens
+    assert lim.take("resend", "acme").granted  # transactional is sending
+    clock.now += 21  # one refill (1/48 s): the bucket is full again
     assert lim.take("resend", "acme", rail="marketing").granted
     assert not lim.take("resend", "acme", rail="marketing").granted
     assert lim.take("resend", "acme").granted
+
+
+def test_after_a_quiet_transactional_second_marketing_may_use_the_whole_bucket(
+    redis_client: redis.Redis,
+) -> None:
+    """The headroom is for a transactional rail that is sending. Once no transactional
+    take came for TRANSACTIONAL_QUIET_MS, marketing takes the last token too, and the
+    headroom is back with the next transactional take."""
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(48, 1))  # 2 tokens
+    assert lim.take("resend", "acme").granted
+    clock.now += TRANSACTIONAL_QUIET_MS  # exactly the quiet time: headroom still kept
+    assert lim.take("resend", "acme", rail="marketing").granted
+    assert not lim.take("resend", "acme", rail="marketing").granted
+    clock.now += 1  # now quiet for longer than that
+    assert lim.take("resend", "acme", rail="marketing").granted
+    assert not lim.take("resend", "acme", rail="marketing").granted  # the bucket is empty
+    refused = lim.take("resend", "acme")  # transactional waits one refill at most
+    assert not refused.granted and 0 < refused.wait_ms <= 21
+    clock.now += refused.wait_ms
+    assert lim.take("resend", "acme").granted
+    clock.now += 42  # full again, transactional sending: the headroom is back
+    assert lim.take("resend", "acme", rail="marketing").granted
+    assert not lim.take("resend", "acme", rail="marketing").granted
 
 
 def test_provider_429_empties_the_bucket_for_every_caller_until_retry_after(
@@ -221,6 +247,8 @@ def test_callers_refused_together_get_staggered_slots(redis_client: redis.Redis)
 def test_marketing_leaves_headroom_for_transactional(redis_client: redis.Redis) -> None:
     clock = Clock()
     lim = limiter(redis_client, clock, provider=RateLimit(200, 1))
+    assert lim.take("resend", "acme").granted  # transactional is sending
+    clock.now += 5  # one refill: the 10-token bucket is full again
     marketing = 0
     while lim.take("resend", "acme", rail="marketing").granted:
         marketing += 1
