@@ -143,19 +143,29 @@ def test_worker_events_are_not_delayed(
     assert len(hub.timer.queue) == 0
 
 
+def dispatcher_on_own_redis(
+    server_factory: Any, name: str
+) -> tuple[Any, Any, Any, BatchingEventDispatcher]:
+    """A Redis of the test's own (to stop it), an app on it, its connection, and the event
+    dispatcher Celery's Events step builds from that connection in a worker."""
+    server = server_factory.redis()
+    settings = PlatformSettings.build(redis_url=server.url, database_url="postgresql://unused",
+                                      profile="test")  # fmt: skip
+    app = create_app(name, settings=settings)
+    conn = app.connection_for_write()
+    found = app.events.Dispatcher(conn, hostname="w1@test", buffer_group=["task"],
+                                  on_send_buffered=lambda: None)  # fmt: skip
+    assert isinstance(found, BatchingEventDispatcher)
+    return server, app, conn, found
+
+
 def test_a_batch_that_cannot_be_published_is_kept_for_the_next_connection(
     server_factory: Any, hub: Hub
 ) -> None:
     """Broker down at flush time: the batch stays in the dispatcher's offline buffer and
     goes out through the dispatcher Celery's Events step builds after reconnecting
     (``extend_buffer`` + ``flush``, what ``Events.start`` does with the previous one)."""
-    server = server_factory.redis()
-    settings = PlatformSettings.build(redis_url=server.url, database_url="postgresql://unused",
-                                      profile="test")  # fmt: skip
-    app = create_app("events-offline", settings=settings)
-    conn = app.connection_for_write()
-    before = app.events.Dispatcher(conn, hostname="w1@test", buffer_group=["task"],
-                                   on_send_buffered=lambda: None)  # fmt: skip
+    server, app, conn, before = dispatcher_on_own_redis(server_factory, "events-offline")
     before.send("task-received", uuid="j1", name="kind.a")
     before.send("task-succeeded", uuid="j1", runtime=0.2)
     server.stop()
@@ -181,16 +191,10 @@ def test_a_heartbeat_while_the_broker_is_down_gives_up_in_bounded_time(
 ) -> None:
     """Celery publishes worker heartbeats with ``retry=True`` and no retry policy, which
     kombu reads as "reconnect forever": a heartbeat due while the broker is down would hold
-    the worker's event loop (acks, results, the loss of the broker connection, a warm
-    shutdown) until the broker is back. Here it gives up after a few quick reconnects,
-    keeps the event for the next connection, and the loop goes on."""
-    server = server_factory.redis()
-    settings = PlatformSettings.build(redis_url=server.url, database_url="postgresql://unused",
-                                      profile="test")  # fmt: skip
-    app = create_app("events-heartbeat-offline", settings=settings)
-    conn = app.connection_for_write()
-    dispatcher = app.events.Dispatcher(conn, hostname="w1@test", buffer_group=["task"],
-                                       on_send_buffered=lambda: None)  # fmt: skip
+    the worker's event loop (acks, results, the loss of the broker connection) until the
+    broker is back. Here it gives up after a few quick reconnects, keeps the event for the
+    next connection, and the loop goes on."""
+    server, _, conn, dispatcher = dispatcher_on_own_redis(server_factory, "events-heartbeat")
     dispatcher.send("worker-heartbeat", freq=2.0, retry=True)  # connected while Redis is up
     server.stop()
     done = threading.Event()
