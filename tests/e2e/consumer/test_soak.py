@@ -114,7 +114,7 @@ def test_soak_every_job_applied_once_or_dead_lettered_once(
     for job_id, fate in fates.items():
         # every field of the model, so a dead letter's payload (the envelope as the last
         # attempt carried it) compares equal to what was published
-        jobs[job_id]["data"] = {"hold_ms": 0, "fail_times": fate.fail_times,
+        jobs[job_id]["data"] = {"hold_ms": 0, "gate": 0, "fail_times": fate.fail_times,
                                 "permanent": fate.permanent}  # fmt: skip
     poison = [poison_envelope(n) for n in range(POISON)]
     unknown = [effect_payload() | {"kind": UNKNOWN_KIND} for _ in range(UNKNOWN)]
