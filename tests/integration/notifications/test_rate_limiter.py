@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import redis
 from redis.cluster import key_slot
 
@@ -308,3 +310,25 @@ def test_tenant_bucket_never_expires_before_it_has_refilled(redis_client: redis.
         # test's clock only gets longer in its terms, so it must be renewed to pass
         assert redis_client.pttl(key) >= refill_ms + 400
         clock.now += 7
+
+
+def test_both_rails_together_keep_the_provider_at_its_rate(redis_client: redis.Redis) -> None:
+    """Transactional sends paced just below the limit (45/s of 48/s) while a marketing
+    backlog keeps asking (52 tries a second, jittered): the provider must still get its
+    whole rate. Marketing takes only what transactional leaves, but it must take it
+    before the bucket is full: a full bucket's refill is lost for good."""
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(48, 1))  # 2 tokens
+    rng = random.Random(7)
+    events = [(round(i * 1000 / 45), "transactional") for i in range(450)]
+    events += [(round(i * 1000 / 52) + rng.randrange(0, 8), "marketing") for i in range(520)]
+    start = clock.now
+    granted = {"transactional": 0, "marketing": 0}
+    for at, rail in sorted(events):
+        clock.now = start + at
+        if lim.take("resend", "acme", rail=rail).granted:
+            granted[rail] += 1
+    # 10 s at 48/s plus the 2 tokens the bucket starts with
+    assert granted["transactional"] + granted["marketing"] >= 0.97 * 482, granted
+    # transactional keeps its priority: almost every receipt finds its token at once
+    assert granted["transactional"] >= 0.95 * 450, granted
