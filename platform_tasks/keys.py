@@ -161,9 +161,7 @@ class RateLimitKeys:
     caller); ``tenant(t)`` is tenant ``t``'s bucket of messages for this provider
     (``tokens``, ``ts``, ``exp`` the ms its expiry was set to, ``next_*``; expires when
     full);
-    ``pause_alerted`` exists while a pause lasts, so the pause alerts once; ``holds``
-    maps the requests refused by the provider bucket that took their token in debt to
-    their slot in ms (a hash, expires after the latest slot).
+    ``pause_alerted`` exists while a pause lasts, so the pause alerts once.
     """
 
     namespace: str
@@ -180,10 +178,6 @@ class RateLimitKeys:
     @property
     def pause_alerted(self) -> str:
         return f"{self.tag}:v1:pause_alerted"
-
-    @property
-    def holds(self) -> str:
-        return f"{self.tag}:v1:holds"
 
     def tenant(self, tenant_id: str) -> str:
         return f"{self.tag}:v1:tenant:{tenant_id}"

@@ -1,10 +1,9 @@
 -- What a provider response says about its limit, applied to the shared provider bucket.
--- KEYS[1] provider bucket hash, KEYS[2] its holds hash (see rate_limit_take.lua)
+-- KEYS[1] provider bucket hash
 -- ARGV[1] now in ms ('' = Redis TIME), ARGV[2] back off for this many ms ('' = no):
 --         a 429 rate_limit_exceeded (retry-after) or ratelimit-remaining 0 (reset);
 --         the bucket is emptied: nobody takes a token before now + ARGV[2], then one
---         token is there and the bucket refills at its rate; every hold is removed
---         (the provider said stop: nobody is owed a token any more)
+--         token is there and the bucket refills at its rate
 -- ARGV[3] learned rate per ms ('' = none), ARGV[4] how long the learned rate holds (ms)
 -- Either sets the bucket's 'state' flag, which makes rate_limit_take read these fields.
 -- Returns the 'until' in force (ms).
@@ -21,7 +20,6 @@ if block then
     until_ms = candidate
     redis.call('HSET', KEYS[1], 'until', tostring(until_ms), 'tokens', '1', 'ts', tostring(until_ms),
                'state', '1')
-    redis.call('DEL', KEYS[2])
   end
 end
 local learned = tonumber(ARGV[3])

@@ -1,6 +1,5 @@
 -- Pause a provider (quota exhausted) until its quota resets; tell the first caller to alert.
--- KEYS[1] provider bucket hash (field 'paused_until', ms), KEYS[2] pause-alerted key,
--- KEYS[3] the provider's holds hash: removed, nobody is owed a token after a pause
+-- KEYS[1] provider bucket hash (field 'paused_until', ms), KEYS[2] pause-alerted key
 -- ARGV[1] now in ms ('' = Redis TIME), ARGV[2] pause length in ms,
 -- ARGV[3] reason (daily_quota_exceeded, monthly_quota_exceeded)
 -- Returns {1 if this call must alert else 0, remaining pause in ms}. A shorter pause
@@ -17,7 +16,6 @@ if paused_until < now + ms then
   paused_until = now + ms
   redis.call('HSET', KEYS[1], 'paused_until', tostring(paused_until), 'pause_reason', ARGV[3],
              'state', '1')
-  redis.call('DEL', KEYS[3])
 end
 local remaining = paused_until - now
 local first = redis.call('SET', KEYS[2], ARGV[3], 'NX', 'PX', remaining)

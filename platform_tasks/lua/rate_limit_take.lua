@@ -1,6 +1,6 @@
 -- Take tokens from a provider bucket (requests) and a tenant bucket (messages): both or none.
--- KEYS[1] provider bucket hash, KEYS[2] the provider's holds hash (hold id -> slot ms),
--- KEYS[3] tenant bucket hash (optional: absent when tenants are unlimited)
+-- KEYS[1] provider bucket hash, KEYS[2] tenant bucket hash (optional: absent when
+--         tenants are unlimited)
 -- ARGV[1] now in ms ('' = Redis TIME), ARGV[2] provider rate in tokens per ms,
 -- ARGV[3] requests to take, ARGV[4] tenant rate per ms ('' = unlimited), ARGV[5] messages,
 -- ARGV[6] provider capacity, ARGV[7] tenant capacity (tokens a full bucket holds),
@@ -8,39 +8,24 @@
 --         rail leaves some for transactional sends; transactional passes 0),
 -- ARGV[9] the caller's queue of refused callers ('t' transactional, 'm' marketing),
 -- ARGV[10] ms: marketing keeps the headroom only while a transactional call came within
---         this long (field 'tt' of the provider bucket, written by transactional calls),
--- ARGV[11] ms a hold may be used before its slot, ARGV[12] ms after it,
--- ARGV[13] hold id ('' = none): the caller's stable name for this request.
+--         this long (field 'tt' of the provider bucket, written by transactional calls).
 -- A rate learned from the provider's headers scales the capacity down with it.
 -- Returns 0 when granted, else wait_ms * 8 + reason (1 provider_paused, 2 provider_backoff,
 -- 3 provider_rate_limit, 4 tenant_rate_limit): one integer is the cheapest reply to read.
---
--- Holds: a caller that names its request (ARGV[13]) and is refused by the provider bucket
--- takes its token at once, in debt, and is told the slot at which the bucket has paid
--- that debt back; the hold id is stored with the slot. Coming back at the slot it finds
--- its hold and is granted without asking the bucket again, so a refused send is refused
--- once, and later callers queue behind it through the debt (first come, first served).
--- Without holds a refused caller came back to a bucket that the callers arriving
--- meanwhile had emptied again, and a few were refused over and over. A 429 back-off or
--- a quota pause removes every hold (the provider said stop: nobody is owed a token).
--- A hold found too early answers "come back at the slot" and stays; one found too late
--- has lapsed (its token went unused) and the caller asks like any other.
--- Callers without a hold id (the marketing rail) get a slot after the callers of their
--- rail refused before them (field 'next_<rail>' of the bucket that refused), without
--- taking a token: a thousand blasts refused at once come back spread over the time their
--- tokens need, and never ahead of transactional sends in debt.
+-- A refused caller is given a slot after the callers of its rail refused before it
+-- (field 'next_<rail>' of the bucket that refused): a thousand jobs refused at once come
+-- back spread over the time their tokens need, not all at once to be refused again.
 -- A cost above the capacity is granted from a full bucket and leaves it in debt, so a
 -- 100-message batch still passes a 10-message bucket at the bucket's long-run rate.
 --
 -- The common call is a grant with nothing unusual in force, so that path reads two fields
--- per bucket plus the provider's 'state' flag and 'next_t', and nothing else: the flag is
--- set by rate_limit_observe/rate_limit_pause whenever a back-off, a learned rate or a
--- pause is stored, and removed here once none of them is in force any more; the holds
--- hash is read only while 'next_t' (the latest transactional slot) says one may be valid.
--- A tenant bucket's expiry is renewed only when the one set before ('exp') would end less
--- than half a second after the bucket is full again.
+-- per bucket plus the provider's 'state' flag, and nothing else: the flag is set by
+-- rate_limit_observe/rate_limit_pause whenever a back-off, a learned rate or a pause is
+-- stored, and removed here once none of them is in force any more. A tenant bucket's
+-- expiry is renewed only when the one set before ('exp') would end less than half a
+-- second after the bucket is full again.
 local now = tonumber(ARGV[1])
-local p = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'state', 'tt', 'next_t')
+local p = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'state', 'tt')
 if not now then
   local t = redis.call('TIME')
   now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -83,20 +68,6 @@ end
 if now < until_ms then
   return reserve(KEYS[1], until_ms - now, requests, prate, 2)
 end
-local hold = ARGV[13]
-if hold == '' then hold = nil end
-local early = tonumber(ARGV[11])
-local grace = tonumber(ARGV[12])
-local held = false
-if hold and now <= (tonumber(p[5]) or 0) + grace then
-  local slot = tonumber(redis.call('HGET', KEYS[2], hold))
-  if slot then
-    if now < slot - early then
-      return math.max(1, math.ceil(slot - now)) * 8 + 3
-    end
-    held = now <= slot + grace
-  end
-end
 local headroom = tonumber(ARGV[8])
 if headroom > pcap - 1 then headroom = 0 end
 -- No transactional call for a while: marketing may use the whole bucket. A bucket that
@@ -117,30 +88,13 @@ end
 local pneed = requests + headroom
 if pneed > pcap then pneed = pcap end
 local wait = 0
-if held then
-  wait = 0 -- its token was taken when the hold was given
-elseif ptokens < pneed then
-  wait = math.ceil((pneed - ptokens) / prate)
-end
-
-local function refuse_provider()
-  if not hold then
-    return reserve(KEYS[1], wait, requests, prate, 3)
-  end
-  -- take the token now, in debt: at the slot the bucket has paid it back
-  local slot = now + wait
-  redis.call('HSET', KEYS[1], 'tokens', tostring(ptokens - requests), 'ts', now, 'tt', now,
-             'next_t', tostring(slot))
-  redis.call('HSET', KEYS[2], hold, slot)
-  redis.call('PEXPIRE', KEYS[2], wait + grace + 1000)
-  return math.max(1, wait) * 8 + 3
-end
+if ptokens < pneed then wait = math.ceil((pneed - ptokens) / prate) end
 
 local trate = tonumber(ARGV[4])
-if trate and KEYS[3] then
+if trate and KEYS[2] then
   local messages = tonumber(ARGV[5])
   local tcap = tonumber(ARGV[7])
-  local t = redis.call('HMGET', KEYS[3], 'tokens', 'ts', 'exp')
+  local t = redis.call('HMGET', KEYS[2], 'tokens', 'ts', 'exp')
   local ttokens = tonumber(t[1])
   if ttokens then
     local elapsed = now - tonumber(t[2])
@@ -156,28 +110,23 @@ if trate and KEYS[3] then
   if ttokens < tneed then
     local twait = math.ceil((tneed - ttokens) / trate)
     if twait > wait then
-      return reserve(KEYS[3], twait, tneed, trate, 4)
+      return reserve(KEYS[2], twait, tneed, trate, 4)
     end
   end
   if wait > 0 then
-    return refuse_provider()
+    return reserve(KEYS[1], wait, requests, prate, 3)
   end
   ttokens = ttokens - messages
   -- a full bucket is the same as no bucket: let it expire once it has refilled
   local full_at = now + math.ceil((tcap - ttokens) / trate) + 1000
   if (tonumber(t[3]) or 0) < full_at - 500 then
-    redis.call('HSET', KEYS[3], 'tokens', tostring(ttokens), 'ts', now, 'exp', full_at)
-    redis.call('PEXPIRE', KEYS[3], full_at - now)
+    redis.call('HSET', KEYS[2], 'tokens', tostring(ttokens), 'ts', now, 'exp', full_at)
+    redis.call('PEXPIRE', KEYS[2], full_at - now)
   else
-    redis.call('HSET', KEYS[3], 'tokens', tostring(ttokens), 'ts', now)
+    redis.call('HSET', KEYS[2], 'tokens', tostring(ttokens), 'ts', now)
   end
 elseif wait > 0 then
-  return refuse_provider()
-end
-if held then
-  redis.call('HDEL', KEYS[2], hold)
-  redis.call('HSET', KEYS[1], 'tt', now)
-  return 0
+  return reserve(KEYS[1], wait, requests, prate, 3)
 end
 if transactional then
   redis.call('HSET', KEYS[1], 'tokens', tostring(ptokens - requests), 'ts', now, 'tt', now)

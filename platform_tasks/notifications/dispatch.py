@@ -46,18 +46,6 @@ def idempotency_key(job_id: object, request_number: int) -> str:
     return f"{job_id}:{request_number}"
 
 
-def _hold(rail: str, job_id: object, request_number: int) -> str | None:
-    """The hold id of a transactional request (its idempotency key); marketing holds none.
-
-    A refused receipt then keeps its place and is sent at its slot; a refused blast asks
-    again at its slot, behind every receipt in debt, so blasts never hold tokens that a
-    receipt arriving meanwhile needs.
-    """
-    if rail == MARKETING or job_id is None:
-        return None
-    return idempotency_key(job_id, request_number)
-
-
 @contextmanager
 def _rate_limits_in_redis(what: str) -> Iterator[None]:
     """Turn a Redis failure of a rate-limit call into "the servers are unavailable".
@@ -107,26 +95,21 @@ class Dispatcher:
             provider = self._providers[name] = factory()
         return provider
 
-    def take_first(
-        self, *, provider: str, rail: str, tenant_id: str, planned: int, job_id: object = None
-    ) -> None:
+    def take_first(self, *, provider: str, rail: str, tenant_id: str, planned: int) -> None:
         """Take the tokens of a job's first request before it is rendered.
 
         ``planned`` is the number of messages the job will render (a blast knows it from
         its recipients): one provider request and as many tenant messages as its first
         request carries. Raises Throttled when refused, so a refused job renders nothing;
-        pass ``first_taken=True`` to :meth:`send` afterwards. With ``job_id`` a
-        transactional request refused by the provider bucket holds its token for the
-        slot it is given (:meth:`RateLimiter.take`).
+        pass ``first_taken=True`` to :meth:`send` afterwards.
         """
         adapter = self.provider(provider)
         batch = rail == MARKETING or planned > 1
         messages = min(planned, adapter.max_batch) if batch else 1
         with _rate_limits_in_redis("take"):
             decision = self.limiter.take(
-                provider, tenant_id, requests=1, messages=messages, rail=rail,
-                hold=_hold(rail, job_id, 0),
-            )  # fmt: skip
+                provider, tenant_id, requests=1, messages=messages, rail=rail
+            )
         if not decision.granted:
             raise self._throttled(decision.wait_ms / 1000, decision.reason)
 
@@ -153,9 +136,8 @@ class Dispatcher:
             if not (first_taken and number == 0):
                 with _rate_limits_in_redis("take"):
                     decision = self.limiter.take(
-                        provider, tenant_id, requests=1, messages=len(chunk), rail=rail,
-                        hold=_hold(rail, job_id, number),
-                    )  # fmt: skip
+                        provider, tenant_id, requests=1, messages=len(chunk), rail=rail
+                    )
                 if not decision.granted:
                     raise self._throttled(decision.wait_ms / 1000, decision.reason)
             key = idempotency_key(job_id, number)

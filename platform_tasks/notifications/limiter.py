@@ -29,8 +29,6 @@ from platform_tasks.notifications.rate_limits import RateLimit
 from platform_tasks.scripts import script_source
 
 __all__ = [
-    "HOLD_EARLY_MS",
-    "HOLD_GRACE_MS",
     "LEARNED_RATE_TTL_MS",
     "MARKETING_HEADROOM",
     "TRANSACTIONAL_QUIET_MS",
@@ -59,15 +57,6 @@ once transactional was done, and the provider ran at 0.7 of its limit). The firs
 transactional send after a quiet spell may wait one refill (1/rate) for its token. 250 ms
 measured better than 1 s, which kept the headroom through the first second after
 transactional ended (``bench/results-notifications.md``)."""
-
-
-HOLD_EARLY_MS = 10
-"""A hold found this long before its slot is granted (clocks of workers and Redis differ
-by a few ms); found earlier it answers "come back at the slot" and stays."""
-
-HOLD_GRACE_MS = 2000
-"""A hold is used up to this long after its slot (a delay-store wait on a busy worker);
-found later it has lapsed and the caller asks like any other (its token went unused)."""
 
 
 def marketing_headroom(capacity: float) -> int:
@@ -125,7 +114,7 @@ class RateLimiter:
         self._pause = client.register_script(script_source("rate_limit_pause"))
         self._keys: dict[str, RateLimitKeys] = {}
         self._learned: dict[str, float] = {}
-        self._plans: dict[tuple[str, str], tuple[str, str, str | None, tuple[bytes, ...]]] = {}
+        self._plans: dict[tuple[str, str], tuple[str, str | None, tuple[bytes, ...]]] = {}
 
     def keys(self, provider: str) -> RateLimitKeys:
         keys = self._keys.get(provider)
@@ -155,7 +144,6 @@ class RateLimiter:
         requests: int = 1,
         messages: int = 1,
         rail: str = "transactional",
-        hold: str | None = None,
     ) -> Decision:
         """Take ``requests`` provider tokens and ``messages`` tenant tokens, or none.
 
@@ -163,49 +151,40 @@ class RateLimiter:
         for transactional sends while transactional is sending, so a password reset finds
         a token while a blast keeps the provider busy; each rail queues its refused
         callers separately.
-
-        ``hold`` names the request (stable across reruns of the job, e.g. its idempotency
-        key). Refused by the provider bucket, a named request takes its token in debt and
-        is told the slot at which it is paid back; asked again with the same name from
-        then on, it is granted without competing for a token again (see
-        ``rate_limit_take.lua``). The transactional rail names its requests; marketing
-        does not, so a blast backlog never holds tokens ahead of a receipt.
         """
         plan = self._plans.get((provider, rail))
         if plan is None:
             plan = self._plans[(provider, rail)] = self._plan(provider, rail)
-        bucket, holds, tenant_prefix, fixed = plan
+        bucket, tenant_prefix, fixed = plan
         now = b"" if self._clock_ms is None else str(self._clock_ms())
         # EVALSHA straight from the client: this is every send's one round trip
         try:
             if tenant_prefix is None:
                 verdict = self._execute(
-                    "EVALSHA", self._take.sha, 2, bucket, holds, now, fixed[0],
+                    "EVALSHA", self._take.sha, 1, bucket, now, fixed[0],
                     b"1" if requests == 1 else requests, fixed[1],
-                    b"1" if messages == 1 else messages, *fixed[2:], hold or b"",
+                    b"1" if messages == 1 else messages, *fixed[2:],
                 )  # fmt: skip
             else:
                 verdict = self._execute(
-                    "EVALSHA", self._take.sha, 3, bucket, holds, tenant_prefix + tenant, now,
+                    "EVALSHA", self._take.sha, 2, bucket, tenant_prefix + tenant, now,
                     fixed[0], b"1" if requests == 1 else requests, fixed[1],
-                    b"1" if messages == 1 else messages, *fixed[2:], hold or b"",
+                    b"1" if messages == 1 else messages, *fixed[2:],
                 )  # fmt: skip
         except NoScriptError:  # a restarted or flushed Redis: load it and ask again
             self._take.sha = self.client.script_load(self._take.script)
-            return self.take(provider, tenant, requests=requests, messages=messages, rail=rail,
-                             hold=hold)  # fmt: skip
+            return self.take(provider, tenant, requests=requests, messages=messages, rail=rail)
         if verdict == 0:
             return GRANTED
         verdict = int(verdict)
         return Decision(False, verdict >> 3, _REASONS[verdict & 7])
 
-    def _plan(self, provider: str, rail: str) -> tuple[str, str, str | None, tuple[bytes, ...]]:
+    def _plan(self, provider: str, rail: str) -> tuple[str, str | None, tuple[bytes, ...]]:
         """The per-provider, per-rail keys and arguments of the take script, computed once.
 
-        Returns the provider bucket's key, its holds' key, the tenant keys' prefix (None:
-        tenants are unlimited) and the fixed arguments between ``now``, ``requests`` and
-        ``messages`` and before the hold id, encoded once (the client sends bytes as
-        they are).
+        Returns the provider bucket's key, the tenant keys' prefix (None: tenants are
+        unlimited) and the fixed arguments between ``now``, ``requests`` and ``messages``,
+        encoded once (the client sends bytes as they are).
         """
         limit = self.limit_of(provider)
         tenant_limit = self.tenant_limits.get(provider)
@@ -219,21 +198,17 @@ class RateLimiter:
             repr(marketing_headroom(limit.provider_capacity)) if marketing else "0",
             "m" if marketing else "t",
             str(TRANSACTIONAL_QUIET_MS),
-            str(HOLD_EARLY_MS),
-            str(HOLD_GRACE_MS),
         ]
         # ARGV order: now, prate, requests, trate, messages, pcap, tcap, headroom, queue,
-        # quiet, early, grace, hold
+        # quiet
         fixed = tuple(texts)
         tenant_prefix = keys.tenant("") if tenant_limit else None
-        return keys.bucket, keys.holds, tenant_prefix, tuple(t.encode() for t in fixed)
+        return keys.bucket, tenant_prefix, tuple(t.encode() for t in fixed)
 
     def back_off(self, provider: str, seconds: float) -> int:
-        """Empty ``provider``'s bucket for ``seconds``: nobody sends before then, and no
-        hold given before is honoured (everyone asks again after it). Returns ms."""
+        """Empty ``provider``'s bucket for ``seconds``: nobody sends before then. Returns ms."""
         block_ms = max(1, math.ceil(seconds * 1000))
-        keys = self.keys(provider)
-        self._observe(keys=[keys.bucket, keys.holds], args=[self._now(), block_ms, "", ""])
+        self._observe(keys=[self.keys(provider).bucket], args=[self._now(), block_ms, "", ""])
         return block_ms
 
     def learn(self, provider: str, limit_per_second: float) -> bool:
@@ -246,7 +221,7 @@ class RateLimiter:
         if self._learned.get(provider) == limit_per_second:
             return True
         self._observe(
-            keys=[self.keys(provider).bucket, self.keys(provider).holds],
+            keys=[self.keys(provider).bucket],
             args=[self._now(), "", repr(limit_per_second / 1000), LEARNED_RATE_TTL_MS],
         )
         self._learned[provider] = limit_per_second
@@ -261,7 +236,7 @@ class RateLimiter:
         raw = cast(
             list[Any],
             self._pause(
-                keys=[keys.bucket, keys.pause_alerted, keys.holds],
+                keys=[keys.bucket, keys.pause_alerted],
                 args=[self._now(), max(1, math.ceil(seconds * 1000)), reason],
             ),
         )

@@ -83,7 +83,7 @@ class NotificationTask(PlatformTask):
         if planned:
             dispatcher.take_first(
                 provider=self.provider, rail=self.rail, tenant_id=envelope.tenant_id,
-                planned=planned, job_id=envelope.job_id,
+                planned=planned,
             )  # fmt: skip
         rendered = self.run(envelope, tx)
         messages = _as_messages(rendered, self.name)

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import random
 
-import pytest
 import redis
 from redis.cluster import key_slot
 
-from platform_tasks.notifications.limiter import (
-    HOLD_EARLY_MS,
-    HOLD_GRACE_MS,
-    TRANSACTIONAL_QUIET_MS,
-    RateLimiter,
-)
+from platform_tasks.notifications.limiter import TRANSACTIONAL_QUIET_MS, RateLimiter
 from platform_tasks.notifications.rate_limits import RateLimit
 
 
@@ -338,100 +332,3 @@ def test_both_rails_together_keep_the_provider_at_its_rate(redis_client: redis.R
     assert granted["transactional"] + granted["marketing"] >= 0.97 * 482, granted
     # transactional keeps its priority: almost every receipt finds its token at once
     assert granted["transactional"] >= 0.95 * 450, granted
-
-
-def test_refused_transactional_request_holds_its_token_until_its_slot(
-    redis_client: redis.Redis,
-) -> None:
-    """A named request refused by the provider takes its token in debt: callers arriving
-    before its slot queue behind it, and at the slot it is granted without asking again."""
-    clock = Clock()
-    lim = limiter(redis_client, clock, provider=RateLimit(48, 1))  # 2 tokens, 1 per 20.8 ms
-    assert lim.take("resend", "acme", hold="a:0").granted
-    assert lim.take("resend", "acme", hold="b:0").granted
-    first = lim.take("resend", "acme", hold="c:0")
-    assert (first.granted, first.reason, first.wait_ms) == (False, "provider_rate_limit", 21)
-    second = lim.take("resend", "acme", hold="d:0")  # behind c's debt
-    assert not second.granted and second.wait_ms == 42
-    clock.now += 21
-    assert not lim.take("resend", "acme", hold="e:0").granted  # c's token is c's
-    assert lim.take("resend", "acme", hold="c:0").granted
-    assert lim.take("resend", "acme", hold="c:0").wait_ms == 84 - 21  # a hold is used once
-    early = lim.take("resend", "acme", hold="d:0")  # 21 ms before its slot: not yet
-    assert (early.granted, early.wait_ms) == (False, 21)
-    clock.now += 21 - HOLD_EARLY_MS
-    assert lim.take("resend", "acme", hold="d:0").granted
-
-
-def test_a_hold_lapses_after_its_grace_and_a_429_removes_every_hold(
-    redis_client: redis.Redis,
-) -> None:
-    clock = Clock()
-    lim = limiter(redis_client, clock, provider=RateLimit(48, 1))
-    holds = lim.keys("resend").holds
-    for name in ("a", "b"):
-        assert lim.take("resend", "acme", hold=name).granted
-    late = lim.take("resend", "acme", hold="late")
-    clock.now += late.wait_ms + HOLD_GRACE_MS + 1  # came back too late: asks again
-    assert redis_client.hexists(holds, "late")
-    assert [lim.take("resend", "acme", hold=n).granted for n in ("x", "y", "late")] == [
-        True,
-        True,
-        False,
-    ]
-    assert redis_client.hexists(holds, "late")  # a new hold, at a new slot
-    lim.back_off("resend", 1)
-    assert not redis_client.exists(holds)
-    clock.now += 60_000
-    # after the back-off nobody is owed a token: a full bucket, shared as usual
-    assert [lim.take("resend", "acme", hold=n).granted for n in ("late", "z", "w")] == [
-        True,
-        True,
-        False,
-    ]
-    lim.pause("resend", 5, "daily_quota_exceeded")
-    assert not redis_client.exists(holds)
-    assert lim.take("resend", "acme", hold="w").reason == "provider_paused"
-
-
-@pytest.mark.parametrize("named", [True, False], ids=["holds", "no-holds"])
-def test_bunched_receipts_below_the_rate_are_refused_at_most_once(
-    redis_client: redis.Redis, named: bool
-) -> None:
-    """Receipts at 45/s against 48/s, arriving in bunches of one to four (prefetch, several
-    workers), each refused one back 0-100 ms after the slot it was told (the delay store's
-    promotion and a busy worker). With holds no receipt is refused twice; without them
-    (``no-holds``: callers that do not name their requests) a receipt coming back late
-    finds its token taken by the ones that arrived meanwhile and is refused again."""
-    clock = Clock()
-    lim = limiter(redis_client, clock, provider=RateLimit(48, 1))
-    rng = random.Random(11)
-    arrivals: list[tuple[int, int]] = []
-    at, n = 0, 0
-    while n < 450:
-        bunch = rng.randint(1, 4)
-        arrivals += [(at, n + i) for i in range(bunch)]
-        n += bunch
-        at += round(bunch * 1000 / 45)
-    refusals = [0] * n
-    waited = [0] * n
-    pending = sorted(arrivals)
-    start = clock.now
-    while pending:
-        due, request = pending.pop(0)
-        clock.now = start + due
-        decision = lim.take("resend", "acme", hold=f"r{request}:0" if named else None)
-        if decision.granted:
-            continue
-        refusals[request] += 1
-        waited[request] += decision.wait_ms
-        pending.append((due + decision.wait_ms + rng.randrange(0, 100), request))
-        pending.sort()
-    twice = sum(1 for r in refusals if r > 1)
-    print(f"named={named}: refused {sum(refusals)} times, {twice} refused twice or more, "
-          f"longest wait {max(waited)} ms")  # fmt: skip
-    if named:
-        assert twice == 0, refusals
-        assert max(waited) <= 250, max(waited)  # the longest backlog ahead of a receipt
-    else:
-        assert twice > 0  # what the holds are for
