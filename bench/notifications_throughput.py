@@ -2,11 +2,12 @@
 
 Usage: .venv/bin/python bench/notifications_throughput.py [--workers 4] [--concurrency 2]
            [--transactional 2000] [--marketing 20000] [--chunk 100] [--rate 50]
-           [--pace 45] [--server-rate N]
+           [--pace 45] [--server-rate N] [--server-nice -10]
 
 One private Redis and PostgreSQL, a Resend-like server on loopback enforcing ``--rate``
-requests/s (429 with retry-after beyond it), workers started as users start them
-(``celery -A tests.apps.notifications_app worker``, no ``-Q``) with
+requests/s (429 with retry-after beyond it; its threads at ``--server-nice``, -10 by
+default: a provider's clock does not stall while the workers load the cores), workers
+started as users start them (``celery -A tests.apps.notifications_app worker``, no ``-Q``) with
 ``PLATFORM_PROVIDER_RATE_LIMITS=resend=<rate>/s``. Two phases, fresh workers each:
 
 1. **transactional only**: ``--transactional`` receipts published at ``--pace``/s;
@@ -46,7 +47,8 @@ def phase(
 ) -> LoadResult:
     workdir = Path(tempfile.mkdtemp(prefix=f"notif-bench-{name}-"))
     env = {"PLATFORM_PROVIDER_RATE_LIMITS": f"resend={args.rate}/s"}
-    server = ResendLikeServer(rate_limit=args.server_rate or args.rate)
+    # the provider's clock must not stall with this machine's load (ResendLikeServer.nice)
+    server = ResendLikeServer(rate_limit=args.server_rate or args.rate, nice=args.server_nice)
     with rig(
         redis_url,
         database_url,
@@ -116,6 +118,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--pace", type=float, default=45.0, help="transactional receipts published per second"
+    )
+    parser.add_argument(
+        "--server-nice",
+        type=int,
+        default=-10,
+        help="priority of the provider's threads (0: the same as everything else)",
     )
     args = parser.parse_args()
     with bench_redis() as redis_server, bench_postgres() as postgres:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -184,3 +185,23 @@ def test_only_the_two_email_paths_are_ever_requested(resend: ResendLikeServer) -
     paths = {r.path for r in resend.snapshot()[0]}
     assert paths == set(ALLOWED_PATHS)
     assert not any(p.startswith(FORBIDDEN) for p in paths)
+
+
+def test_the_server_counts_a_request_when_its_request_line_arrives() -> None:
+    """The Resend-like server's rate limit counts arrival, not the moment its thread has
+    read the whole body: a request whose body comes later is stamped when it began."""
+    with ResendLikeServer(rate_limit=50) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        body = b'{"from": "a@example.com", "to": "b@example.org", "subject": "s", "text": "t"}'
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+            conn.sendall(
+                b"POST /emails HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Authorization: Bearer {API_KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            )
+            time.sleep(0.5)  # the client stalls mid-request: the behaviour under test
+            body_sent = time.monotonic()
+            conn.sendall(body)
+            answer = conn.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        (request,) = server.snapshot()[0]
+        assert request.at < body_sent  # stamped with its request line, not its body
