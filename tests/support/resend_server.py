@@ -82,10 +82,12 @@ class ResendLikeServer:
         """Scheduling priority of the server's threads (``-10``: ahead of the workers).
 
         A provider is another machine: the clock it counts requests by does not stall
-        while the workers load this machine's cores. Without it a stall of the server's
-        threads stamps a few requests late and together, and its sliding window counts
-        more in one second than were sent in any second (a 429 the limiter did not
-        cause). Ignored where the process may not raise its priority."""
+        while the workers load this machine's cores. A stall of the server's threads
+        would stamp a few requests late and together, and its sliding window would
+        count more in one second than were sent in any second. (Measured: it did not
+        remove the occasional 429 of the throughput benchmark, whose bunching is on the
+        senders' side; ``bench/results-notifications.md``.) Ignored where the process
+        may not raise its priority."""
         self.rate_limit = rate_limit
         self.advertised_limit = advertised_limit
         self.lock = threading.Lock()
