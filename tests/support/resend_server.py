@@ -104,6 +104,8 @@ class ResendLikeServer:
         self.gate.set()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.request_lines = 0
+        """Request lines read so far (a request is counted from there, body or not)."""
 
     # -- control -------------------------------------------------------------------------
 
@@ -360,6 +362,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def parse_request(self) -> bool:
         self.arrived = time.monotonic()  # the request line is in: the request has arrived
+        with self.owner.lock:
+            self.owner.request_lines += 1
         return super().parse_request()
 
     def _serve(self) -> None:

@@ -198,7 +198,8 @@ def test_the_server_counts_a_request_when_its_request_line_arrives() -> None:
                 b"POST /emails HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 + f"Authorization: Bearer {API_KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             )
-            time.sleep(0.5)  # the client stalls mid-request: the behaviour under test
+            # the client stalls mid-request until the server has the request line
+            wait_until(lambda: server.request_lines == 1, timeout=10)
             body_sent = time.monotonic()
             conn.sendall(body)
             answer = conn.recv(65536)
