@@ -158,7 +158,8 @@ class RateLimitKeys:
     ms the provider's headers reported and ``learned_until``, ``paused_until`` and
     ``pause_reason`` of a quota pause, ``state`` present while any of those may be in
     force, ``next_t``/``next_m`` the next slot given to a refused transactional/marketing
-    caller); ``tenant(t)`` is tenant ``t``'s bucket of messages for this provider
+    caller, ``next_w`` the next slot given to a transactional send waiting in place);
+    ``tenant(t)`` is tenant ``t``'s bucket of messages for this provider
     (``tokens``, ``ts``, ``exp`` the ms its expiry was set to, ``next_*``; expires when
     full);
     ``pause_alerted`` exists while a pause lasts, so the pause alerts once.

@@ -8,10 +8,16 @@
 --         rail leaves some for transactional sends; transactional passes 0),
 -- ARGV[9] the caller's queue of refused callers ('t' transactional, 'm' marketing),
 -- ARGV[10] ms: marketing keeps the headroom only while a transactional call came within
---         this long (field 'tt' of the provider bucket, written by transactional calls).
+--         this long (field 'tt' of the provider bucket, written by transactional calls),
+-- ARGV[11] ms (optional, '' or absent = 0): a caller refused by the provider bucket's rate
+--         whose slot among the other in-place waiters (field 'next_w') comes within this
+--         long is told to wait for it where it is (reason 5) instead of being queued
+--         behind the refused callers of its rail; the dispatcher passes it for
+--         transactional sends only.
 -- A rate learned from the provider's headers scales the capacity down with it.
 -- Returns 0 when granted, else wait_ms * 8 + reason (1 provider_paused, 2 provider_backoff,
--- 3 provider_rate_limit, 4 tenant_rate_limit): one integer is the cheapest reply to read.
+-- 3 provider_rate_limit, 4 tenant_rate_limit, 5 provider_rate_wait: wait in place, then ask
+-- again): one integer is the cheapest reply to read.
 -- A refused caller is given a slot after the callers of its rail refused before it
 -- (field 'next_<rail>' of the bucket that refused): a thousand jobs refused at once come
 -- back spread over the time their tokens need, not all at once to be refused again.
@@ -55,8 +61,21 @@ end
 
 local transactional = ARGV[9] == 't'
 
+local in_place = tonumber(ARGV[11]) or 0
+
 local function reserve(key, wait, cost, rate, reason)
   if transactional then redis.call('HSET', KEYS[1], 'tt', now) end
+  if reason == 3 and in_place > 0 then
+    -- in-place waiters are spaced one token apart among themselves, so a few refused at
+    -- once do not all wake for the same token
+    local slot = now + wait
+    local queued = tonumber(redis.call('HGET', key, 'next_w')) or 0
+    if queued > slot then slot = queued end
+    if slot - now <= in_place then
+      redis.call('HSET', key, 'next_w', tostring(slot + cost / rate))
+      return math.max(1, math.ceil(slot - now)) * 8 + 5
+    end
+  end
   local field = 'next_' .. ARGV[9]
   local slot = now + wait
   local queued = tonumber(redis.call('HGET', key, field)) or 0

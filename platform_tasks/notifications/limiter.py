@@ -82,6 +82,7 @@ _REASONS = {
     2: "provider_backoff",
     3: "provider_rate_limit",
     4: "tenant_rate_limit",
+    5: "provider_rate_wait",
 }
 """The take script's reason codes (the low three bits of its reply)."""
 
@@ -144,8 +145,15 @@ class RateLimiter:
         requests: int = 1,
         messages: int = 1,
         rail: str = "transactional",
+        wait_in_place_ms: int = 0,
     ) -> Decision:
         """Take ``requests`` provider tokens and ``messages`` tenant tokens, or none.
+
+        ``wait_in_place_ms``: a refusal by the provider bucket's rate whose turn among the
+        callers already waiting in place comes within this long is answered
+        ``provider_rate_wait`` with that wait, and does not queue the caller behind the
+        refused callers of its rail (:class:`~platform_tasks.notifications.dispatch.Dispatcher`
+        passes it for transactional sends).
 
         The marketing rail must leave :data:`MARKETING_HEADROOM` of the provider bucket
         for transactional sends while transactional is sending, so a password reset finds
@@ -157,23 +165,25 @@ class RateLimiter:
             plan = self._plans[(provider, rail)] = self._plan(provider, rail)
         bucket, tenant_prefix, fixed = plan
         now = b"" if self._clock_ms is None else str(self._clock_ms())
+        extra = (str(wait_in_place_ms).encode(),) if wait_in_place_ms > 0 else ()
         # EVALSHA straight from the client: this is every send's one round trip
         try:
             if tenant_prefix is None:
                 verdict = self._execute(
                     "EVALSHA", self._take.sha, 1, bucket, now, fixed[0],
                     b"1" if requests == 1 else requests, fixed[1],
-                    b"1" if messages == 1 else messages, *fixed[2:],
+                    b"1" if messages == 1 else messages, *fixed[2:], *extra,
                 )  # fmt: skip
             else:
                 verdict = self._execute(
                     "EVALSHA", self._take.sha, 2, bucket, tenant_prefix + tenant, now,
                     fixed[0], b"1" if requests == 1 else requests, fixed[1],
-                    b"1" if messages == 1 else messages, *fixed[2:],
+                    b"1" if messages == 1 else messages, *fixed[2:], *extra,
                 )  # fmt: skip
         except NoScriptError:  # a restarted or flushed Redis: load it and ask again
             self._take.sha = self.client.script_load(self._take.script)
-            return self.take(provider, tenant, requests=requests, messages=messages, rail=rail)
+            return self.take(provider, tenant, requests=requests, messages=messages, rail=rail,
+                             wait_in_place_ms=wait_in_place_ms)  # fmt: skip
         if verdict == 0:
             return GRANTED
         verdict = int(verdict)
