@@ -31,7 +31,7 @@
 -- expiry is renewed only when the one set before ('exp') would end less than half a
 -- second after the bucket is full again.
 local now = tonumber(ARGV[1])
-local p = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'state', 'tt')
+local p = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'state', 'tt', 'gi')
 if not now then
   local t = redis.call('TIME')
   now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -108,6 +108,22 @@ local pneed = requests + headroom
 if pneed > pcap then pneed = pcap end
 local wait = 0
 if ptokens < pneed then wait = math.ceil((pneed - ptokens) / prate) end
+-- The sliding second: a provider that counts requests per second must never be granted
+-- more than the rate's count (48 at 48/s) within any 1000 ms, burst or not, so the trip
+-- to it keeps the slack between the setting and its limit for jitter. Fields g0..g<n-1>
+-- of the bucket keep the last n grant times, 'gi' points at the oldest (one entry per
+-- take). A learned rate changes n: the ring is then briefly out of order, which only
+-- moves a few grants by less than a second.
+local window_n = math.floor(prate * 1000 + 1e-9)
+local gi = tonumber(p[5]) or 0
+if window_n >= 1 then
+  if gi >= window_n then gi = 0 end
+  local oldest = tonumber(redis.call('HGET', KEYS[1], 'g' .. gi))
+  if oldest and oldest > now - 1000 then
+    local window_wait = oldest + 1000 - now
+    if window_wait > wait then wait = window_wait end
+  end
+end
 
 local trate = tonumber(ARGV[4])
 if trate and KEYS[2] then
@@ -146,6 +162,9 @@ if trate and KEYS[2] then
   end
 elseif wait > 0 then
   return reserve(KEYS[1], wait, requests, prate, 3)
+end
+if window_n >= 1 then
+  redis.call('HSET', KEYS[1], 'g' .. gi, now, 'gi', (gi + 1) % window_n)
 end
 if transactional then
   redis.call('HSET', KEYS[1], 'tokens', tostring(ptokens - requests), 'ts', now, 'tt', now)

@@ -332,3 +332,31 @@ def test_both_rails_together_keep_the_provider_at_its_rate(redis_client: redis.R
     assert granted["transactional"] + granted["marketing"] >= 0.97 * 482, granted
     # transactional keeps its priority: almost every receipt finds its token at once
     assert granted["transactional"] >= 0.95 * 450, granted
+
+
+def most_in_one_second(times: list[int]) -> int:
+    """The most of ``times`` (ms, sorted) that fall in any half-open 1000 ms window."""
+    most, first = 0, 0
+    for last, at in enumerate(times):
+        while times[first] <= at - 1000:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def test_no_second_is_granted_more_requests_than_the_rate(redis_client: redis.Redis) -> None:
+    """A provider counting requests in a sliding second sees at most the setting's count
+    from the limiter, bursts included, so the requests' trip there has slack for jitter:
+    a 48/s setting against a 50/s provider leaves two requests to spare in every second,
+    where rate + burst (48 + 2) left none. Callers ask every millisecond for 3 s."""
+    clock = Clock()
+    lim = limiter(redis_client, clock, provider=RateLimit(48, 1))
+    start = clock.now
+    granted: list[int] = []
+    for ms in range(3000):
+        clock.now = start + ms
+        for rail in ("transactional", "marketing"):
+            if lim.take("resend", "acme", rail=rail).granted:
+                granted.append(ms)
+    assert most_in_one_second(granted) == 48
+    assert len(granted) >= 3 * 48  # the long-run rate is still the setting's
