@@ -2,7 +2,8 @@
 
 ``PLATFORM_REDIS_CLUSTER=true`` on a real 3-node cluster, the broker a single Redis (a
 cluster cannot be the broker). With every node stopped, redis-py's cluster client raises
-``RedisClusterException``, which is not a ``RedisError``: the consumer must judge it
+``RedisClusterException`` (redis-py 8: its subclass ``RedisClusterUnreachableError``),
+which is not a ``RedisError``: the consumer must judge it
 "servers unavailable" (a warning, the delivery waits) rather than a failed consumer step
 (an error with a traceback, alerting like a bug), and apply the job once the cluster is
 back. Its own module because it stops the
@@ -29,6 +30,11 @@ from tests.support.processes import (
     start_worker,
     worker_argv,
 )
+
+CLUSTER_DOWN_WAITING = "database or Redis unavailable (RedisCluster"
+"""The warning of a delivery that waits for the cluster: the error's class name follows
+(``RedisClusterException``, or its subclass ``RedisClusterUnreachableError`` from
+redis-py 8), never the error log of a failed consumer step."""
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +74,7 @@ def test_a_job_waits_while_the_cluster_is_down_and_is_applied_once_after(
             job = payload("during")
             port.publish(QUEUE, job)
             # judged "servers unavailable" (a warning), not a failed consumer step (an error)
-            worker.wait_for_log("database or Redis unavailable (RedisClusterException", timeout=60)
+            worker.wait_for_log(CLUSTER_DOWN_WAITING, timeout=60)
             assert applied() == 1
             assert query(database_url, "SELECT count(*) FROM core.dead_letters") == [(0,)]
             cluster.restart()
@@ -113,7 +119,7 @@ def test_a_pool_process_whose_first_job_finds_the_cluster_down_waits_then_applie
             cluster.stop()
             for job in jobs:
                 port.publish(QUEUE, job)
-            worker.wait_for_log("database or Redis unavailable (RedisClusterException", timeout=60)
+            worker.wait_for_log(CLUSTER_DOWN_WAITING, timeout=60)
             assert query(database_url, "SELECT count(*) FROM core.processed_jobs") == [(0,)]
             cluster.restart()
             wait_until(
