@@ -9,15 +9,24 @@ every answer), daily-quota 429s and scripted faults (5xx, a 429 with a chosen
 ``retry-after``). Every request is recorded, including requests to paths Resend has and
 the adapter must never call (``/contacts``, ``/audiences``...): they answer 404 here.
 
-Runs in a thread of the test process; worker processes reach it on 127.0.0.1.
+Runs in a thread of the test process; worker processes reach it on 127.0.0.1. A request
+is stamped with the time its first bytes reached this machine's network stack (the
+kernel's receive timestamp), not the time a thread of this process got round to reading
+it: a provider on another machine counts what its network received, and this process
+shares two cores with the workers it serves (a reading thread waits for the GIL and
+the CPU; measured up to 51 ms late under the throughput benchmark's load). Its rate limit
+counts those stamps, whatever order the threads handle the requests in.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import json
 import os
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -81,13 +90,10 @@ class ResendLikeServer:
         self.nice = nice
         """Scheduling priority of the server's threads (``-10``: ahead of the workers).
 
-        A provider is another machine: the clock it counts requests by does not stall
-        while the workers load this machine's cores. A stall of the server's threads
-        would stamp a few requests late and together, and its sliding window would
-        count more in one second than were sent in any second. (Measured: it did not
-        remove the occasional 429 of the throughput benchmark, whose bunching is on the
-        senders' side; ``bench/results-notifications.md``.) Ignored where the process
-        may not raise its priority."""
+        A provider is another machine: it answers while the workers load this machine's
+        cores. Arrival stamps do not depend on it (they come from the kernel, see the
+        module); it keeps the answers, and so the senders' next requests, prompt.
+        Ignored where the process may not raise its priority."""
         self.rate_limit = rate_limit
         self.advertised_limit = advertised_limit
         self.lock = threading.Lock()
@@ -97,7 +103,9 @@ class ResendLikeServer:
         """Idempotency key → (path, body digest, reply), as Resend keeps them for 24 h."""
         self._in_flight: set[str] = set()
         self._faults: deque[Fault] = deque()
-        self._window: deque[float] = deque()
+        self._window: list[float] = []
+        """Arrival stamps of the requests let through in the last seconds, sorted (threads
+        handle requests in another order than they arrived)."""
         self._quota_until = 0.0
         self.gate = threading.Event()
         """Accepted requests wait for this to be set before answering (set by default)."""
@@ -211,12 +219,27 @@ class ResendLikeServer:
         limit = self.advertised_limit or self.rate_limit
         if limit is None:
             return {}
-        remaining = max(0, int(limit) - len(self._window))
+        remaining = max(0, int(limit) - self._in_window(now))
         return {
             "ratelimit-limit": str(int(limit)),
             "ratelimit-remaining": str(remaining),
             "ratelimit-reset": "1",
         }
+
+    def _in_window(self, end: float) -> int:
+        """Requests let through that arrived in the second ending at ``end``."""
+        w = self._window
+        return bisect.bisect_right(w, end) - bisect.bisect_right(w, end - 1.0)
+
+    def _fullest_window(self, at: float) -> int:
+        """The most requests let through in any second that holds the instant ``at``.
+
+        A request that arrived at ``at`` but is handled after later ones must fit in every
+        second around it, not only in the second that ends when it arrived.
+        """
+        w = self._window
+        ends = [at, *w[bisect.bisect_left(w, at) : bisect.bisect_left(w, at + 1.0)]]
+        return max(self._in_window(end) for end in ends)
 
     def _answer(
         self,
@@ -237,8 +260,8 @@ class ResendLikeServer:
             return 422, {}, _error(422, "validation_error", "body is not JSON")
         record.body = body
         with self.lock:
-            while self._window and self._window[0] <= now - 1.0:
-                self._window.popleft()
+            newest = max(now, self._window[-1]) if self._window else now
+            del self._window[: bisect.bisect_right(self._window, newest - _KEPT_SECONDS)]
             if self._faults:
                 fault = self._faults.popleft()
                 extra = {**self._limit_headers(now), **fault.headers}
@@ -250,11 +273,12 @@ class ResendLikeServer:
                     {"retry-after": left},
                     _error(429, "daily_quota_exceeded", "You have reached your daily email quota"),
                 )
-            if self.rate_limit is not None and len(self._window) >= self.rate_limit:
-                wait = max(0.001, self._window[0] + 1.0 - now)
+            if self.rate_limit is not None and self._fullest_window(now) >= self.rate_limit:
+                oldest = self._window[bisect.bisect_right(self._window, now - 1.0)]
+                wait = max(0.001, oldest + 1.0 - now)
                 extra = {**self._limit_headers(now), "retry-after": str(max(1, round(wait)))}
                 return 429, extra, _error(429, "rate_limit_exceeded", "Too many requests")
-            self._window.append(now)
+            bisect.insort(self._window, now)
             limit_headers = self._limit_headers(now)
             digest = hashlib.sha256(raw).digest()
             if key := record.idempotency_key:
@@ -351,6 +375,30 @@ def _error(status: int, name: str, message: str) -> dict[str, Any]:
     return {"statusCode": status, "name": name, "message": message}
 
 
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; the cmsg type is the same
+_KEPT_SECONDS = 3.0
+"""Stamps older than this behind the newest are dropped (threads are never that late)."""
+
+
+def received_at(conn: socket.socket) -> float | None:
+    """When the data waiting on ``conn`` reached this machine (``time.monotonic`` scale).
+
+    Waits for data, leaves it in the socket (``MSG_PEEK``) and reads the kernel's receive
+    stamp of its first bytes (``SO_TIMESTAMPNS``, set on the socket beforehand).
+    ``None`` when the peer closed the connection or the kernel gave no stamp.
+    """
+    try:
+        data, ancillary, _, _ = conn.recvmsg(1, socket.CMSG_SPACE(16), socket.MSG_PEEK)
+    except OSError:
+        return None
+    for level, kind, payload in ancillary:
+        if data and level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
+            seconds, nanoseconds = struct.unpack("qq", payload[:16])  # a struct timespec
+            age = time.time() - (int(seconds) + int(nanoseconds) / 1e9)
+            return time.monotonic() - max(0.0, age)
+    return None
+
+
 class _Handler(BaseHTTPRequestHandler):
     owner: ResendLikeServer
     protocol_version = "HTTP/1.1"
@@ -360,8 +408,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     arrived: float | None = None
 
+    def setup(self) -> None:
+        super().setup()
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+
+    def handle_one_request(self) -> None:
+        # no client here pipelines (each sends its next request after the answer), so the
+        # next request's first bytes are still in the socket, with their receive stamp
+        self.arrived = received_at(self.connection)
+        super().handle_one_request()
+
     def parse_request(self) -> bool:
-        self.arrived = time.monotonic()  # the request line is in: the request has arrived
+        if self.arrived is None:  # no kernel stamp: the request line is in, so it arrived
+            self.arrived = time.monotonic()
         with self.owner.lock:
             self.owner.request_lines += 1
         return super().parse_request()
