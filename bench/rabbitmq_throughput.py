@@ -7,6 +7,14 @@ One RabbitMQ node, one Redis and one PostgreSQL from the harness; one ``-P prefo
 worker per variant (``bench/consumer_app.py``). The queue is filled first, then the worker
 starts; the clock runs from the moment a tenth of the jobs were taken to the last row
 written. Each ratio is taken within one run; the median over runs is printed.
+
+Each variant starts from the same state: the one before it has its queue deleted, its
+rows truncated and PostgreSQL checkpointed, and the next one starts its worker only when
+the machine's CPUs are idle again (under 10 % busy over half a second), after the fill
+too. Without that, the work a variant leaves behind (RabbitMQ's quorum-queue log, the
+database's writes) ran during the next one: whichever RabbitMQ variant ran right after
+the other was the slower (594 then 463 jobs/s in one order, 530 then 474 in the other:
+single-run ratios 0.78 and 1.12).
 """
 
 from __future__ import annotations
@@ -56,6 +64,39 @@ def ready_count(broker_url: str, queue: str) -> int:
         return int(count)
 
 
+def cpu_busy(seconds: float = 0.5) -> float:
+    """The fraction of the machine's CPU time that was busy over ``seconds`` (/proc/stat)."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields) - idle, sum(fields)
+
+    busy0, total0 = sample()
+    time.sleep(seconds)  # the sampling interval of a measurement, not a synchronisation
+    busy1, total1 = sample()
+    return (busy1 - busy0) / max(1, total1 - total0)
+
+
+def settle(broker_url: str, queue: str, db_url: str) -> None:
+    """Leave nothing of a variant behind for the next: its queue, its rows, its writes."""
+    if broker_url.startswith("redis"):
+        with redis.Redis.from_url(broker_url) as client:
+            client.delete(queue)
+    else:
+        with kombu.Connection(broker_url) as conn:
+            conn.default_channel.queue_delete(queue)
+    conn = psycopg2.connect(db_url)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("TRUNCATE public.bench_work, core.processed_jobs")
+        cur.execute("CHECKPOINT")
+    conn.close()
+    wait_until(lambda: cpu_busy() < 0.10, timeout=120, interval=0.1,
+               message="the machine to be idle again")  # fmt: skip
+
+
 def run_variant(task: str, broker_url: str, jobs: int, redis_url: str, db_url: str,
                 log: Path, run: int) -> float:  # fmt: skip
     queue = f"bench_{task.split('.')[1]}_{broker_url[:4]}_{run}"
@@ -75,6 +116,8 @@ def run_variant(task: str, broker_url: str, jobs: int, redis_url: str, db_url: s
     subprocess.run([sys.executable, "-c", fill, task, queue, str(jobs)], cwd=ROOT, env=env,
                    check=True)  # fmt: skip
     assert ready_count(broker_url, queue) == jobs
+    wait_until(lambda: cpu_busy() < 0.10, timeout=120, interval=0.1,
+               message="the machine to be idle after the fill")  # fmt: skip
     argv = [str(Path(sys.executable).parent / "celery"), "-A", "bench.consumer_app", "worker",
             "-P", "prefork", "-c", "2", "-Q", queue, "--without-mingle", "--without-gossip",
             "--loglevel", "WARNING"]  # fmt: skip
@@ -95,10 +138,7 @@ def run_variant(task: str, broker_url: str, jobs: int, redis_url: str, db_url: s
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
-    conn = psycopg2.connect(db_url)
-    with conn, conn.cursor() as cur:
-        cur.execute("TRUNCATE public.bench_work, core.processed_jobs")
-    conn.close()
+    settle(broker_url, queue, db_url)
     return (jobs - warm) / elapsed
 
 
