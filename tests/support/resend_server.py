@@ -42,7 +42,8 @@ API_KEY = "re_test_0123456789abcdef"
 
 @dataclass
 class Request:
-    """One request as the server saw it."""
+    """One request as the server saw it: ``at`` when it arrived, ``answered`` when its
+    answer was decided (what a sender can know of it from then on)."""
 
     at: float
     method: str
@@ -52,6 +53,7 @@ class Request:
     name: str = ""
     body: Any = None
     replayed: bool = False
+    answered: float = 0.0
 
 
 @dataclass
@@ -210,6 +212,7 @@ class ResendLikeServer:
         with self.lock:
             self.requests.append(record)
         status, extra, body = self._answer(record, method, path, headers, raw, now)
+        record.answered = time.monotonic()
         record.status = status
         if isinstance(body, dict) and "name" in body and status >= 400:
             record.name = str(body["name"])
