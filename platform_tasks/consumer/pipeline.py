@@ -20,8 +20,11 @@ acts on it. Deciding, in order:
    ``ROLLBACK``) failed its attempt like one that raised;
 5. commit → :class:`Applied`; a failure is counted in Redis while the claim still holds a
    duplicate copy back, then :func:`~platform_tasks.consumer.retry.decide` gives
-   :class:`RetryAt` or :class:`DeadLetter`; :class:`~platform_tasks.errors.Throttled` gives
-   :class:`ThrottledUntil` (the same attempt again, nothing spent).
+   :class:`RetryAt` or :class:`DeadLetter`, whose row is written (on the marks'
+   connection) before the rollback releases the claim, so a copy waiting on the claim
+   finds the job dead-lettered instead of running it again;
+   :class:`~platform_tasks.errors.Throttled` gives :class:`ThrottledUntil` (the same
+   attempt again, nothing spent).
 
 Whatever is raised, the transaction ends in a commit or a rollback before the verdict
 leaves step 2 (a ``finally``; a connection in an unknown state is discarded). When
@@ -240,16 +243,26 @@ class DeliveryPipeline:
         self.marks.mark(delivery.consumer, str(envelope.job_id))
         self.deliveries.failed(delivery.consumer, str(envelope.job_id),
                                ttl_seconds=self._ttl(policy))  # fmt: skip
-        tx.rollback()
         decision = decide(policy, attempt, exc, tuple(task.permanent_errors or ()))
         if decision.retry:
+            tx.rollback()
             assert decision.delay is not None
             return RetryAt(self.clock() + decision.delay, attempt, exc)
-        return DeadLetter(
-            self._record(envelope, delivery, attempts=attempt, reason=decision.reason,
-                         last_error=describe_error(exc), error_type=error_type_name(exc)),
-            exc,
-        )  # fmt: skip
+        record = self._record(envelope, delivery, attempts=attempt, reason=decision.reason,
+                              last_error=describe_error(exc),
+                              error_type=error_type_name(exc))  # fmt: skip
+        # Written while this transaction still holds the claim, so a copy of the job that
+        # waits on it finds the budget spent and the dead letter committed once it gets
+        # the claim: it is a duplicate, never a second run and a second row. The handler's
+        # work is rolled back after; the row goes through the marks' own connection.
+        self._exhaust(delivery, envelope)
+        written = until_done(lambda: self._write_beside(record),
+                             "write the dead letter", self._sleep_fn())  # fmt: skip
+        tx.rollback()
+        dead_letter_id, new = written
+        if not new:
+            return Duplicate("dead_lettered", dead_letter_id)
+        return DeadLetter(record, exc, claim=False, row=dead_letter_id)
 
     def _over_budget(self, tx: JobTransaction, envelope: Envelope[Any], delivery: Delivery,
                      policy: RetryPolicy, state: DeliveryState, attempt: int
@@ -334,16 +347,20 @@ class DeliveryPipeline:
     def _settle_dead_letter(self, delivery: Delivery, envelope: Envelope[Any] | None,
                             verdict: DeadLetter) -> Any:  # fmt: skip
         record = verdict.record
-        if envelope is not None:
+        if verdict.row is not None:  # written while the delivery still held the claim
+            dead_letter_id = verdict.row
+        elif verdict.claim and envelope is not None:
             self._exhaust(delivery, envelope)
-        if verdict.claim and envelope is not None:
-            dead_letter_id = until_done(lambda: self._write_claimed(record, envelope, delivery),
-                                        "write the dead letter", self._sleep_fn())  # fmt: skip
-            if dead_letter_id is None:
-                duplicate = Duplicate("applied_by_other")
+            written = until_done(lambda: self._write_claimed(record, envelope, delivery),
+                                 "write the dead letter", self._sleep_fn())  # fmt: skip
+            if written is None or isinstance(written, Duplicate):
+                duplicate = written or Duplicate("applied_by_other")
                 self.hooks.emit("on_duplicate", delivery, envelope, duplicate)
                 return None
+            dead_letter_id = written
         else:
+            if envelope is not None:
+                self._exhaust(delivery, envelope)
             dead_letter_id = until_done(lambda: self._write_alone(record),
                                         "write the dead letter", self._sleep_fn())  # fmt: skip
         self.hooks.emit("on_dead_lettered", record, dead_letter_id, verdict.error)
@@ -354,21 +371,47 @@ class DeliveryPipeline:
         ) from None
 
     def _write_claimed(self, record: DeadLetterRecord, envelope: Envelope[Any],
-                       delivery: Delivery) -> int | None:  # fmt: skip
+                       delivery: Delivery) -> int | Duplicate | None:  # fmt: skip
         """Claim the job again, write the dead letter, release the claim, commit.
 
-        ``None`` when another delivery applied the job in the meantime: nothing to write.
+        ``None`` when another delivery applied the job in the meantime, a
+        :class:`Duplicate` when one dead-lettered it: nothing to write.
         """
         tx = JobTransaction(self.database)
         try:
             if not tx.claim(envelope.job_id, delivery.consumer):
                 return None
+            latest = latest_dead_letter(tx.cursor, envelope.job_id, envelope.kind)
+            if latest is not None and latest[1] != "replayed":
+                return Duplicate("dead_lettered", latest[0])
             dead_letter_id = record.write(tx.cursor)
             idempotency.release(tx.cursor, envelope.job_id, delivery.consumer)
             problem = tx.commit()
             if problem is not None:
                 raise problem
             return dead_letter_id
+        finally:
+            tx.end()
+
+    def _write_beside(self, record: DeadLetterRecord) -> tuple[int, bool]:
+        """Write the row on the marks' connection, unless the job's generation has one.
+
+        ``(id, True)`` for the row written here; ``(id, False)`` for a row of this job
+        that is not replayed (written by a copy that ran while PostgreSQL restarted, or
+        before a Redis restart lost the spent budget): the job is dead-lettered once.
+        """
+        assert record.job_id is not None
+        tx = JobTransaction(self.marks.database)
+        try:
+            tx.begin()
+            latest = latest_dead_letter(tx.cursor, record.job_id, record.kind)
+            if latest is not None and latest[1] != "replayed":
+                return latest[0], False
+            dead_letter_id = record.write(tx.cursor)
+            problem = tx.commit()
+            if problem is not None:
+                raise problem
+            return dead_letter_id, True
         finally:
             tx.end()
 

@@ -57,13 +57,16 @@ class ThrottledUntil:
 class DeadLetter:
     """Write ``record``; with ``claim`` the job is claimed again while the row is written.
 
-    The claim keeps a concurrent copy of the job waiting, and finding the job applied by
-    such a copy meanwhile turns the verdict into :class:`Duplicate`.
+    The claim keeps a concurrent copy of the job waiting, and finding the job applied or
+    dead-lettered by such a copy meanwhile turns the verdict into :class:`Duplicate`.
+    ``row`` is set when the row was already written while the delivery held its first
+    claim (a failed handler: the copy waiting on that claim then finds it).
     """
 
     record: DeadLetterRecord
     error: BaseException | None
     claim: bool = True
+    row: int | None = None
 
 
 @dataclass(frozen=True)

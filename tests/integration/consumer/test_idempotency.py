@@ -68,14 +68,8 @@ def test_two_concurrent_deliveries_apply_exactly_once(harness: Harness) -> None:
     second = threading.Thread(target=deliver, args=("second",))
     second.start()
 
-    def second_waits_on_the_claim() -> bool:
-        rows = harness.rows(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE 'BEGIN; SELECT claimed, marked FROM core.claim_delivery%%'"
-        )
-        return rows[0][0] == 1
-
-    wait_until(second_waits_on_the_claim, timeout=10, message="second delivery blocked")
+    wait_until(lambda: claims_waiting(harness) == 1, timeout=10,
+               message="second delivery blocked")  # fmt: skip
     harness.release.set()
     first.join(15)
     second.join(15)
@@ -84,3 +78,51 @@ def test_two_concurrent_deliveries_apply_exactly_once(harness: Harness) -> None:
     assert harness.calls == [payload["job_id"]]
     assert harness.rows("SELECT count(*) FROM public.consumer_work") == [(1,)]
     assert harness.rows("SELECT count(*) FROM core.processed_jobs") == [(1,)]
+
+
+def test_two_concurrent_copies_of_a_permanently_failing_job_are_dead_lettered_once(
+    harness: Harness,
+) -> None:
+    """The copy that waited on the claim finds the job dead-lettered, not free to run.
+
+    The first copy's handler fails with a PermanentError while the second copy waits on
+    its claim. Rolling back the handler's work released the claim before the dead letter
+    was written, so the second copy ran the handler as attempt 2 and wrote a second dead
+    letter (seen once in the soak test: one job, two dead letters).
+    """
+    payload = envelope("doomed", block=True, permanent=True)
+    results: dict[str, Any] = {}
+
+    def deliver(name: str) -> None:
+        results[name] = harness.apply(payload)
+
+    first = threading.Thread(target=deliver, args=("first",))
+    first.start()
+    assert harness.started.wait(10)
+    second = threading.Thread(target=deliver, args=("second",))
+    second.start()
+    wait_until(lambda: claims_waiting(harness) == 1, timeout=10,
+               message="second delivery blocked on the claim")  # fmt: skip
+    harness.release.set()
+    first.join(15)
+    second.join(15)
+    assert not first.is_alive() and not second.is_alive()
+    states = sorted(r.state for r in results.values())
+    assert states == ["FAILURE", "SUCCESS"], results  # one dead letter, one duplicate
+    assert harness.calls == [payload["job_id"]], "the handler ran again for the waiting copy"
+    rows = harness.rows(
+        "SELECT attempts, reason, status FROM core.dead_letters WHERE job_id = %s",
+        payload["job_id"],
+    )
+    assert rows == [(1, "permanent_error", "pending_review")]
+    assert harness.rows("SELECT count(*) FROM public.consumer_work") == [(0,)]
+    assert harness.rows("SELECT count(*) FROM core.processed_jobs") == [(0,)]
+
+
+def claims_waiting(harness: Harness) -> int:
+    """Deliveries blocked on another delivery's claim of the same job."""
+    rows = harness.rows(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND query LIKE 'BEGIN; SELECT claimed, marked FROM core.claim_delivery%%'"
+    )
+    return int(rows[0][0])

@@ -53,6 +53,7 @@ class Cursor:
 
     def execute(self, sql: str, params: Any = None) -> None:
         conn = self.conn
+        sql = "\n".join(line for line in sql.splitlines() if not line.startswith("--"))
         conn.statements.append(sql.split()[0] if not sql.startswith("BEGIN;") else "CLAIM")
         if sql.startswith(
             (
@@ -76,8 +77,13 @@ class Cursor:
             conn.status, conn.claimed = TRANSACTION_STATUS_IDLE, None
         elif sql == "ROLLBACK":
             conn.status, conn.claimed = TRANSACTION_STATUS_IDLE, None
+        elif sql == "BEGIN":
+            conn.status = TRANSACTION_STATUS_INTRANS
         elif sql.startswith("SELECT id, status FROM core.dead_letters"):
             self._row = conn.latest_dead_letter
+        elif sql.startswith("INSERT INTO core.dead_letters"):
+            conn.dead_letters.append(params)
+            self._row = (100 + len(conn.dead_letters),)
         else:
             raise AssertionError(f"unexpected statement {sql}")
 
@@ -102,6 +108,7 @@ class Connection:
     claimed: str | None = None
     closed: int = 0
     latest_dead_letter: Any = None
+    dead_letters: list[Any] = field(default_factory=list)
     marked: bool = True
     """What the claim answers about a delivery mark (set: the counter's state is read)."""
 
@@ -145,13 +152,17 @@ class Counter:
         self.failures += 1
 
     def undo(self, consumer: str, job_id: str) -> None: ...
-    def exhaust(self, consumer: str, job_id: str, *, ttl_seconds: int) -> None: ...
+    def exhaust(self, consumer: str, job_id: str, *, ttl_seconds: int) -> None:
+        self.calls.append("exhaust")
+
     def forget(self, consumer: str, job_id: str) -> None: ...
 
 
 @dataclass
 class Marks:
     calls: list[str]
+    database: Database = field(default_factory=Database)
+    """The marks' own connection: a failed handler's dead letter is written on it."""
 
     def mark(self, consumer: str, job_id: str) -> None:
         self.calls.append("mark")
@@ -302,10 +313,48 @@ def test_the_last_attempt_and_a_permanent_error_are_dead_letters() -> None:
     s = setup()
     last = s.pipeline.decide(task(fail(RuntimeError("x"))), envelope(), delivery(attempt=3))
     assert isinstance(last, DeadLetter) and last.record.reason == "retries_exhausted"
-    assert last.claim and last.record.attempts == 3
+    assert last.row == 101 and last.record.attempts == 3  # written while the claim held
     permanent = s.pipeline.decide(task(fail(PermanentError("no"))), envelope(), delivery())
     assert isinstance(permanent, DeadLetter) and permanent.record.reason == "permanent_error"
     assert no_transaction_left(s)
+
+
+def test_a_failed_handlers_dead_letter_is_written_before_its_claim_is_released() -> None:
+    """A copy waiting on the claim must find the row, not the job free to run again."""
+    s = setup()
+    order: list[str] = []
+    s.database.conn.statements = Recorded(order, "job")  # type: ignore[assignment]
+    beside = s.pipeline.marks.database.conn  # type: ignore[attr-defined]
+    beside.statements = Recorded(order, "beside")
+    verdict = s.pipeline.decide(task(fail(PermanentError("no"))), envelope(), delivery())
+    assert isinstance(verdict, DeadLetter) and verdict.row == 101 and not verdict.claim
+    assert order == ["job CLAIM", "beside BEGIN", "beside SELECT", "beside INSERT",
+                     "beside COMMIT", "job ROLLBACK"]  # fmt: skip
+    assert s.counter.calls[-2:] == ["mark", "exhaust"]  # the budget is spent before, too
+    assert no_transaction_left(s) and beside.status == TRANSACTION_STATUS_IDLE
+
+
+def test_a_failed_copy_of_a_job_with_a_dead_letter_pending_is_a_duplicate() -> None:
+    s = setup()
+    beside = s.pipeline.marks.database.conn  # type: ignore[attr-defined]
+    beside.latest_dead_letter = (7, "pending_review")
+    verdict = s.pipeline.decide(task(fail(PermanentError("no"))), envelope(), delivery())
+    assert verdict == Duplicate("dead_lettered", 7) and beside.dead_letters == []
+    beside.latest_dead_letter = (7, "replayed")  # a replay's failure is a new dead letter
+    verdict = s.pipeline.decide(task(fail(PermanentError("no"))), envelope(), delivery())
+    assert isinstance(verdict, DeadLetter) and len(beside.dead_letters) == 1
+
+
+class Recorded(list[str]):
+    """A connection's statements, also appended to one order shared by two connections."""
+
+    def __init__(self, order: list[str], name: str) -> None:
+        super().__init__()
+        self.order, self.name = order, name
+
+    def append(self, statement: str) -> None:
+        super().append(statement)
+        self.order.append(f"{self.name} {statement}")
 
 
 def test_throttled_reschedules_the_same_attempt_without_counting_a_failure() -> None:
