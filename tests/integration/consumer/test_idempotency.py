@@ -57,22 +57,7 @@ def test_handler_error_rolls_back_work_and_idempotency_row(harness: Harness) -> 
 
 def test_two_concurrent_deliveries_apply_exactly_once(harness: Harness) -> None:
     payload = envelope("race", block=True)
-    results: dict[str, Any] = {}
-
-    def deliver(name: str) -> None:
-        results[name] = harness.apply(payload)
-
-    first = threading.Thread(target=deliver, args=("first",))
-    first.start()
-    assert harness.started.wait(10)
-    second = threading.Thread(target=deliver, args=("second",))
-    second.start()
-
-    wait_until(lambda: claims_waiting(harness) == 1, timeout=10,
-               message="second delivery blocked")  # fmt: skip
-    harness.release.set()
-    first.join(15)
-    second.join(15)
+    results = race(harness, payload)
     assert results["first"].state == "SUCCESS"
     assert results["second"].state == "SUCCESS"
     assert harness.calls == [payload["job_id"]]
@@ -91,6 +76,21 @@ def test_two_concurrent_copies_of_a_permanently_failing_job_are_dead_lettered_on
     letter (seen once in the soak test: one job, two dead letters).
     """
     payload = envelope("doomed", block=True, permanent=True)
+    results = race(harness, payload)
+    states = sorted(r.state for r in results.values())
+    assert states == ["FAILURE", "SUCCESS"], results  # one dead letter, one duplicate
+    assert harness.calls == [payload["job_id"]], "the handler ran again for the waiting copy"
+    rows = harness.rows(
+        "SELECT attempts, reason, status FROM core.dead_letters WHERE job_id = %s",
+        payload["job_id"],
+    )
+    assert rows == [(1, "permanent_error", "pending_review")]
+    assert harness.rows("SELECT count(*) FROM public.consumer_work") == [(0,)]
+    assert harness.rows("SELECT count(*) FROM core.processed_jobs") == [(0,)]
+
+
+def race(harness: Harness, payload: dict[str, Any]) -> dict[str, Any]:
+    """Two copies of the job: the second waits on the first's claim while its handler runs."""
     results: dict[str, Any] = {}
 
     def deliver(name: str) -> None:
@@ -107,16 +107,7 @@ def test_two_concurrent_copies_of_a_permanently_failing_job_are_dead_lettered_on
     first.join(15)
     second.join(15)
     assert not first.is_alive() and not second.is_alive()
-    states = sorted(r.state for r in results.values())
-    assert states == ["FAILURE", "SUCCESS"], results  # one dead letter, one duplicate
-    assert harness.calls == [payload["job_id"]], "the handler ran again for the waiting copy"
-    rows = harness.rows(
-        "SELECT attempts, reason, status FROM core.dead_letters WHERE job_id = %s",
-        payload["job_id"],
-    )
-    assert rows == [(1, "permanent_error", "pending_review")]
-    assert harness.rows("SELECT count(*) FROM public.consumer_work") == [(0,)]
-    assert harness.rows("SELECT count(*) FROM core.processed_jobs") == [(0,)]
+    return results
 
 
 def claims_waiting(harness: Harness) -> int:
