@@ -14,7 +14,7 @@ from typing import Any
 from celery import Celery
 
 from platform_tasks.brokers import refuse_cluster_broker
-from platform_tasks.consumer.retry import RetryPolicy, resolve_policies
+from platform_tasks.consumer.retry import DEFAULT_POLICY, RetryPolicy, resolve_policies
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.transport.selection import transport_conf
 
@@ -34,7 +34,7 @@ class PlatformCelery(Celery):  # type: ignore[misc]
     retry_policies: dict[str, RetryPolicy]
 
     def retry_policy_for(self, queue: str | None) -> RetryPolicy:
-        return self.retry_policies.get(queue or "", RetryPolicy())
+        return self.retry_policies.get(queue or "", DEFAULT_POLICY)
 
 
 def _installers() -> list[Callable[[PlatformCelery], None]]:

@@ -136,3 +136,14 @@ def latest_dead_letter(cursor: Any, job_id: uuid.UUID, kind: str | None) -> tupl
     cursor.execute(_LATEST, (str(job_id), kind))
     row = cursor.fetchone()
     return (int(row[0]), str(row[1])) if row else None
+
+
+def pending_dead_letter(cursor: Any, job_id: uuid.UUID, kind: str | None) -> int | None:
+    """The id of this job's newest dead letter unless it was replayed, else ``None``.
+
+    A job gets one dead letter per generation: while its newest row is not ``replayed``,
+    another failing copy of it is a duplicate of that row, not a second one; a replay's
+    failure starts a new generation, so it is written.
+    """
+    latest = latest_dead_letter(cursor, job_id, kind)
+    return latest[0] if latest is not None and latest[1] != "replayed" else None

@@ -39,12 +39,13 @@ class Delivery:
     header_attempt: Any
     priority: int | None
     payload: Any = None
-    """The envelope exactly as received: what a dead letter keeps for replay."""
+    """The envelope exactly as received (the decoded message body, not copied): what a dead
+    letter keeps for replay, made JSON-safe only when one is written."""
     redelivered: bool = False
     """The broker put this message back after an earlier delivery (its worker died)."""
 
     @classmethod
-    def from_request(cls, task: Any, request: Any) -> Delivery:
+    def from_request(cls, task: Any, request: Any, payload: Any = None) -> Delivery:
         info = getattr(request, "delivery_info", None) or {}
         headers = getattr(request, "headers", None) or {}
         attempt = getattr(request, ATTEMPT_HEADER, None)
@@ -60,6 +61,7 @@ class Delivery:
             queue=consumed_queue(task, info),
             header_attempt=attempt,
             priority=priority if isinstance(priority, int) else None,
+            payload=payload,
             redelivered=redelivered,
         )
 

@@ -43,7 +43,6 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,6 +61,7 @@ from platform_tasks.consumer.dead_letter_records import (
     describe_error,
     error_type_name,
     latest_dead_letter,
+    pending_dead_letter,
     raw_payload,
 )
 from platform_tasks.consumer.delivery import Delivery
@@ -144,8 +144,8 @@ class DeliveryPipeline:
     def process(self, task: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                 request: Any) -> Any:  # fmt: skip
         """Decide and settle one delivery; what Celery gets back (or the raise it sees)."""
-        delivery = Delivery.from_request(task, request)
         payload = args[0] if len(args) == 1 and not kwargs else None
+        delivery = Delivery.from_request(task, request, _snapshot(payload))
         try:
             if payload is None:
                 raise EnvelopeError(
@@ -157,7 +157,6 @@ class DeliveryPipeline:
             )
         except EnvelopeError as exc:
             return self.settle(task, delivery, None, self._poison(delivery, args, kwargs, exc))
-        delivery = replace(delivery, payload=_json_safe(payload))
         token = current_correlation_id.set(envelope.correlation_id)
         try:
             backoff = self._backoff()
@@ -381,9 +380,9 @@ class DeliveryPipeline:
         try:
             if not tx.claim(envelope.job_id, delivery.consumer):
                 return None
-            latest = latest_dead_letter(tx.cursor, envelope.job_id, envelope.kind)
-            if latest is not None and latest[1] != "replayed":
-                return Duplicate("dead_lettered", latest[0])
+            pending = pending_dead_letter(tx.cursor, envelope.job_id, envelope.kind)
+            if pending is not None:
+                return Duplicate("dead_lettered", pending)
             dead_letter_id = record.write(tx.cursor)
             idempotency.release(tx.cursor, envelope.job_id, delivery.consumer)
             problem = tx.commit()
@@ -404,9 +403,9 @@ class DeliveryPipeline:
         tx = JobTransaction(self.marks.database)
         try:
             tx.begin()
-            latest = latest_dead_letter(tx.cursor, record.job_id, record.kind)
-            if latest is not None and latest[1] != "replayed":
-                return latest[0], False
+            pending = pending_dead_letter(tx.cursor, record.job_id, record.kind)
+            if pending is not None:
+                return pending, False
             dead_letter_id = record.write(tx.cursor)
             problem = tx.commit()
             if problem is not None:
@@ -449,7 +448,11 @@ class DeliveryPipeline:
             kind=envelope.kind,
             tenant_id=envelope.tenant_id,
             correlation_id=envelope.correlation_id,
-            payload=delivery.payload or envelope.to_message(),
+            payload=(
+                _json_safe(delivery.payload)
+                if delivery.payload is not None
+                else envelope.to_message()
+            ),
             attempts=attempts,
             last_error=last_error,
             error_type=error_type,
@@ -513,6 +516,23 @@ def _str_or_none(value: Any) -> str | None:
 
 def _json_safe(value: Any) -> Any:
     return json.loads(json.dumps(value, default=repr))
+
+
+def _snapshot(value: Any) -> Any:
+    """The payload as received, out of the handler's reach: its dicts and lists copied.
+
+    A handler gets the validated envelope, but with ``data_model=dict`` the values nested
+    in ``data`` are the decoded message's own objects, so a handler that changed one in
+    place would change what its dead letter keeps for replay. The body came through the
+    JSON serializer, so everything else in it is immutable; it is made JSON-safe only when
+    a dead letter is written (a JSON round trip per job cost about a tenth of the
+    pipeline's own time).
+    """
+    if isinstance(value, dict):
+        return {key: _snapshot(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_snapshot(item) for item in value]
+    return value
 
 
 _pipelines: dict[tuple[int, int], DeliveryPipeline] = {}

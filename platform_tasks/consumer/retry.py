@@ -75,6 +75,10 @@ class RetryPolicy:
         return timedelta(seconds=seconds)
 
 
+DEFAULT_POLICY = RetryPolicy()
+"""The policy of every queue without one of its own (immutable, so shared)."""
+
+
 def compute_backoff(
     policy: RetryPolicy, attempts_made: int, rng: random.Random | None = None
 ) -> timedelta:

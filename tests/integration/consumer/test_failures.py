@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 import pytest
 import redis
 
-from platform_tasks import PlatformTask
+from platform_tasks import PermanentError, PlatformTask
 from platform_tasks.errors import ConfigurationError, DeadLettered
 from platform_tasks.keys import delay_keys
-from tests.integration.consumer.conftest import MAX_ATTEMPTS, Harness
+from tests.integration.consumer.conftest import MAX_ATTEMPTS, QUEUE, Harness
 from tests.integration.consumer.test_idempotency import envelope
 
 DEAD_LETTER_COLUMNS = (
@@ -184,3 +185,24 @@ def test_a_subclass_declares_the_options_it_owns(harness: Harness) -> None:
 
 def test_dead_lettered_is_an_expected_error_for_celery_and_sentry(harness: Harness) -> None:
     assert DeadLettered in harness.task.throws
+
+
+def test_a_dead_letter_keeps_the_payload_as_received_when_the_handler_changed_it(
+    harness: Harness,
+) -> None:
+    """With ``data_model=dict`` the values nested in ``data`` are the message's own objects;
+    a handler that changes them in place and fails must not change what replay gets."""
+
+    @harness.app.task(name="tests.it.meddle", base=PlatformTask, shared=False)
+    def meddle(envelope: Any, tx: Any) -> None:
+        envelope.data["order"]["lines"].append({"sku": "added-by-handler"})
+        envelope.data["order"]["total"] = 0
+        raise PermanentError("cannot ever work")
+
+    payload = {**envelope("meddled"), "kind": "tests.it.meddle",
+               "data": {"order": {"lines": [{"sku": "a-1"}], "total": 12}}}  # fmt: skip
+    as_sent = copy.deepcopy(payload)
+    result = meddle.apply(args=(payload,), routing_key=QUEUE)
+    assert result.state == "FAILURE"
+    (row,) = dead_letters(harness)
+    assert row[4] == as_sent
