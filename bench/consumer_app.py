@@ -1,4 +1,5 @@
-"""Tasks for bench/consumer_throughput.py: a PlatformTask, the same insert done by hand, a no-op."""
+"""Tasks for the consumer benchmarks: a PlatformTask, the same insert done by hand, the
+platform's SQL done by hand (``bench/rabbitmq_throughput.py --sql-floor``), a no-op."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from platform_tasks import PlatformTask, create_app
 app = create_app("bench_consumer")
 _conn: Any = None
 _pid: int | None = None
+_autocommit: Any = None
+_autocommit_pid: int | None = None
 
 
 def _connection() -> Any:
@@ -35,6 +38,24 @@ def plain_insert(envelope: dict[str, Any]) -> None:
         cur.execute("INSERT INTO public.bench_work (job_id) VALUES (%s) ON CONFLICT DO NOTHING",
                     (envelope["job_id"],))  # fmt: skip
     conn.commit()
+
+
+@app.task(name="bench.sql_floor")
+def sql_floor(envelope: dict[str, Any]) -> None:
+    """The round trips and rows of a PlatformTask's applied job, none of its Python: the
+    claim (``BEGIN`` + ``core.claim_delivery``), the same insert, ``COMMIT``."""
+    global _autocommit, _autocommit_pid
+    if _autocommit is None or _autocommit_pid != os.getpid():
+        _autocommit = psycopg2.connect(os.environ["PLATFORM_DATABASE_URL"])
+        _autocommit.autocommit = True
+        _autocommit_pid = os.getpid()
+    with _autocommit.cursor() as cur:
+        cur.execute("BEGIN; SELECT claimed, marked FROM core.claim_delivery(%s, %s)",
+                    (envelope["job_id"], "bench.sql_floor"))  # fmt: skip
+        cur.fetchone()
+        cur.execute("INSERT INTO public.bench_work (job_id) VALUES (%s) ON CONFLICT DO NOTHING",
+                    (envelope["job_id"],))  # fmt: skip
+        cur.execute("COMMIT")
 
 
 @app.task(name="bench.noop")

@@ -1,7 +1,12 @@
 """PlatformTask on RabbitMQ against a plain Celery task doing the same INSERT on RabbitMQ,
 and against the PlatformTask on Redis, in the same run.
 
-Usage: .venv/bin/python bench/rabbitmq_throughput.py [--jobs 2000] [--runs 3]
+Usage: .venv/bin/python bench/rabbitmq_throughput.py [--jobs 2000] [--runs 3] [--sql-floor]
+
+``--sql-floor`` adds a fourth variant on RabbitMQ: a plain Celery task that sends exactly
+the SQL of a PlatformTask's applied job (``BEGIN`` + ``core.claim_delivery``, the insert,
+``COMMIT``) and runs none of the platform's Python, which splits the gap to plain Celery
+into what the idempotency row costs and what the pipeline's own code costs.
 
 One RabbitMQ node, one Redis and one PostgreSQL from the harness; one ``-P prefork -c 2``
 worker per variant (``bench/consumer_app.py``). The queue is filled first, then the worker
@@ -146,6 +151,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sql-floor", action="store_true",
+                        help="also run the platform's SQL in a plain task on RabbitMQ")  # fmt: skip
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-rabbitmq-"))
     os.chmod(base, 0o755)
@@ -160,8 +167,12 @@ def main() -> None:
         conn.close()
         vs_plain: list[float] = []
         vs_redis: list[float] = []
+        floor_vs_plain: list[float] = []
+        platform_vs_floor: list[float] = []
         variants = [("bench.plain", mq.url), ("bench.platform", mq.url),
                     ("bench.platform", rs.url)]  # fmt: skip
+        if args.sql_floor:
+            variants.insert(1, ("bench.sql_floor", mq.url))
         for run in range(1, args.runs + 1):
             order = variants if run % 2 else variants[::-1]
             rate = {}
@@ -175,6 +186,12 @@ def main() -> None:
             vs_redis.append(platform_mq / rate[("bench.platform", rs.url)])
             print(f"run {run} platform/plain on RabbitMQ = {vs_plain[-1]:.2f} (target >= 0.85); "
                   f"platform RabbitMQ/Redis = {vs_redis[-1]:.2f}", flush=True)  # fmt: skip
+            if args.sql_floor:
+                floor = rate[("bench.sql_floor", mq.url)]
+                floor_vs_plain.append(floor / rate[("bench.plain", mq.url)])
+                platform_vs_floor.append(platform_mq / floor)
+                print(f"run {run} SQL floor/plain = {floor_vs_plain[-1]:.2f}; "
+                      f"platform/SQL floor = {platform_vs_floor[-1]:.2f}", flush=True)  # fmt: skip
         print(
             f"platform/plain on RabbitMQ: median {statistics.median(vs_plain):.2f} "
             f"(min {min(vs_plain):.2f}, max {max(vs_plain):.2f}) over {args.runs} runs"
@@ -183,6 +200,11 @@ def main() -> None:
             f"platform RabbitMQ/Redis: median {statistics.median(vs_redis):.2f} "
             f"(min {min(vs_redis):.2f}, max {max(vs_redis):.2f})"
         )
+        for label, ratios in (("SQL floor/plain", floor_vs_plain),
+                              ("platform/SQL floor", platform_vs_floor)):  # fmt: skip
+            if ratios:
+                print(f"{label} on RabbitMQ: median {statistics.median(ratios):.2f} "
+                      f"(min {min(ratios):.2f}, max {max(ratios):.2f})")  # fmt: skip
     finally:
         mq.close()
         pg.stop()
