@@ -16,7 +16,9 @@ written. Each ratio is taken within one run; the median over runs is printed.
 Each variant starts from the same state: the one before it has its queue deleted, its
 rows truncated and PostgreSQL checkpointed, and the next one starts its worker only when
 the machine's CPUs are idle again (under 10 % busy over half a second), after the fill
-too. Without that, the work a variant leaves behind (RabbitMQ's quorum-queue log, the
+too. Each variant also prints the share of the machine's CPU time the host took for
+other guests while it ran (``steal`` in ``/proc/stat``): on a shared virtual machine that
+share moves single-run ratios more than any change to the code does. Without that, the work a variant leaves behind (RabbitMQ's quorum-queue log, the
 database's writes) ran during the next one: whichever RabbitMQ variant ran right after
 the other was the slower (594 then 463 jobs/s in one order, 530 then 474 in the other:
 single-run ratios 0.78 and 1.12).
@@ -84,6 +86,13 @@ def cpu_busy(seconds: float = 0.5) -> float:
     return (busy1 - busy0) / max(1, total1 - total0)
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(steal, total) jiffies of the whole machine so far (/proc/stat's first line)."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    return fields[7], sum(fields[:8])
+
+
 def settle(broker_url: str, queue: str, db_url: str) -> None:
     """Leave nothing of a variant behind for the next: its queue, its rows, its writes."""
     if broker_url.startswith("redis"):
@@ -103,7 +112,7 @@ def settle(broker_url: str, queue: str, db_url: str) -> None:
 
 
 def run_variant(task: str, broker_url: str, jobs: int, redis_url: str, db_url: str,
-                log: Path, run: int) -> float:  # fmt: skip
+                log: Path, run: int) -> tuple[float, float]:  # fmt: skip
     queue = f"bench_{task.split('.')[1]}_{broker_url[:4]}_{run}"
     env = dict(os.environ, PYTHONPATH=str(ROOT), PLATFORM_REDIS_URL=redis_url,
                PLATFORM_DATABASE_URL=db_url, PLATFORM_BROKER_URL=broker_url)  # fmt: skip
@@ -133,9 +142,10 @@ def run_variant(task: str, broker_url: str, jobs: int, redis_url: str, db_url: s
         warm = jobs // 10
         wait_until(lambda: ready_count(broker_url, queue) <= jobs - warm, timeout=120,
                    interval=0.01)  # fmt: skip
-        start = time.perf_counter()
+        start, ticks = time.perf_counter(), cpu_ticks()
         wait_until(lambda: rows(db_url) >= jobs, timeout=600, interval=0.05)
-        elapsed = time.perf_counter() - start
+        elapsed, after = time.perf_counter() - start, cpu_ticks()
+        steal = (after[0] - ticks[0]) / max(1, after[1] - ticks[1])
     finally:
         proc.terminate()
         try:
@@ -144,7 +154,7 @@ def run_variant(task: str, broker_url: str, jobs: int, redis_url: str, db_url: s
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
     settle(broker_url, queue, db_url)
-    return (jobs - warm) / elapsed
+    return (jobs - warm) / elapsed, steal
 
 
 def main() -> None:
@@ -177,10 +187,12 @@ def main() -> None:
             order = variants if run % 2 else variants[::-1]
             rate = {}
             for task, broker in order:
-                rate[(task, broker)] = run_variant(task, broker, args.jobs, rs.url, pg.url,
-                                                   base / "worker.log", run)  # fmt: skip
+                log = base / "worker.log"
+                rate[(task, broker)], steal = run_variant(task, broker, args.jobs, rs.url,
+                                                          pg.url, log, run)  # fmt: skip
                 print(f"run {run} {task} on {broker.split(':')[0]}: "
-                      f"{rate[(task, broker)]:.0f} jobs/s", flush=True)  # fmt: skip
+                      f"{rate[(task, broker)]:.0f} jobs/s (CPU stolen by the host: "
+                      f"{steal:.0%})", flush=True)  # fmt: skip
             platform_mq = rate[("bench.platform", mq.url)]
             vs_plain.append(platform_mq / rate[("bench.plain", mq.url)])
             vs_redis.append(platform_mq / rate[("bench.platform", rs.url)])
