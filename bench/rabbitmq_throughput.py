@@ -16,12 +16,14 @@ written. Each ratio is taken within one run; the median over runs is printed.
 Each variant starts from the same state: the one before it has its queue deleted, its
 rows truncated and PostgreSQL checkpointed, and the next one starts its worker only when
 the machine's CPUs are idle again (under 10 % busy over half a second), after the fill
-too. Each variant also prints the share of the machine's CPU time the host took for
-other guests while it ran (``steal`` in ``/proc/stat``): on a shared virtual machine that
-share moves single-run ratios more than any change to the code does. Without that, the work a variant leaves behind (RabbitMQ's quorum-queue log, the
+too. Without that, the work a variant leaves behind (RabbitMQ's quorum-queue log, the
 database's writes) ran during the next one: whichever RabbitMQ variant ran right after
 the other was the slower (594 then 463 jobs/s in one order, 530 then 474 in the other:
 single-run ratios 0.78 and 1.12).
+
+Each variant also prints the share of the machine's CPU time the host took for other
+guests while it ran (``steal`` in ``/proc/stat``): on a shared virtual machine that share
+moves single-run ratios more than the code does, so read a median over several runs.
 """
 
 from __future__ import annotations
