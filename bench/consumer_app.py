@@ -11,18 +11,17 @@ import psycopg2
 from platform_tasks import PlatformTask, create_app
 
 app = create_app("bench_consumer")
-_conn: Any = None
-_pid: int | None = None
-_autocommit: Any = None
-_autocommit_pid: int | None = None
+_connections: dict[tuple[int, bool], Any] = {}
 
 
-def _connection() -> Any:
-    global _conn, _pid
-    if _conn is None or _pid != os.getpid():
-        _conn = psycopg2.connect(os.environ["PLATFORM_DATABASE_URL"])
-        _pid = os.getpid()
-    return _conn
+def _connection(*, autocommit: bool = False) -> Any:
+    """This process's connection (one per mode; a forked pool process opens its own)."""
+    key = (os.getpid(), autocommit)
+    conn = _connections.get(key)
+    if conn is None:
+        conn = _connections[key] = psycopg2.connect(os.environ["PLATFORM_DATABASE_URL"])
+        conn.autocommit = autocommit
+    return conn
 
 
 @app.task(name="bench.platform", base=PlatformTask)
@@ -44,12 +43,7 @@ def plain_insert(envelope: dict[str, Any]) -> None:
 def sql_floor(envelope: dict[str, Any]) -> None:
     """The round trips and rows of a PlatformTask's applied job, none of its Python: the
     claim (``BEGIN`` + ``core.claim_delivery``), the same insert, ``COMMIT``."""
-    global _autocommit, _autocommit_pid
-    if _autocommit is None or _autocommit_pid != os.getpid():
-        _autocommit = psycopg2.connect(os.environ["PLATFORM_DATABASE_URL"])
-        _autocommit.autocommit = True
-        _autocommit_pid = os.getpid()
-    with _autocommit.cursor() as cur:
+    with _connection(autocommit=True).cursor() as cur:
         cur.execute("BEGIN; SELECT claimed, marked FROM core.claim_delivery(%s, %s)",
                     (envelope["job_id"], "bench.sql_floor"))  # fmt: skip
         cur.fetchone()

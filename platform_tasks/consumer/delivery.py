@@ -39,8 +39,9 @@ class Delivery:
     header_attempt: Any
     priority: int | None
     payload: Any = None
-    """The envelope exactly as received (the decoded message body, not copied): what a dead
-    letter keeps for replay, made JSON-safe only when one is written."""
+    """The envelope exactly as received (a copy of the decoded message body, taken before
+    the handler runs): what a dead letter keeps for replay, made JSON-safe only when one
+    is written."""
     redelivered: bool = False
     """The broker put this message back after an earlier delivery (its worker died)."""
 
