@@ -383,6 +383,11 @@ _KEPT_SECONDS = 3.0
 """Stamps older than this behind the newest are dropped (threads are never that late)."""
 
 
+def stamp_arrivals(conn: socket.socket) -> None:
+    """Have the kernel stamp the data arriving on ``conn``, for :func:`received_at`."""
+    conn.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+
+
 def received_at(conn: socket.socket) -> float | None:
     """When the data waiting on ``conn`` reached this machine (``time.monotonic`` scale).
 
@@ -414,7 +419,7 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         with contextlib.suppress(OSError):
-            self.connection.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            stamp_arrivals(self.connection)
 
     def handle_one_request(self) -> None:
         # no client here pipelines (each sends its next request after the answer), so the

@@ -13,9 +13,13 @@ import socket
 import time
 
 from platform_tasks.harness import wait_until
-from tests.support.resend_server import API_KEY, ResendLikeServer, received_at
+from tests.support.resend_server import (
+    API_KEY,
+    ResendLikeServer,
+    received_at,
+    stamp_arrivals,
+)
 
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 BODY = json.dumps(
     {"from": "a@example.com", "to": "b@example.org", "subject": "s", "text": "t"}
 ).encode()
@@ -28,7 +32,7 @@ def test_a_request_read_late_is_stamped_when_its_bytes_arrived() -> None:
     with listener, socket.create_connection(listener.getsockname()) as client:
         conn, _ = listener.accept()
         with conn:
-            conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            stamp_arrivals(conn)
             before = time.monotonic()
             client.sendall(b"POST /emails HTTP/1.1\r\n")
             sent = time.monotonic()
