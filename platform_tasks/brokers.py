@@ -142,28 +142,49 @@ def delay_countdown_seconds(seconds: float) -> int:
     return max(1, math.ceil(seconds))
 
 
-def time_limit_problems(app: Any) -> list[str]:
-    """Tasks whose hard time limit is missing or not below RabbitMQ's ``consumer_timeout``.
+def time_limit_problems(app: Any, prefetch_multiplier: int | None = None) -> list[str]:
+    """Tasks whose delivery can stay unacknowledged as long as RabbitMQ's ``consumer_timeout``.
 
     RabbitMQ closes the channel of a delivery left unacknowledged longer than
     ``consumer_timeout`` and requeues the message, so a task running longer would loop
     forever (late acks). The platform cannot read the broker's setting through AMQP;
     the operator states it in ``PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS``.
+
+    The clock starts at delivery, not when the task starts. With a prefetch multiplier of
+    one (the platform's default) a worker takes a message only for an idle process; with
+    ``m`` it holds ``m`` per process, so a message can wait behind ``m - 1`` jobs of its
+    process first, each up to the longest time limit. ``prefetch_multiplier`` is the
+    worker's (``--prefetch-multiplier``), default the app's setting; ``0`` (no limit)
+    lets a message wait behind any number of jobs and is refused outright.
     """
     settings: PlatformSettings = app.platform_settings
     if broker_kind(settings.effective_broker_url) != "amqp":
         return []
     timeout = settings.rabbitmq_consumer_timeout_seconds
     default = app.conf.task_time_limit
+    multiplier = int(app.conf.worker_prefetch_multiplier if prefetch_multiplier is None
+                     else prefetch_multiplier)  # fmt: skip
     problems = []
+    if multiplier < 1:
+        problems.append(
+            f"worker_prefetch_multiplier={multiplier} (no limit) lets a message wait "
+            "unacknowledged behind any number of jobs"
+        )
     names = sorted(name for name in app.tasks if not name.startswith("celery."))
-    for name in names:
-        task = app.tasks[name]
-        limit = getattr(task, "time_limit", None) or default
+    limits = {name: getattr(app.tasks[name], "time_limit", None) or default for name in names}
+    longest = max((float(limit) for limit in limits.values() if limit), default=0.0)
+    ahead = max(0, multiplier - 1) * longest
+    for name, limit in limits.items():
         if not limit:
             problems.append(f"{name} has no time limit")
         elif float(limit) >= timeout:
             problems.append(f"{name} has time_limit={limit:g}s")
+        elif multiplier > 1 and ahead + float(limit) >= timeout:
+            problems.append(
+                f"{name} can stay unacknowledged {ahead + float(limit):g}s (time_limit="
+                f"{limit:g}s, after waiting behind {multiplier - 1} prefetched job(s) of up "
+                f"to {longest:g}s each: worker_prefetch_multiplier={multiplier})"
+            )
     return [
         f"{problem}, which must be below the broker's consumer_timeout of {timeout}s "
         "(PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS)"
@@ -171,14 +192,16 @@ def time_limit_problems(app: Any) -> list[str]:
     ]
 
 
-def check_time_limits(app: Any) -> None:
+def check_time_limits(app: Any, prefetch_multiplier: int | None = None) -> None:
     """Raise :class:`ConfigurationError` listing every task whose limit RabbitMQ would cut."""
-    problems = time_limit_problems(app)
+    problems = time_limit_problems(app, prefetch_multiplier)
     if problems:
         raise ConfigurationError(
             "a task could outlive RabbitMQ's consumer_timeout and be redelivered forever: "
             + "; ".join(problems)
-            + ". Lower the task's time_limit, or raise consumer_timeout on the broker and "
+            + ". Lower the task's time_limit or the worker's prefetch multiplier "
+            "(worker_prefetch_multiplier, --prefetch-multiplier; the platform's default is "
+            "1), or raise consumer_timeout on the broker and "
             "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS with it"
         )
 
@@ -190,7 +213,7 @@ class TimeLimitCheckStep(bootsteps.Step):  # type: ignore[misc]
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
-        check_time_limits(worker.app)
+        check_time_limits(worker.app, getattr(worker, "prefetch_multiplier", None))
 
 
 def install(app: Any) -> None:
