@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,61 +78,53 @@ def test_redis_settings_are_left_as_they_were() -> None:
     assert app.conf.task_time_limit is None
 
 
-def test_a_time_limit_above_the_consumer_timeout_is_refused() -> None:
+def app_with_limits(name: str, limits: dict[str, float], **conf: Any) -> Any:
+    """An app on RabbitMQ (``consumer_timeout`` 600 s) with one task per ``limits`` entry."""
     settings = PlatformSettings.build(broker_url=AMQP, rabbitmq_consumer_timeout_seconds=600)
-    app = create_app("amqp_limits", settings=settings)
+    app = create_app(name, settings=settings, **conf)
 
-    @app.task(name="tests.long", time_limit=900, shared=False)
-    def long() -> None: ...
+    def noop() -> None: ...
 
-    @app.task(name="tests.short", time_limit=30, shared=False)
-    def short() -> None: ...
+    for task_name, limit in limits.items():
+        app.task(name=task_name, time_limit=limit, shared=False)(noop)
+    return app
 
+
+def refusal(app: Any, prefetch_multiplier: int | None = None) -> str:
+    """The start-up check's error for ``app``, which names the variable to change."""
     with pytest.raises(ConfigurationError) as caught:
-        check_time_limits(app)
+        check_time_limits(app, prefetch_multiplier)
     message = str(caught.value)
-    assert "tests.long has time_limit=900s" in message
     assert "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS" in message
+    return message
+
+
+def test_a_time_limit_above_the_consumer_timeout_is_refused() -> None:
+    message = refusal(app_with_limits("amqp_limits", {"tests.long": 900, "tests.short": 30}))
+    assert "tests.long has time_limit=900s" in message
     assert "tests.short" not in message
 
 
 def test_a_prefetch_multiplier_whose_waiting_messages_outlive_the_consumer_timeout_is_refused(
 ) -> None:  # fmt: skip
     """With 3 a message can wait behind two jobs of its process before its own run starts."""
-    settings = PlatformSettings.build(broker_url=AMQP, rabbitmq_consumer_timeout_seconds=600)
     # the platform's own tasks get the default limit: 50 s, so 2 x 250 + 50 stays below
-    app = create_app("amqp_prefetch", settings=settings, worker_prefetch_multiplier=3,
-                     task_time_limit=50)  # fmt: skip
-
-    @app.task(name="tests.report", time_limit=250, shared=False)
-    def report() -> None: ...
-
-    @app.task(name="tests.ping", time_limit=10, shared=False)
-    def ping() -> None: ...
-
-    with pytest.raises(ConfigurationError) as caught:
-        check_time_limits(app)
-    message = str(caught.value)
+    app = app_with_limits("amqp_prefetch", {"tests.report": 250, "tests.ping": 10},
+                          worker_prefetch_multiplier=3, task_time_limit=50)  # fmt: skip
+    message = refusal(app)
     # 2 x 250 s waiting + 250 s of its own run; 2 x 250 + 10 = 510 s stays below 600 s
     assert "tests.report can stay unacknowledged 750s" in message
     assert "worker_prefetch_multiplier=3" in message
     assert "tests.ping" not in message
-    assert "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS" in message
     assert "--prefetch-multiplier" in message
     # the worker's own multiplier (``--prefetch-multiplier``) is the one that counts
     check_time_limits(app, prefetch_multiplier=1)
-    with pytest.raises(ConfigurationError, match=r"tests\.ping can stay unacknowledged 760s"):
-        check_time_limits(app, prefetch_multiplier=4)
+    assert "tests.ping can stay unacknowledged 760s" in refusal(app, prefetch_multiplier=4)
 
 
 def test_the_platform_default_prefetch_leaves_the_time_limit_alone() -> None:
     """One message per idle process: a time limit just below the timeout is accepted."""
-    settings = PlatformSettings.build(broker_url=AMQP, rabbitmq_consumer_timeout_seconds=600)
-    app = create_app("amqp_prefetch_default", settings=settings)
-
-    @app.task(name="tests.report", time_limit=599, shared=False)
-    def report() -> None: ...
-
+    app = app_with_limits("amqp_prefetch_default", {"tests.report": 599})
     assert app.conf.worker_prefetch_multiplier == 1
     check_time_limits(app)
 
@@ -143,8 +135,7 @@ def test_an_unlimited_prefetch_is_refused_on_rabbitmq_only() -> None:
         settings=PlatformSettings.build(broker_url=AMQP, rabbitmq_consumer_timeout_seconds=600),
         worker_prefetch_multiplier=0,
     )
-    with pytest.raises(ConfigurationError, match=r"worker_prefetch_multiplier=0 \(no limit\)"):
-        check_time_limits(rabbit)
+    assert "worker_prefetch_multiplier=0 (no limit)" in refusal(rabbit)
     on_redis = create_app(
         "redis_prefetch_unlimited",
         settings=PlatformSettings.build(broker_url="redis://127.0.0.1:6379/1"),
@@ -159,51 +150,42 @@ def test_delays_round_up_to_whole_seconds_never_early() -> None:
     assert delay_countdown_seconds(2.01) == 3
 
 
-def test_a_worker_refuses_to_start_when_rabbitmq_would_cut_its_task(
-    tmp_path: Path, database_url: str
-) -> None:
+def refused_worker_output(database_url: str, app: str, *args: str) -> str:
+    """What ``celery -A app worker …`` printed on RabbitMQ (``consumer_timeout`` 600 s)
+    before exiting with an error; the broker's port is closed, its password ``s3cret``."""
+    env = platform_env(redis_url="redis://127.0.0.1:1/0", database_url=database_url, extra={
+        "PLATFORM_BROKER_URL": "amqp://platform:s3cret@127.0.0.1:1/%2F",
+        "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS": "600",
+        "PLATFORM_JOBS_ENABLED": "false",  # no scheduled jobs: their Redis check would come first
+    })  # fmt: skip
+    result = subprocess.run(
+        [CELERY, "-A", app, "worker", "--loglevel", "INFO", *args],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS" in output
+    assert "s3cret" not in output
+    return output
+
+
+def test_a_worker_refuses_to_start_when_rabbitmq_would_cut_its_task(database_url: str) -> None:
     """No broker needed: the check runs while the worker is built, before it connects.
 
     The database is real: the worker checks (and test-connects) it first.
     """
-    env = platform_env(redis_url="redis://127.0.0.1:1/0", database_url=database_url, extra={
-        "PLATFORM_BROKER_URL": "amqp://platform:s3cret@127.0.0.1:1/%2F",
-        "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS": "600",
-        "PLATFORM_JOBS_ENABLED": "false",  # no scheduled jobs: their Redis check would come first
-    })  # fmt: skip
-    result = subprocess.run(
-        [CELERY, "-A", "tests.apps.long_task_app", "worker", "--loglevel", "INFO"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    output = result.stdout + result.stderr
-    assert result.returncode != 0, output
+    output = refused_worker_output(database_url, "tests.apps.long_task_app")
     assert "tests.long.report has time_limit=3600s" in output
-    assert "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS" in output
-    assert "s3cret" not in output
 
 
-def test_a_worker_with_a_larger_prefetch_multiplier_refuses_to_start(
-    tmp_path: Path, database_url: str
-) -> None:
+def test_a_worker_with_a_larger_prefetch_multiplier_refuses_to_start(database_url: str) -> None:
     """``--prefetch-multiplier 2`` on the command line, the app's default time limits.
 
     The task's default limit (consumer_timeout - 60 s = 540 s) fits alone, but a message
     waiting behind one prefetched job first could stay unacknowledged 1,080 s. No broker
-    needed: the check runs while the worker is built, before it connects; the database is
-    real (the worker checks it first).
+    needed (see above); the database is real.
     """
-    env = platform_env(redis_url="redis://127.0.0.1:1/0", database_url=database_url, extra={
-        "PLATFORM_BROKER_URL": "amqp://platform:s3cret@127.0.0.1:1/%2F",
-        "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS": "600",
-        "PLATFORM_JOBS_ENABLED": "false",  # no scheduled jobs: their Redis check would come first
-    })  # fmt: skip
-    result = subprocess.run(
-        [CELERY, "-A", "tests.apps.consumer_app", "worker", "--loglevel", "INFO",
-         "--prefetch-multiplier", "2"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    output = result.stdout + result.stderr
-    assert result.returncode != 0, output
+    output = refused_worker_output(database_url, "tests.apps.consumer_app",
+                                   "--prefetch-multiplier", "2")  # fmt: skip
     assert "can stay unacknowledged 1080s" in output, output
     assert "worker_prefetch_multiplier=2" in output
-    assert "s3cret" not in output
