@@ -128,22 +128,18 @@ def test_the_default_prefetch_takes_a_message_only_for_an_idle_process(
     """Why a task's own time limit is what is held against consumer_timeout.
 
     RabbitMQ's clock runs from delivery. With the platform's prefetch multiplier of one, a
-    one-process worker holds one unacknowledged message while its job runs and the others
-    stay ready on the queue, so no delivery waits behind a running job (a larger
-    multiplier is checked at start-up: ``tests/unit/test_brokers.py``).
+    one-process worker holds one message while its job runs and the others stay ready on
+    the queue (three published, none acked yet, two ready: the worker holds one), so no
+    delivery waits behind a running job (a larger multiplier is checked at start-up:
+    ``tests/unit/test_brokers.py``).
     """
     database_url = str(broker_settings.database_url)
     workers.start("w1")  # one process, the README's command
 
-    def counts() -> tuple[int, int]:
-        out = rabbitmq_server.ctl("list_queues", "-p", vhost_of(broker_settings), "--quiet",
-                                  "--no-table-headers", "name", "messages_ready",
-                                  "messages_unacknowledged")  # fmt: skip
-        for line in out.splitlines():
-            name, ready, unacked = line.split("\t")
-            if name == QUEUE:
-                return int(ready), int(unacked)
-        raise AssertionError(f"no queue {QUEUE!r} in {out!r}")
+    def ready() -> int:
+        with kombu.Connection(str(broker_settings.broker_url)) as conn:
+            _, count, _ = conn.default_channel.queue_declare(QUEUE, passive=True)
+        return int(count)
 
     job_ids = [port.publish(QUEUE, job(f"held-{n}", block=True)) for n in range(3)]
     for n in range(3):
@@ -151,14 +147,12 @@ def test_the_default_prefetch_takes_a_message_only_for_an_idle_process(
                    message=f"job {n + 1} of 3 started")  # fmt: skip
         started = redis_client.lindex("test:started", n)
         assert started is not None
-        running = started.decode().split(":")[0]
-        expected = (2 - n, 1)  # (ready, unacknowledged)
         try:
-            wait_until(lambda e=expected: counts() == e, timeout=30,  # type: ignore[misc]
-                       message=f"{expected} ready/unacked while job {n + 1} runs")  # fmt: skip
+            wait_until(lambda n=n: ready() == 2 - n, timeout=30,  # type: ignore[misc]
+                       message=f"{2 - n} ready while job {n + 1} runs")  # fmt: skip
         except TimeoutError as exc:
-            raise AssertionError(f"{exc}; last seen {counts()}") from None
-        redis_client.set(f"test:release:{running}", 1)
+            raise AssertionError(f"{exc}; last seen {ready()} ready") from None
+        redis_client.set(f"test:release:{started.decode().split(':')[0]}", 1)
     for job_id in job_ids:
         wait_until(lambda j=job_id: applied(database_url, j) == 1, timeout=60,  # type: ignore[misc]
                    message=f"job {job_id} applied")  # fmt: skip
