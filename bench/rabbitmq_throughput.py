@@ -29,7 +29,7 @@ And the machine's busy CPU per job while it drained (user, system and interrupt 
 every process in ``/proc/stat``: the worker, PostgreSQL, RabbitMQ, this script's polling).
 With ``-c 2`` and a prefetch of one the drain keeps the machine about two thirds busy
 (each job waits for its predecessor's ack to reach RabbitMQ), and over a run's variants
-that share stays put (1.32 to 1.43 of the 2 cores in 24 variants on 2026-12-04) while the
+that share stays put (1.32 to 1.44 of the 2 cores in 48 variants on 2026-12-04) while the
 CPU a job costs moves with the rate: a slow variant is one where the same work took more
 CPU time, most likely because the host ran this machine's CPUs slower for a while, which
 the steal share does not show. The ratio of jobs per busy CPU second is
