@@ -32,8 +32,8 @@ With ``-c 2`` and a prefetch of one the drain keeps the machine about two thirds
 that share stays put (1.32 to 1.44 of the 2 cores in 48 variants on 2026-12-04) while the
 CPU a job costs moves with the rate: a slow variant is one where the same work took more
 CPU time, most likely because the host ran this machine's CPUs slower for a while, which
-the steal share does not show. The ratio of jobs per busy CPU second is
-printed beside the throughput ratio for that reason, not as a steadier substitute.
+the steal share does not show. The ratio of jobs per busy CPU second is printed beside
+the throughput ratio for that reason, not as a steadier substitute.
 """
 
 from __future__ import annotations

@@ -130,11 +130,7 @@ def test_the_platform_default_prefetch_leaves_the_time_limit_alone() -> None:
 
 
 def test_an_unlimited_prefetch_is_refused_on_rabbitmq_only() -> None:
-    rabbit = create_app(
-        "amqp_prefetch_unlimited",
-        settings=PlatformSettings.build(broker_url=AMQP, rabbitmq_consumer_timeout_seconds=600),
-        worker_prefetch_multiplier=0,
-    )
+    rabbit = app_with_limits("amqp_prefetch_unlimited", {}, worker_prefetch_multiplier=0)
     assert "worker_prefetch_multiplier=0 (no limit)" in refusal(rabbit)
     on_redis = create_app(
         "redis_prefetch_unlimited",

@@ -123,7 +123,7 @@ def test_a_job_longer_than_consumer_timeout_neither_loops_nor_is_lost(
 
 def test_the_default_prefetch_takes_a_message_only_for_an_idle_process(
     port: QueuePort, workers: Workers, broker_settings: PlatformSettings,
-    rabbitmq_server: RabbitMQServer, redis_client: redis.Redis,
+    redis_client: redis.Redis,
 ) -> None:  # fmt: skip
     """Why a task's own time limit is what is held against consumer_timeout.
 
