@@ -34,6 +34,13 @@ CPU a job costs moves with the rate: a slow variant is one where the same work t
 CPU time, most likely because the host ran this machine's CPUs slower for a while, which
 the steal share does not show. The ratio of jobs per busy CPU second is printed beside
 the throughput ratio for that reason, not as a steadier substitute.
+
+That busy CPU is also split by where it ran (``/proc/<pid>/stat`` of every process, named
+by its session's leader: the worker and each server run in a session of their own, and so
+does each PostgreSQL and Erlang child process): the worker's main process, its pool
+processes, PostgreSQL, RabbitMQ, Redis, and the rest (kernel threads, this script, and
+processes that exited meanwhile, such as the backends of its row counts). The medians of
+the platform's minus plain Celery's per part show which processes the gap is in.
 """
 
 from __future__ import annotations
@@ -110,6 +117,53 @@ def cpu_ticks() -> tuple[int, int, int]:
     return user + nice + system + irq + softirq, steal, sum(fields[:8])
 
 
+PARTS = ("worker main", "worker pool", "PostgreSQL", "RabbitMQ", "Redis", "rest")
+"""Where a variant's busy CPU ran (see the module docstring)."""
+
+_SERVER_PARTS = (
+    ("postgres", "PostgreSQL"),
+    ("beam", "RabbitMQ"),
+    ("erl", "RabbitMQ"),
+    ("epmd", "RabbitMQ"),
+    ("inet_gethost", "RabbitMQ"),
+    ("redis", "Redis"),
+)
+
+
+def _stat(pid: str) -> tuple[str, int, int] | None:
+    """(command name, session id, user + system jiffies) of one process, if it still exists."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    name = text[text.find("(") + 1 : text.rfind(")")]
+    fields = text[text.rfind(")") + 2 :].split()
+    return name, int(fields[3]), int(fields[11]) + int(fields[12])
+
+
+def cpu_by_part(worker_pid: int) -> dict[str, int]:
+    """Jiffies each part of the machine has used so far; "rest" is the machine's busy
+    total (``cpu_ticks``) minus the named parts."""
+    procs = {pid: info for pid in os.listdir("/proc") if pid.isdigit()
+             if (info := _stat(pid)) is not None}  # fmt: skip
+    leader_names = {session: procs[str(session)][0] for _, session, _ in procs.values()
+                    if str(session) in procs}  # fmt: skip
+    used = dict.fromkeys(PARTS, 0)
+    for pid, (_, session, jiffies) in procs.items():
+        if int(pid) == worker_pid:
+            part = "worker main"
+        elif session == worker_pid:
+            part = "worker pool"
+        else:
+            leader = leader_names.get(session, "")
+            part = next((p for prefix, p in _SERVER_PARTS if leader.startswith(prefix)), "")
+        if part:
+            used[part] += jiffies
+    used["rest"] = cpu_ticks()[0] - sum(used.values())
+    return used
+
+
 def settle(broker_url: str, queue: str, db_url: str) -> None:
     """Leave nothing of a variant behind for the next: its queue, its rows, its writes."""
     if broker_url.startswith("redis"):
@@ -128,13 +182,15 @@ def settle(broker_url: str, queue: str, db_url: str) -> None:
                message="the machine to be idle again")  # fmt: skip
 
 
-def run_variant(task: str, broker_url: str, jobs: int, redis_url: str, db_url: str,
-                log: Path, run: int) -> tuple[float, float, float]:  # fmt: skip
-    """(jobs/s, share of CPU stolen, busy CPU seconds per job) of one variant's drain."""
-    queue = f"bench_{task.split('.')[1]}_{broker_url[:4]}_{run}"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PLATFORM_REDIS_URL=redis_url,
-               PLATFORM_DATABASE_URL=db_url, PLATFORM_BROKER_URL=broker_url)  # fmt: skip
-    fill = (
+def worker_env(broker_url: str, redis_url: str, db_url: str) -> dict[str, str]:
+    """The environment of the fill and the worker: the platform's three servers."""
+    return dict(os.environ, PYTHONPATH=str(ROOT), PLATFORM_REDIS_URL=redis_url,
+                PLATFORM_DATABASE_URL=db_url, PLATFORM_BROKER_URL=broker_url)  # fmt: skip
+
+
+def fill(task: str, queue: str, jobs: int, env: dict[str, str]) -> None:
+    """Publish ``jobs`` envelopes of ``task`` to ``queue`` (from a process of its own)."""
+    code = (
         "import sys\n"
         "from bench.consumer_app import app\n"
         "from platform_tasks.envelope import uuid7\n"
@@ -145,24 +201,39 @@ def run_variant(task: str, broker_url: str, jobs: int, redis_url: str, db_url: s
         "               'kind': task, 'data': {}}\n"
         "        app.send_task(task, args=[env], queue=queue, producer=producer)\n"
     )
-    subprocess.run([sys.executable, "-c", fill, task, queue, str(jobs)], cwd=ROOT, env=env,
+    subprocess.run([sys.executable, "-c", code, task, queue, str(jobs)], cwd=ROOT, env=env,
                    check=True)  # fmt: skip
+
+
+def worker_argv(queue: str, node: str | None = None) -> list[str]:
+    """One ``-P prefork -c 2`` worker of ``bench/consumer_app.py`` consuming ``queue``
+    (named ``node``, for two workers on one machine at once)."""
+    return [str(Path(sys.executable).parent / "celery"), "-A", "bench.consumer_app", "worker",
+            "-P", "prefork", "-c", "2", "-Q", queue, "--without-mingle", "--without-gossip",
+            "--loglevel", "WARNING", *(["-n", node] if node else [])]  # fmt: skip
+
+
+def run_variant(task: str, broker_url: str, jobs: int, redis_url: str, db_url: str,
+                log: Path, run: int) -> tuple[float, float, float, dict[str, float]]:  # fmt: skip
+    """(jobs/s, share of CPU stolen, busy CPU seconds per job, the same by part) of one
+    variant's drain."""
+    queue = f"bench_{task.split('.')[1]}_{broker_url[:4]}_{run}"
+    env = worker_env(broker_url, redis_url, db_url)
+    fill(task, queue, jobs, env)
     assert ready_count(broker_url, queue) == jobs
     wait_until(lambda: cpu_busy() < 0.10, timeout=120, interval=0.1,
                message="the machine to be idle after the fill")  # fmt: skip
-    argv = [str(Path(sys.executable).parent / "celery"), "-A", "bench.consumer_app", "worker",
-            "-P", "prefork", "-c", "2", "-Q", queue, "--without-mingle", "--without-gossip",
-            "--loglevel", "WARNING"]  # fmt: skip
     with open(log, "ab") as out:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(worker_argv(queue), cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         warm = jobs // 10
         wait_until(lambda: ready_count(broker_url, queue) <= jobs - warm, timeout=120,
                    interval=0.01)  # fmt: skip
-        start, ticks = time.perf_counter(), cpu_ticks()
+        start, ticks, parts = time.perf_counter(), cpu_ticks(), cpu_by_part(proc.pid)
         wait_until(lambda: rows(db_url) >= jobs, timeout=600, interval=0.05)
         elapsed, after = time.perf_counter() - start, cpu_ticks()
+        parts_after = cpu_by_part(proc.pid)
         steal = (after[1] - ticks[1]) / max(1, after[2] - ticks[2])
         busy = (after[0] - ticks[0]) / os.sysconf("SC_CLK_TCK")
     finally:
@@ -173,7 +244,9 @@ def run_variant(task: str, broker_url: str, jobs: int, redis_url: str, db_url: s
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
     settle(broker_url, queue, db_url)
-    return (jobs - warm) / elapsed, steal, busy / (jobs - warm)
+    hz = os.sysconf("SC_CLK_TCK")
+    per_part = {part: (parts_after[part] - parts[part]) / hz / (jobs - warm) for part in PARTS}
+    return (jobs - warm) / elapsed, steal, busy / (jobs - warm), per_part
 
 
 def main() -> None:
@@ -197,6 +270,7 @@ def main() -> None:
         vs_plain: list[float] = []
         cpu_vs_plain: list[float] = []
         vs_redis: list[float] = []
+        gap_by_part: dict[str, list[float]] = {part: [] for part in PARTS}
         floor_vs_plain: list[float] = []
         platform_vs_floor: list[float] = []
         variants = [("bench.plain", mq.url), ("bench.platform", mq.url),
@@ -207,15 +281,22 @@ def main() -> None:
             order = variants if run % 2 else variants[::-1]
             rate = {}
             cpu = {}
+            split = {}
             for task, broker in order:
                 log = base / "worker.log"
-                rate[(task, broker)], steal, cpu[(task, broker)] = run_variant(
-                    task, broker, args.jobs, rs.url, pg.url, log, run
+                rate[(task, broker)], steal, cpu[(task, broker)], split[(task, broker)] = (
+                    run_variant(task, broker, args.jobs, rs.url, pg.url, log, run)
                 )
+                by_part = ", ".join(f"{part} {split[(task, broker)][part] * 1e6:.0f}"
+                                    for part in PARTS)  # fmt: skip
                 print(f"run {run} {task} on {broker.split(':')[0]}: "
                       f"{rate[(task, broker)]:.0f} jobs/s, "
                       f"{cpu[(task, broker)] * 1e6:.0f} us of busy CPU per job "
-                      f"(CPU stolen by the host: {steal:.0%})", flush=True)  # fmt: skip
+                      f"(CPU stolen by the host: {steal:.0%}); "
+                      f"per job by part, us: {by_part}", flush=True)  # fmt: skip
+            for part in PARTS:
+                gap_by_part[part].append(split[("bench.platform", mq.url)][part]
+                                         - split[("bench.plain", mq.url)][part])  # fmt: skip
             platform_mq = rate[("bench.platform", mq.url)]
             vs_plain.append(platform_mq / rate[("bench.plain", mq.url)])
             cpu_vs_plain.append(cpu[("bench.plain", mq.url)] / cpu[("bench.platform", mq.url)])
@@ -238,6 +319,9 @@ def main() -> None:
             f"{statistics.median(cpu_vs_plain):.2f} (min {min(cpu_vs_plain):.2f}, "
             f"max {max(cpu_vs_plain):.2f})"
         )
+        print("platform minus plain on RabbitMQ, busy CPU per job by part (median, us): "
+              + ", ".join(f"{part} {statistics.median(gap_by_part[part]) * 1e6:+.0f}"
+                          for part in PARTS))  # fmt: skip
         print(
             f"platform RabbitMQ/Redis: median {statistics.median(vs_redis):.2f} "
             f"(min {min(vs_redis):.2f}, max {max(vs_redis):.2f})"
