@@ -19,7 +19,7 @@ lint: install
 typecheck: install
 	.venv/bin/mypy
 
-# Every benchmark of BENCHMARKS.md, one after the other (about 40 minutes).
+# Every benchmark of BENCHMARKS.md, one after the other (about 80 minutes).
 bench: install
 	.venv/bin/python bench/publish_vs_send_task.py --messages 5000 --rounds 5
 	.venv/bin/python bench/delay_store.py --entries 10000 --batch 500
@@ -29,7 +29,10 @@ bench: install
 	.venv/bin/python bench/beat_admission.py --jobs 500 --seconds 40
 	.venv/bin/python bench/jobdocs_static_vs_runtime.py --files 2000 --repeat 5
 	.venv/bin/python bench/dead_letters_purge.py --rows 500000 --batch-sizes 1000,5000,20000
-	.venv/bin/python bench/rabbitmq_throughput.py --jobs 1000 --runs 2
+	.venv/bin/python bench/rabbitmq_throughput.py --jobs 6000 --runs 8
+	.venv/bin/python bench/rabbitmq_alternating.py --segment-jobs 2000 --pairs 10 --runs 3
+	.venv/bin/python bench/pool_side_cpu.py --sections
+	.venv/bin/python bench/claim_server_cost.py
 	.venv/bin/python bench/rabbitmq_delays.py --jobs 10000 --delay 5
 	.venv/bin/python bench/rabbitmq_delays.py --jobs 3000 --delay 5.5
 	.venv/bin/python bench/fanout_throughput.py --tenants 10000,100000 --baseline 5000

@@ -30,13 +30,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psycopg2
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.rabbitmq_throughput import create_bench_schema  # noqa: E402
 from platform_tasks.harness import PostgresServer, RedisServer  # noqa: E402
-from platform_tasks.migrations import migrate  # noqa: E402
 
 TASKS = ("bench.plain", "bench.sql_floor", "bench.platform", "bench.noop")
 QUEUE = "bench_pool_side"
@@ -116,11 +114,7 @@ def main() -> None:
     pg = PostgresServer(base / "pg" / "data").start()
     rs = RedisServer(base / "redis").start()
     try:
-        migrate(pg.url)
-        conn = psycopg2.connect(pg.url)
-        with conn, conn.cursor() as cur:
-            cur.execute("CREATE TABLE public.bench_work (job_id uuid PRIMARY KEY)")
-        conn.close()
+        create_bench_schema(pg.url)
         # the platform's Redis is not the broker, as on RabbitMQ (no broker is contacted)
         os.environ.update(PLATFORM_DATABASE_URL=pg.url, PLATFORM_REDIS_URL=rs.url,
                           PLATFORM_BROKER_URL="amqp://bench@127.0.0.1:1//")  # fmt: skip

@@ -34,17 +34,16 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import kombu
-import psycopg2
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.rabbitmq_throughput import (  # noqa: E402
+    bench_servers,
     cpu_busy,
     cpu_ticks,
     fill,
@@ -52,13 +51,7 @@ from bench.rabbitmq_throughput import (  # noqa: E402
     worker_argv,
     worker_env,
 )
-from platform_tasks.harness import (  # noqa: E402
-    PostgresServer,
-    RabbitMQServer,
-    RedisServer,
-    wait_until,
-)
-from platform_tasks.migrations import migrate  # noqa: E402
+from platform_tasks.harness import RabbitMQServer, wait_until  # noqa: E402
 
 PLAIN, PLATFORM = "bench.plain", "bench.platform"
 
@@ -168,17 +161,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--warm", type=int, default=500)
     args = parser.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="bench-rabbitmq-alt-"))
-    os.chmod(base, 0o755)
-    rs = RedisServer(base / "redis").start()
-    pg = PostgresServer(base / "pg" / "data").start()
-    mq = RabbitMQServer(base / "rabbitmq").start()
-    try:
-        migrate(pg.url)
-        conn = psycopg2.connect(pg.url)
-        with conn, conn.cursor() as cur:
-            cur.execute("CREATE TABLE IF NOT EXISTS public.bench_work (job_id uuid PRIMARY KEY)")
-        conn.close()
+    with bench_servers("bench-rabbitmq-alt-") as (base, rs, pg, mq):
         ratios: list[float] = []
         for run in range(1, args.runs + 1):
             run_ratios, pooled = one_run(run, args, mq, rs.url, pg.url, base / "worker.log")
@@ -190,10 +173,6 @@ def main() -> None:
               f"{statistics.median(ratios):.2f} (95 % interval {low:.2f}-{high:.2f}; "
               f"min {min(ratios):.2f}, max {max(ratios):.2f}; "
               f"{sum(r >= 0.85 for r in ratios)} pairs at or above 0.85)")  # fmt: skip
-    finally:
-        mq.close()
-        pg.stop()
-        rs.stop()
 
 
 if __name__ == "__main__":

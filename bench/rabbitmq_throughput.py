@@ -46,6 +46,7 @@ the platform's minus plain Celery's per part show which processes the gap is in.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import statistics
@@ -53,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import kombu
@@ -69,6 +71,32 @@ from platform_tasks.harness import (  # noqa: E402
     wait_until,
 )
 from platform_tasks.migrations import migrate  # noqa: E402
+
+
+def create_bench_schema(db_url: str) -> None:
+    """The platform's tables and the one the bench tasks insert into."""
+    migrate(db_url)
+    conn = psycopg2.connect(db_url)
+    with conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE IF NOT EXISTS public.bench_work (job_id uuid PRIMARY KEY)")
+    conn.close()
+
+
+@contextlib.contextmanager
+def bench_servers(prefix: str) -> Iterator[tuple[Path, RedisServer, PostgresServer,
+                                                   RabbitMQServer]]:  # fmt: skip
+    """(folder, Redis, PostgreSQL with the schema, one RabbitMQ node), stopped at exit."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(base, 0o755)
+    with contextlib.ExitStack() as stack:
+        rs = RedisServer(base / "redis").start()
+        stack.callback(rs.stop)
+        pg = PostgresServer(base / "pg" / "data").start()
+        stack.callback(pg.stop)
+        mq = RabbitMQServer(base / "rabbitmq").start()
+        stack.callback(mq.close)
+        create_bench_schema(pg.url)
+        yield base, rs, pg, mq
 
 
 def rows(db_url: str) -> int:
@@ -256,17 +284,7 @@ def main() -> None:
     parser.add_argument("--sql-floor", action="store_true",
                         help="also run the platform's SQL in a plain task on RabbitMQ")  # fmt: skip
     args = parser.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="bench-rabbitmq-"))
-    os.chmod(base, 0o755)
-    rs = RedisServer(base / "redis").start()
-    pg = PostgresServer(base / "pg" / "data").start()
-    mq = RabbitMQServer(base / "rabbitmq").start()
-    try:
-        migrate(pg.url)
-        conn = psycopg2.connect(pg.url)
-        with conn, conn.cursor() as cur:
-            cur.execute("CREATE TABLE IF NOT EXISTS public.bench_work (job_id uuid PRIMARY KEY)")
-        conn.close()
+    with bench_servers("bench-rabbitmq-") as (base, rs, pg, mq):
         vs_plain: list[float] = []
         cpu_vs_plain: list[float] = []
         vs_redis: list[float] = []
@@ -331,10 +349,6 @@ def main() -> None:
             if ratios:
                 print(f"{label} on RabbitMQ: median {statistics.median(ratios):.2f} "
                       f"(min {min(ratios):.2f}, max {max(ratios):.2f})")  # fmt: skip
-    finally:
-        mq.close()
-        pg.stop()
-        rs.stop()
 
 
 if __name__ == "__main__":
