@@ -83,8 +83,9 @@ class TakingTurns:
                    message=f"the {variant} worker to take its first jobs")  # fmt: skip
         os.killpg(self.workers[variant].pid, signal.SIGSTOP)
 
-    def segment(self, variant: str, jobs: int) -> tuple[float, float]:
-        """Resume the variant's worker for ``jobs`` jobs: (jobs/s, busy CPU s per job)."""
+    def segment(self, variant: str, jobs: int) -> tuple[int, float, float]:
+        """Resume the variant's worker for at least ``jobs`` jobs: (jobs taken, seconds,
+        busy CPU seconds per job)."""
         wait_until(lambda: cpu_busy() < 0.10, timeout=120, interval=0.1,
                    message="the machine to be idle")  # fmt: skip
         before = self.ready(variant)
@@ -99,7 +100,7 @@ class TakingTurns:
             done = before - self.ready(variant)
         finally:
             os.killpg(self.workers[variant].pid, signal.SIGSTOP)
-        return done / elapsed, busy / done
+        return done, elapsed, busy / done
 
     def stop(self) -> None:
         for proc in self.workers.values():
@@ -130,9 +131,10 @@ def one_run(run: int, args: argparse.Namespace, mq: RabbitMQServer, redis_url: s
                 order = (PLAIN, PLATFORM) if pair % 2 else (PLATFORM, PLAIN)
                 rate, cpu = {}, {}
                 for variant in order:
-                    rate[variant], cpu[variant] = turns.segment(variant, args.segment_jobs)
-                    done[variant][0] += args.segment_jobs
-                    done[variant][1] += args.segment_jobs / rate[variant]
+                    taken, seconds, cpu[variant] = turns.segment(variant, args.segment_jobs)
+                    rate[variant] = taken / seconds
+                    done[variant][0] += taken
+                    done[variant][1] += seconds
                 ratios.append(rate[PLATFORM] / rate[PLAIN])
                 print(f"run {run} pair {pair}: plain {rate[PLAIN]:.0f} jobs/s "
                       f"({cpu[PLAIN] * 1e6:.0f} us busy CPU/job), platform "
