@@ -20,6 +20,9 @@ Variants (the alternatives live in a schema of their own on the benchmark's serv
 - ``no time index``: the function on a copy of the table without ``processed_at``'s index
 - ``brin time index``: the same with a BRIN index on ``processed_at`` instead
 - ``bare insert``: the row inserted by a plain ``INSERT ... ON CONFLICT DO NOTHING``
+- ``bare plain insert``: the same without ``ON CONFLICT`` (a duplicate would then be a
+  unique violation that aborts the transaction): what the conflict check itself costs
+- ``fn plain insert``: the function with that plain ``INSERT``
 """
 
 from __future__ import annotations
@@ -59,15 +62,19 @@ CLAIMS = {
     "brin time index": "SELECT claimed, marked FROM alt.claim_brin_time_index(%s, %s)",
     "bare insert": "INSERT INTO core.processed_jobs (job_id, consumer) VALUES (%s, %s) "
     "ON CONFLICT (job_id, consumer) DO NOTHING RETURNING 1",
+    "bare plain insert": "INSERT INTO core.processed_jobs (job_id, consumer) VALUES (%s, %s) "
+    "RETURNING 1",
+    "fn plain insert": "SELECT claimed, marked FROM alt.claim_plain_insert(%s, %s)",
 }
 
 
-def claim_function(name: str, table: str, look: str) -> str:
+def claim_function(name: str, table: str, look: str, *, on_conflict: bool = True) -> str:
+    conflict = "ON CONFLICT (job_id, consumer) DO NOTHING" if on_conflict else ""
     return f"""CREATE FUNCTION alt.{name}(p_job_id uuid, p_consumer text,
         OUT claimed boolean, OUT marked boolean) LANGUAGE plpgsql VOLATILE AS $$
     BEGIN
         INSERT INTO {table} (job_id, consumer) VALUES (p_job_id, p_consumer)
-        ON CONFLICT (job_id, consumer) DO NOTHING;
+        {conflict};
         claimed := FOUND;
         {look}
     END $$"""
@@ -86,6 +93,8 @@ def create_variants(url: str) -> None:
                 cur.execute(f"CREATE INDEX ON alt.{table} USING {index} (processed_at)")
             cur.execute(claim_function(f"claim_{table}", f"alt.{table}", LOOK))
         cur.execute(claim_function("claim_no_look", "core.processed_jobs", "marked := false;"))
+        cur.execute(claim_function("claim_plain_insert", "core.processed_jobs", LOOK,
+                                   on_conflict=False))  # fmt: skip
     conn.close()
 
 

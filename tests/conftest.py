@@ -1,10 +1,11 @@
-"""Session-wide real servers for the whole suite.
+"""Session-wide real servers for the whole suite, and how it is split between two processes.
 
-One Redis and one PostgreSQL serve every test; each test starts from an empty Redis
+One Redis and one PostgreSQL serve every test of a pytest session (of an xdist worker:
+see :func:`pytest_collection_modifyitems`); each test starts from an empty Redis
 database and empty platform tables. RabbitMQ starts only when a test asks for it (its
 start-up costs many seconds of CPU), once per session; each RabbitMQ test gets a fresh
-empty virtual host instead of a restarted server. Fault tests that stop or kill a server get their
-own servers from ``server_factory`` so they never disturb the shared ones.
+empty virtual host instead of a restarted server. Fault tests that stop or kill a server
+get their own servers from ``server_factory`` so they never disturb the shared ones.
 """
 
 from __future__ import annotations
@@ -22,6 +23,30 @@ from platform_tasks.harness import PostgresServer, RabbitMQServer, RedisServer
 from platform_tasks.settings import PlatformSettings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+ONE_AT_A_TIME = "end_to_end"
+"""The xdist group of the end-to-end and RabbitMQ tests: run one after another."""
+BESIDE_THEM = "unit_and_integration"
+"""The xdist group of every other test, run beside them on the second xdist worker."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Split the suite in two groups that run side by side (``-n 2 --dist loadgroup``).
+
+    The end-to-end tests start workers, beat replicas and servers of their own and wait on
+    them with deadlines; two of them at once on two cores would make one test's timing
+    depend on the other's load, so they stay in one group, run one at a time in their
+    usual order. RabbitMQ's tests join them: a node costs many seconds of CPU to start,
+    and each xdist worker that needs one starts its own. The unit, integration and
+    upstream tests (a few start one worker briefly; most wait on one server call at a
+    time) run in the other group meanwhile. Each xdist worker has its own Redis and
+    PostgreSQL (the session fixtures below), so the groups never share a server.
+    """
+    for item in items:
+        rabbitmq = {"rabbitmq_server", "rabbitmq_url"} & set(getattr(item, "fixturenames", ()))
+        one_at_a_time = item.nodeid.startswith("tests/e2e/") or bool(rabbitmq)
+        item.add_marker(pytest.mark.xdist_group(ONE_AT_A_TIME if one_at_a_time else BESIDE_THEM))
 
 
 @pytest.fixture(scope="session")
