@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7
 from platform_tasks.errors import EnvelopeError, SettingsError
+from tests.support.strategies import tenant_ids
 
 
 class Charge(BaseModel):
@@ -99,12 +100,10 @@ def test_redacted_form_never_shows_data() -> None:
     assert str(envelope.job_id) in text and "acme-01" in text
 
 
-# Drawn from alphabets rather than ``st.from_regex``, whose first draw builds the regex's
-# strategy: about a second on a loaded machine, which Hypothesis's health check counts.
-TENANT_CHARACTERS = string.ascii_letters + string.digits + "_.:-"
-tenants = st.text(alphabet=TENANT_CHARACTERS, min_size=1, max_size=128)
+tenants = tenant_ids
 # NUL is refused by design (see the NUL tests below), so generated text leaves it out.
 texts = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20)
+# from alphabets, like tenant_ids (see tests/support/strategies.py)
 identifiers = st.builds(
     operator.add,
     st.sampled_from(string.ascii_letters + "_"),

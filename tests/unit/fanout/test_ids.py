@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import string
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -11,9 +10,10 @@ from hypothesis import strategies as st
 
 from platform_tasks.envelope import Envelope
 from platform_tasks.fanout.ids import fan_out_job_id, point_ms, tenant_job_id
+from tests.support.strategies import tenant_ids
 
 POINT = datetime(2025, 3, 30, 1, 0, tzinfo=UTC)
-tenants = st.text(alphabet=string.ascii_letters + string.digits + "_.:-", min_size=1, max_size=128)
+tenants = tenant_ids
 
 
 def _time_ms(value: object) -> int:
