@@ -36,6 +36,14 @@ class PlatformCelery(Celery):  # type: ignore[misc]
     def retry_policy_for(self, queue: str | None) -> RetryPolicy:
         return self.retry_policies.get(queue or "", DEFAULT_POLICY)
 
+    def close(self) -> None:
+        """Celery's close (the broker connection pools), and the connections the app's
+        email providers keep open between jobs in this process."""
+        super().close()
+        from platform_tasks.notifications.setup import close_dispatcher
+
+        close_dispatcher(self)
+
 
 def _installers() -> list[Callable[[PlatformCelery], None]]:
     """Each concern wires its bootsteps, signals and checks into a new app, in this order.

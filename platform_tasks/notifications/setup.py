@@ -81,6 +81,18 @@ def dispatcher_for(app: Any) -> Dispatcher:
     return dispatcher
 
 
+def close_dispatcher(app: Any) -> None:
+    """Close this process's dispatcher for ``app``: its providers' HTTP connections.
+
+    Called by ``app.close()``. A worker's app lives as long as its process, but an app made
+    at run time (a test's) would otherwise keep its provider's keep-alive connection open
+    until the interpreter exits. A later job of the same app opens a new dispatcher.
+    """
+    dispatcher = _dispatchers.pop((id(app), os.getpid()), None)
+    if dispatcher is not None:
+        dispatcher.close()
+
+
 def install(app: Any) -> None:
     """Rail queues for workers without ``-Q``; the marketing yield in every worker."""
     providers_of(app)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
+import psutil
 import psycopg2
 import pytest
 import redis
@@ -129,6 +132,32 @@ def test_transactional_email_goes_to_emails_once_and_commits(
     assert processed(rails) == 1
     assert rails.apply(rails.receipt, job).state == "SUCCESS"  # a redelivery: skipped
     assert len(resend.snapshot()[0]) == 1
+
+
+def provider_connections(server: ResendLikeServer) -> int:
+    """This process's open connections to the provider (the client ends, not the server's)."""
+    port = urlsplit(server.url).port
+    return sum(
+        1
+        for conn in psutil.net_connections(kind="tcp")
+        if conn.pid == os.getpid() and conn.raddr and conn.raddr.port == port
+        and conn.status == psutil.CONN_ESTABLISHED
+    )  # fmt: skip
+
+
+def test_closing_the_app_closes_its_provider_connections(
+    rails: Rails, resend: ResendLikeServer
+) -> None:
+    """An app made at run time (a test's) and closed leaves no connection to the provider.
+
+    The provider's HTTP client keeps its connection open between jobs (one TLS handshake per
+    worker process, not per email); ``app.close()`` is where a closed app lets go of it.
+    """
+    job = payload("shop.receipt", {"email": "a@example.org"})
+    assert rails.apply(rails.receipt, job).state == "SUCCESS"
+    assert provider_connections(resend) == 1
+    rails.app.close()
+    assert provider_connections(resend) == 0
 
 
 def test_marketing_chunk_goes_to_the_batch_endpoint(rails: Rails, resend: ResendLikeServer) -> None:
