@@ -37,11 +37,13 @@ class PlatformCelery(Celery):  # type: ignore[misc]
         return self.retry_policies.get(queue or "", DEFAULT_POLICY)
 
     def close(self) -> None:
-        """Celery's close (the broker connection pools), and the connections the app's
-        email providers keep open between jobs in this process."""
+        """Celery's close (the broker connection pools), then the connections the app's
+        consumer and email providers keep open between jobs in this process."""
         super().close()
+        from platform_tasks.consumer.pipeline import close_pipeline
         from platform_tasks.notifications.setup import close_dispatcher
 
+        close_pipeline(self)
         close_dispatcher(self)
 
 

@@ -86,6 +86,7 @@ class DeliveryCounter:
             raise ValueError("DeliveryCounter needs a client or a connect callable")
         self._client = client
         self._connect = connect
+        self._built = False
         self.keys = keys
 
     @property
@@ -96,7 +97,15 @@ class DeliveryCounter:
         if self._client is None:
             assert self._connect is not None
             self._client = self._connect()
+            self._built = True
         return self._client
+
+    def close(self) -> None:
+        """Close the client built by ``connect`` (a client passed in is the caller's)."""
+        if self._built and self._client is not None:
+            self._client.close()
+            self._client = None
+            self._built = False
 
     def observe(self, consumer: str, job_id: str, *, redelivered: bool, ttl_seconds: int
                 ) -> DeliveryState:  # fmt: skip

@@ -131,6 +131,16 @@ class DeliveryPipeline:
             ),
         )
 
+    def close(self) -> None:
+        """Close the connections this thread opened: PostgreSQL (the job's and the marks'),
+        the platform's Redis, the queue port's."""
+        self.database.close()
+        self.marks.database.close()
+        self.deliveries.close()
+        if self._port is not None:
+            self._port.close()
+            self._port = None
+
     def port(self) -> QueuePort:
         if self._port is None:
             self._port = QueuePort(self.app)
@@ -551,3 +561,15 @@ def pipeline_for(app: Any) -> DeliveryPipeline:
         configure_alerts(app.platform_settings.sentry_dsn)
         _pipelines[key] = pipeline
     return pipeline
+
+
+def close_pipeline(app: Any) -> None:
+    """Close this process's pipeline for ``app``, if it has one.
+
+    Called by ``app.close()``. A worker's app lives as long as its process, but an app made
+    at run time (a test's) would otherwise keep its consumer's PostgreSQL sessions open
+    until the process exits. A later job of the same app opens a new pipeline.
+    """
+    pipeline = _pipelines.pop((id(app), os.getpid()), None)
+    if pipeline is not None:
+        pipeline.close()
