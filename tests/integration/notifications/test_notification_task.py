@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import psutil
 import psycopg2
 import pytest
 import redis
@@ -27,6 +25,7 @@ from platform_tasks.keys import delay_keys
 from platform_tasks.notifications import EmailMessage, NotificationTask
 from platform_tasks.settings import PlatformSettings
 from tests.conftest import ServerFactory
+from tests.support.connections import established_to
 from tests.support.resend_server import API_KEY, ResendLikeServer
 
 TRANSACTIONAL = "notif.email.transactional"
@@ -134,17 +133,6 @@ def test_transactional_email_goes_to_emails_once_and_commits(
     assert len(resend.snapshot()[0]) == 1
 
 
-def provider_connections(server: ResendLikeServer) -> int:
-    """This process's open connections to the provider (the client ends, not the server's)."""
-    port = urlsplit(server.url).port
-    return sum(
-        1
-        for conn in psutil.net_connections(kind="tcp")
-        if conn.pid == os.getpid() and conn.raddr and conn.raddr.port == port
-        and conn.status == psutil.CONN_ESTABLISHED
-    )  # fmt: skip
-
-
 def test_closing_the_app_closes_its_provider_connections(
     rails: Rails, resend: ResendLikeServer
 ) -> None:
@@ -155,9 +143,11 @@ def test_closing_the_app_closes_its_provider_connections(
     """
     job = payload("shop.receipt", {"email": "a@example.org"})
     assert rails.apply(rails.receipt, job).state == "SUCCESS"
-    assert provider_connections(resend) == 1
+    port = urlsplit(resend.url).port
+    assert port is not None
+    assert len(established_to(port)) == 1
     rails.app.close()
-    assert provider_connections(resend) == 0
+    assert established_to(port) == set()
 
 
 def test_marketing_chunk_goes_to_the_batch_endpoint(rails: Rails, resend: ResendLikeServer) -> None:
