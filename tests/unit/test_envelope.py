@@ -100,7 +100,6 @@ def test_redacted_form_never_shows_data() -> None:
     assert str(envelope.job_id) in text and "acme-01" in text
 
 
-tenants = tenant_ids
 # NUL is refused by design (see the NUL tests below), so generated text leaves it out.
 texts = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20)
 # from alphabets, like tenant_ids (see tests/support/strategies.py)
@@ -118,7 +117,7 @@ json_values = st.recursive(
 
 
 @given(
-    tenant=tenants,
+    tenant=tenant_ids,
     correlation=st.text(
         alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=128
     ),

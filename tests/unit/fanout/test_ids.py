@@ -13,14 +13,13 @@ from platform_tasks.fanout.ids import fan_out_job_id, point_ms, tenant_job_id
 from tests.support.strategies import tenant_ids
 
 POINT = datetime(2025, 3, 30, 1, 0, tzinfo=UTC)
-tenants = tenant_ids
 
 
 def _time_ms(value: object) -> int:
     return int(str(value).replace("-", "")[:12], 16)
 
 
-@given(tenant=tenants, offset=st.integers(min_value=0, max_value=10**12))
+@given(tenant=tenant_ids, offset=st.integers(min_value=0, max_value=10**12))
 def test_tenant_ids_are_uuid7_with_the_point_as_time(tenant: str, offset: int) -> None:
     point = datetime(2000, 1, 1, tzinfo=UTC) + timedelta(milliseconds=offset)
     job_id = tenant_job_id("maintenance.freshness", point, "maintenance.recompute", tenant)
