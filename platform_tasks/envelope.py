@@ -147,7 +147,10 @@ class Envelope(BaseModel, Generic[DataT]):
     @field_validator("job_id")
     @classmethod
     def _uuid_version_7(cls, value: uuid.UUID) -> uuid.UUID:
-        if value.version != 7:
+        # what ``value.version == 7`` says (the RFC variant, then the version bits), read
+        # from the integer once instead of through two properties on every message
+        bits = value.int
+        if (bits >> 62) & 0b11 != 0b10 or (bits >> 76) & 0xF != 7:
             raise ValueError(f"must be a UUID of version 7, got version {value.version}")
         return value
 
@@ -167,6 +170,8 @@ class Envelope(BaseModel, Generic[DataT]):
             raw = type(self).__pydantic_serializer__.to_json(self)
         except PydanticSerializationError as exc:
             raise _unfit([("<envelope>", f"is not JSON-serializable: {exc}")]) from None
+        if len(raw) <= limit and _NUL_IN_JSON not in raw:
+            return self
         problems: list[tuple[str, str]] = []
         if len(raw) > limit:
             problems.append(_oversize(len(raw), limit))

@@ -40,7 +40,7 @@ def claim(cursor: Any, job_id: uuid.UUID, consumer: str, *, begin_transaction: b
     return cursor.fetchone() is not None
 
 
-def claim_and_look(cursor: Any, job_id: uuid.UUID, consumer: str) -> tuple[bool, bool]:
+def claim_and_look(cursor: Any, job_id: uuid.UUID | str, consumer: str) -> tuple[bool, bool]:
     """``BEGIN``, claim, and look for a delivery mark, in one round trip: ``(claimed, marked)``.
 
     For an autocommit connection (the ``BEGIN`` opens the transaction). Both run in

@@ -36,10 +36,13 @@ def attempt_number(header_attempt: Any, spent: int) -> int:
     also sees attempts of duplicate copies of the job and crashes that never published a
     retry.
     """
-    try:
-        header = int(header_attempt)
-    except (TypeError, ValueError):
+    if header_attempt is None:  # a first publish carries no header: no exception to raise
         header = 1
+    else:
+        try:
+            header = int(header_attempt)
+        except (TypeError, ValueError):
+            header = 1
     return max(1, header, max(0, spent) + 1)
 
 
@@ -65,6 +68,10 @@ class DeliveryState:
     """The dead letter whose replay last restarted the count, if any."""
     tracked: bool = False
     """The job has a hash at all (worth deleting once the job is applied)."""
+
+
+UNTRACKED = DeliveryState()
+"""The state of a job Redis holds nothing for (one shared value: the class is frozen)."""
 
 
 class DeliveryCounter:

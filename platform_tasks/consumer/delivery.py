@@ -77,7 +77,7 @@ def consumed_queue(task: Any, info: Mapping[str, Any]) -> str | None:
             routing_key = _DELAY_PREFIX.sub("", str(routing_key), count=1) or None
     queues: Mapping[str, Any] = getattr(getattr(task.app, "amqp", None), "queues", None) or {}
     if routing_key is not None:
-        same_name = queues.get(routing_key) if routing_key in queues else None
+        same_name = queues.get(routing_key)
         if same_name is not None and _same_exchange(same_name, exchange):
             return str(routing_key)
         for name, queue in queues.items():

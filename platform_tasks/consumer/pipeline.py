@@ -51,6 +51,7 @@ from celery.exceptions import Retry
 from platform_tasks import idempotency
 from platform_tasks.alerts import configure_alerts
 from platform_tasks.consumer.attempts import (
+    UNTRACKED,
     DeliveryCounter,
     DeliveryState,
     attempt_number,
@@ -169,12 +170,14 @@ class DeliveryPipeline:
             return self.settle(task, delivery, None, self._poison(delivery, args, kwargs, exc))
         token = current_correlation_id.set(envelope.correlation_id)
         try:
-            backoff = self._backoff()
+            backoff: Backoff | None = None
             while True:
                 verdict = self.decide(task, envelope, delivery)
                 if not isinstance(verdict, Wait):
                     break
                 self.hooks.emit("on_waiting", delivery, verdict.cause)
+                if backoff is None:
+                    backoff = self._backoff()
                 backoff.wait(verdict.cause)
             return self.settle(task, delivery, envelope, verdict)
         finally:
@@ -190,7 +193,7 @@ class DeliveryPipeline:
         tx: JobTransaction | None = None
         try:
             tx = JobTransaction(self.database)
-            claimed, marked = tx.claim_and_look(envelope.job_id, delivery.consumer)
+            claimed, marked = tx.claim_and_look(job, delivery.consumer)
             if not claimed:
                 return Duplicate("applied")
             if delivery.redelivered or marked or not self.skip_unmarked_reads:
@@ -200,7 +203,7 @@ class DeliveryPipeline:
                                                 redelivered=delivery.redelivered,
                                                 ttl_seconds=self._ttl(policy))  # fmt: skip
             else:  # no mark: nothing of this job's is in Redis
-                state = DeliveryState()
+                state = UNTRACKED
             counted = delivery.redelivered
             attempt = attempt_number(delivery.header_attempt, state.spent)
             if state.exhausted or attempt > policy.max_attempts:
@@ -539,10 +542,16 @@ def _snapshot(value: Any) -> Any:
     175 µs per job the pipeline's own code took, measured in BENCHMARKS.md).
     """
     if isinstance(value, dict):
-        return {key: _snapshot(item) for key, item in value.items()}
+        return {key: _snapshot(item) if isinstance(item, _CONTAINERS) else item
+                for key, item in value.items()}  # fmt: skip
     if isinstance(value, list | tuple):
-        return [_snapshot(item) for item in value]
+        return [_snapshot(item) if isinstance(item, _CONTAINERS) else item for item in value]
     return value
+
+
+_CONTAINERS = (dict, list, tuple)
+"""What :func:`_snapshot` copies; every other value of a decoded body is immutable, and is
+kept as it is without a call per value."""
 
 
 _pipelines: dict[tuple[int, int], DeliveryPipeline] = {}

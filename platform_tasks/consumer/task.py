@@ -88,7 +88,12 @@ class PlatformTask(celery.Task):  # type: ignore[misc]
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from platform_tasks.consumer.pipeline import pipeline_for
 
-        return pipeline_for(self.app).process(self, args, kwargs, self.request)
+        # the tracer's pushed request, read once: ``self.request`` is a proxy that looks
+        # the stack up again on every attribute the pipeline reads
+        request = self.request_stack.top
+        if request is None:  # called directly, outside a worker: Celery's default request
+            request = self.request
+        return pipeline_for(self.app).process(self, args, kwargs, request)
 
     def execute(self, envelope: Any, tx: Any) -> Any:
         """The work of one attempt, inside the transaction that holds the idempotency row.

@@ -44,7 +44,7 @@ class JobTransaction:
         self.open = True
         return idempotency.claim(self.cursor, job_id, consumer, begin_transaction=True)
 
-    def claim_and_look(self, job_id: uuid.UUID, consumer: str) -> tuple[bool, bool]:
+    def claim_and_look(self, job_id: uuid.UUID | str, consumer: str) -> tuple[bool, bool]:
         """``BEGIN`` + claim + look for a delivery mark: ``(claimed, marked)``, one round trip."""
         self.open = True
         return idempotency.claim_and_look(self.cursor, job_id, consumer)
