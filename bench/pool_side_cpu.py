@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,27 @@ from platform_tasks.harness import PostgresServer, RedisServer  # noqa: E402
 
 TASKS = ("bench.plain", "bench.sql_floor", "bench.platform", "bench.noop")
 QUEUE = "bench_pool_side"
+
+
+@contextlib.contextmanager
+def pool_side_servers(prefix: str) -> Iterator[dict[str, str]]:
+    """A PostgreSQL with the bench schema and a Redis of the benchmark's own, stopped at
+    exit: the platform's variables that point at them.
+
+    The broker's URL is RabbitMQ's scheme on a port nothing listens on: the platform's
+    Redis is not the broker, as on RabbitMQ, and no broker is contacted.
+    """
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(base, 0o755)
+    pg = PostgresServer(base / "pg" / "data").start()
+    rs = RedisServer(base / "redis").start()
+    try:
+        create_bench_schema(pg.url)
+        yield {"PLATFORM_DATABASE_URL": pg.url, "PLATFORM_REDIS_URL": rs.url,
+               "PLATFORM_BROKER_URL": "amqp://bench@127.0.0.1:1//"}  # fmt: skip
+    finally:
+        rs.stop()
+        pg.stop()
 
 
 def tracers(app: Any) -> dict[str, Callable[..., Any]]:
@@ -111,15 +133,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--sections", action="store_true")
     args = parser.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="bench-pool-side-"))
-    os.chmod(base, 0o755)
-    pg = PostgresServer(base / "pg" / "data").start()
-    rs = RedisServer(base / "redis").start()
-    try:
-        create_bench_schema(pg.url)
-        # the platform's Redis is not the broker, as on RabbitMQ (no broker is contacted)
-        os.environ.update(PLATFORM_DATABASE_URL=pg.url, PLATFORM_REDIS_URL=rs.url,
-                          PLATFORM_BROKER_URL="amqp://bench@127.0.0.1:1//")  # fmt: skip
+    with pool_side_servers("bench-pool-side-") as variables:
+        os.environ.update(variables)
         from bench.consumer_app import app
 
         by_task = tracers(app)
@@ -137,9 +152,6 @@ def main() -> None:
                   f"{min(values) * 1e6:.0f}-{max(values) * 1e6:.0f})")  # fmt: skip
         if args.sections:
             sections(app, by_task["bench.platform"], args.jobs, args.rounds)
-    finally:
-        rs.stop()
-        pg.stop()
 
 
 if __name__ == "__main__":

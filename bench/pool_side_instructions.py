@@ -6,10 +6,11 @@ Usage: .venv/bin/python bench/pool_side_instructions.py [--jobs 1000] [--code DI
 
 Why a count beside ``bench/pool_side_cpu.py``: CPU time on this machine moves by 10-20 %
 between rounds of the same code, which hides a change of a few per cent in the pipeline's
-own Python. The number of instructions the process executes does not move: each task runs
-under ``valgrind --tool=callgrind`` twice, with ``--jobs`` jobs and without them (both
-after the same warm-up and with the same ``PYTHONHASHSEED``), and the difference divided by
-``--jobs`` is its cost per job, start-up and imports cancelled out. It counts user-space
+own Python. The number of instructions the process executes moves by a few tenths of a
+per cent between runs (other ports and paths): each task runs under ``valgrind
+--tool=callgrind`` twice, with ``--jobs`` jobs and without them (both after the same
+warm-up and with the same ``PYTHONHASHSEED``), and the difference divided by ``--jobs`` is
+its cost per job, start-up and imports cancelled out. It counts user-space
 instructions only (the pool process's share of the socket calls is in the kernel and is
 not counted), and an instruction is not a fixed time: a job that waits on PostgreSQL three
 times runs its Python with colder caches than a loop does. Read it as the size of the code
@@ -71,35 +72,25 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, metavar=("TASK", "JOBS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     code = args.code.resolve()
-    sys.path.insert(0, str(code))
-    if args.child:
+    if args.child:  # the measured checkout's code and bench apps
+        sys.path.insert(0, str(code))
         child(args.child[0], int(args.child[1]))
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
-    from bench.rabbitmq_throughput import create_bench_schema
-    from platform_tasks.harness import PostgresServer, RedisServer
+    sys.path.insert(0, str(ROOT))  # the servers: this checkout's harness
+    from bench.pool_side_cpu import pool_side_servers
 
-    base = Path(tempfile.mkdtemp(prefix="bench-pool-instructions-"))
-    os.chmod(base, 0o755)
-    pg = PostgresServer(base / "pg" / "data").start()
-    rs = RedisServer(base / "redis").start()
-    try:
-        create_bench_schema(pg.url)
-        # the platform's Redis is not the broker, as on RabbitMQ (no broker is contacted)
-        env = dict(os.environ, PYTHONPATH=str(code), PYTHONHASHSEED="0",
-                   PLATFORM_DATABASE_URL=pg.url, PLATFORM_REDIS_URL=rs.url,
-                   PLATFORM_BROKER_URL="amqp://bench@127.0.0.1:1//")  # fmt: skip
+    folder = Path(tempfile.mkdtemp(prefix="bench-pool-instructions-"))
+    with pool_side_servers("bench-pool-instructions-") as variables:
+        env = dict(os.environ, PYTHONPATH=str(code), PYTHONHASHSEED="0", **variables)
         per_job: dict[str, int] = {}
         for task in TASKS:
-            without = counted(code, task, BASE_JOBS, env, base)
-            with_jobs = counted(code, task, BASE_JOBS + args.jobs, env, base)
+            without = counted(code, task, BASE_JOBS, env, folder)
+            with_jobs = counted(code, task, BASE_JOBS + args.jobs, env, folder)
             per_job[task] = (with_jobs - without) // args.jobs
             print(f"{task:16s} {per_job[task]:>9,} instructions per job")
         print(json.dumps({"code": str(code), "jobs": args.jobs, "per_job": per_job}))
-    finally:
-        rs.stop()
-        pg.stop()
 
 
 if __name__ == "__main__":
