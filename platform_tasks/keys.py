@@ -188,6 +188,26 @@ def rate_limit_keys(profile: str, provider: str) -> RateLimitKeys:
     return RateLimitKeys(base_namespace(profile), provider)
 
 
+@dataclass(frozen=True)
+class SendRecordKeys:
+    """The send record of notification jobs: which provider requests a job has sent.
+
+    ``job(job_id)`` is a hash per job: ``t<n>`` the Redis time in ms request ``n`` was
+    first tried, ``d<n>`` the provider's ids once it was answered, ``plan`` the job's
+    rendered messages (zlib-compressed JSON, jobs of more than one request only). One key
+    per job, so no script spans two slots.
+    """
+
+    namespace: str
+
+    def job(self, job_id: str) -> str:
+        return f"{self.namespace}:notifications:v1:sent:{job_id}"
+
+
+def send_record_keys(profile: str) -> SendRecordKeys:
+    return SendRecordKeys(base_namespace(profile))
+
+
 TRANSPORT_BACKOFF_STREAM = "platform:transport:v1:backoff"
 """A stream nobody writes: the transport's back-off after a broker error reply blocks on
 ``XREAD BLOCK <ms> STREAMS <this> $`` (read-only, so Redis accepts it when out of memory,

@@ -9,9 +9,12 @@ delivery waits unacked, like any of the platform's own Redis steps, and no attem
 spent (a Redis restart must never use up a job's budget or dead-letter it).
 
 A job's messages go out in requests of at most ``provider.max_batch``; request ``n`` of a
-job always carries the ``Idempotency-Key`` ``{job_id}:{n}``, so a job run again after a
-throttle, a crash or a redelivery sends the same keys with the same bodies and the
-provider answers with the original ids instead of sending again.
+job always carries the ``Idempotency-Key`` ``{job_id}:{n}``. Each request is noted in the
+job's :mod:`send record <platform_tasks.notifications.send_records>` before it leaves and
+again once answered, so a job run again after a throttle, a crash or a redelivery resumes
+at its first unanswered request; one tried but not answered is sent again under the same
+key with the same body (the provider answers with the original ids) while the provider
+still knows the key, and dead-lettered rather than sent blind once it may not.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from platform_tasks.alerts import send_alert
-from platform_tasks.errors import ServersUnavailable, Throttled
+from platform_tasks.errors import PermanentError, ServersUnavailable, Throttled
 from platform_tasks.notifications.limiter import RateLimiter
 from platform_tasks.notifications.provider import (
     Provider,
@@ -32,12 +35,26 @@ from platform_tasks.notifications.provider import (
     ProviderQuotaExceeded,
     ProviderRateLimited,
     RateLimitHeaders,
+    SendResult,
 )
 from platform_tasks.notifications.rails import MARKETING, TRANSACTIONAL
 from platform_tasks.notifications.rate_limits import LEARNED_WINDOW_SECONDS
+from platform_tasks.notifications.send_records import (
+    KEY_TRUSTED_MS,
+    SendProgress,
+    SendRecords,
+    decode_plan,
+    encode_plan,
+)
 from platform_tasks.redis_client import REDIS_ERRORS
 
-__all__ = ["WAIT_IN_PLACE_MS", "Dispatcher", "idempotency_key", "quota_reset_seconds"]
+__all__ = [
+    "LONGEST_TENANT_WAIT_SECONDS",
+    "WAIT_IN_PLACE_MS",
+    "Dispatcher",
+    "idempotency_key",
+    "quota_reset_seconds",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +68,12 @@ tokens it waited for), and was often refused again. A wait this short costs a wo
 less than the provider request itself; waits for a tenant's bucket, after a 429 or a quota
 pause, longer ones, and every marketing send still go through the delay store, so nothing
 holds a worker for long and no tenant waits behind another."""
+
+
+LONGEST_TENANT_WAIT_SECONDS = 24 * 3600
+"""The longest a job may need its tenant's bucket for: a job of more messages than the
+tenant's limit lets through in a day is refused (a dead letter naming
+``PLATFORM_TENANT_RATE_LIMITS``), not sent a request at a time for days."""
 
 
 def idempotency_key(job_id: object, request_number: int) -> str:
@@ -93,8 +116,10 @@ class Dispatcher:
         clock: Callable[[], datetime] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         wait_in_place_ms: int = WAIT_IN_PLACE_MS,
+        records: SendRecords | None = None,
     ) -> None:
         self.limiter = limiter
+        self.records = records or SendRecords(limiter.client, profile=limiter.profile)
         self._factories = dict(providers)
         self._providers: dict[str, Provider] = {}
         self._clock = clock or (lambda: datetime.now(UTC))
@@ -111,18 +136,56 @@ class Dispatcher:
             provider = self._providers[name] = factory()
         return provider
 
-    def take_first(self, *, provider: str, rail: str, tenant_id: str, planned: int) -> None:
+    def progress(self, job_id: object) -> SendProgress:
+        """What earlier runs of ``job_id`` sent (its send record), read from Redis."""
+        with _rate_limits_in_redis("read the send record"):
+            return self.records.progress(job_id)
+
+    def take_first(
+        self,
+        *,
+        provider: str,
+        rail: str,
+        tenant_id: str,
+        planned: int,
+        progress: SendProgress | None = None,
+    ) -> bool:
         """Take the tokens of a job's first request before it is rendered.
 
         ``planned`` is the number of messages the job will render (a blast knows it from
         its recipients): one provider request and as many tenant messages as its first
         request carries. Raises Throttled when refused, so a refused job renders nothing;
-        pass ``first_taken=True`` to :meth:`send` afterwards.
+        pass ``first_taken=True`` to :meth:`send` afterwards. A job that an earlier run
+        already started (``progress``) takes nothing here: its next request is not its
+        first. Returns whether tokens were taken.
         """
         adapter = self.provider(provider)
+        self._refuse_unfit(provider, planned)
+        if progress is not None and progress.resumed:
+            return False
         batch = rail == MARKETING or planned > 1
         messages = min(planned, adapter.max_batch) if batch else 1
         self._take(provider, tenant_id, messages=messages, rail=rail)
+        return True
+
+    def _refuse_unfit(self, provider: str, messages: int) -> None:
+        """A job its tenant's bucket would let through only after more than a day: refuse.
+
+        Such a job would hold its recipients back for days, a request at a time; an
+        operator fixes it by raising the tenant's limit or splitting the job, so it is a
+        dead letter that says so, not a job that waits for days.
+        """
+        limit = self.limiter.tenant_limits.get(provider)
+        if limit is None:
+            return
+        seconds = (messages - limit.capacity) / limit.per_second
+        if seconds > LONGEST_TENANT_WAIT_SECONDS:
+            raise PermanentError(
+                f"a job of {messages} {provider} messages needs {seconds / 3600:.0f} h of its "
+                f"tenant's bucket (PLATFORM_TENANT_RATE_LIMITS: {provider}={limit}); jobs "
+                f"may need at most {LONGEST_TENANT_WAIT_SECONDS // 3600} h: raise the "
+                "tenant limit or send fewer messages per job"
+            )
 
     def _take(self, provider: str, tenant_id: str, *, messages: int, rail: str) -> None:
         """Take one request's tokens, or raise Throttled.
@@ -154,45 +217,115 @@ class Dispatcher:
         job_id: object,
         messages: Sequence[Any],
         first_taken: bool = False,
+        progress: SendProgress | None = None,
     ) -> list[str]:
         """Send ``messages``; returns the provider's ids. Raises Throttled to run later.
 
-        ``first_taken``: :meth:`take_first` already took the first request's tokens.
+        Requests an earlier run of the job had answered are not sent again (their ids come
+        from the send record); a job of several requests sends what it rendered when it
+        first sent (the record's plan), whatever its render returns now.
+        ``first_taken``: :meth:`take_first` already took the next request's tokens.
         """
         adapter = self.provider(provider)
+        if progress is None:
+            progress = self.progress(job_id)
+        messages = self._planned(job_id, messages, progress)
+        self._refuse_unfit(provider, len(messages))
         batch = rail == MARKETING or len(messages) > 1
         size = adapter.max_batch if batch else 1
+        chunks = [list(messages[start : start + size]) for start in range(0, len(messages), size)]
+        plan = encode_plan(messages) if len(chunks) > 1 and progress.plan is None else None
+        taken = first_taken
         ids: list[str] = []
-        for number, start in enumerate(range(0, len(messages), size)):
-            chunk = list(messages[start : start + size])
-            if not (first_taken and number == 0):
+        for number, chunk in enumerate(chunks):
+            answered = progress.done.get(number)
+            if answered is not None:
+                ids.extend(answered)
+                continue
+            tried = progress.started.get(number)
+            if tried is not None and progress.now_ms - tried > KEY_TRUSTED_MS:
+                raise self._outcome_unknown(provider, job_id, number, progress.now_ms - tried)
+            if not taken:
                 self._take(provider, tenant_id, messages=len(chunk), rail=rail)
-            key = idempotency_key(job_id, number)
-            try:
-                result = adapter.send(chunk, idempotency_key=key, batch=batch)
-            except ProviderRateLimited as exc:
-                with _rate_limits_in_redis("back off"):
-                    self.limiter.back_off(provider, exc.retry_after)
-                self._learn(provider, exc.limits)
-                logger.warning(
-                    "provider %s answered 429 rate_limit_exceeded; every worker waits %.1f s",
-                    provider,
-                    exc.retry_after,
-                    extra={
-                        "event": "notifications.provider_backoff",
-                        "provider": provider,
-                        "retry_after": exc.retry_after,
-                        "tenant_id": tenant_id,
-                    },
-                )
-                raise self._throttled(exc.retry_after, "provider_429") from None
-            except ProviderQuotaExceeded as exc:
-                raise self._quota(provider, exc) from None
-            except ProviderBusy as exc:
-                raise self._throttled(exc.retry_after, "provider_busy") from None
-            self._learn(provider, result.limits)
+            taken = False
+            with _rate_limits_in_redis("write the send record"):
+                self.records.start(job_id, number, plan)
+            plan = None
+            result = self._request(adapter, provider, tenant_id, chunk, job_id, number, batch)
+            with _rate_limits_in_redis("write the send record"):
+                self.records.sent(job_id, number, result.ids, last=number == len(chunks) - 1)
             ids.extend(result.ids)
         return ids
+
+    def _planned(self, job_id: object, messages: Sequence[Any], progress: SendProgress
+                 ) -> Sequence[Any]:  # fmt: skip
+        """The messages to send: the record's plan when an earlier run stored one."""
+        if progress.plan is None:
+            return messages
+        planned = decode_plan(progress.plan)
+        if encode_plan(messages) != progress.plan:
+            logger.warning(
+                "job %s rendered other messages than when it first sent; the rest of the "
+                "first rendering is sent",
+                job_id,
+                extra={"event": "notifications.render_changed", "job_id": str(job_id)},
+            )
+        return planned
+
+    def _outcome_unknown(self, provider: str, job_id: object, number: int,
+                         age_ms: int) -> PermanentError:  # fmt: skip
+        """Request ``number`` was tried ``age_ms`` ago and never answered; its key is stale.
+
+        The provider may have sent it (an answer lost to a timeout) and no longer knows its
+        key, so trying again could deliver it twice. The job is dead-lettered saying so;
+        the try is dropped from the record, so replaying the dead letter sends it.
+        """
+        with _rate_limits_in_redis("write the send record"):
+            self.records.forget_try(job_id, number)
+        logger.error(
+            "job %s: request %s to %s was tried %.1f h ago and never answered",
+            job_id,
+            number,
+            provider,
+            age_ms / 3_600_000,
+            extra={"event": "notifications.outcome_unknown", "job_id": str(job_id),
+                   "provider": provider, "request": number},
+        )  # fmt: skip
+        return PermanentError(
+            f"request {number} of this job was tried {age_ms / 3_600_000:.1f} h ago and "
+            f"never answered: {provider} may have sent it and no longer knows its "
+            f"Idempotency-Key ({KEY_TRUSTED_MS // 3_600_000} h), so it is not sent again "
+            "blind; check the provider's log, and replay this dead letter to send it"
+        )
+
+    def _request(self, adapter: Provider, provider: str, tenant_id: str, chunk: list[Any],
+                 job_id: object, number: int, batch: bool) -> SendResult:  # fmt: skip
+        """Send one request under its key; the provider's "not now" answers as Throttled."""
+        key = idempotency_key(job_id, number)
+        try:
+            result = adapter.send(chunk, idempotency_key=key, batch=batch)
+        except ProviderRateLimited as exc:
+            with _rate_limits_in_redis("back off"):
+                self.limiter.back_off(provider, exc.retry_after)
+            self._learn(provider, exc.limits)
+            logger.warning(
+                "provider %s answered 429 rate_limit_exceeded; every worker waits %.1f s",
+                provider,
+                exc.retry_after,
+                extra={
+                    "event": "notifications.provider_backoff",
+                    "provider": provider,
+                    "retry_after": exc.retry_after,
+                    "tenant_id": tenant_id,
+                },
+            )
+            raise self._throttled(exc.retry_after, "provider_429") from None
+        except ProviderQuotaExceeded as exc:
+            raise self._quota(provider, exc) from None
+        except ProviderBusy as exc:
+            raise self._throttled(exc.retry_after, "provider_busy") from None
+        self._learn(provider, result.limits)
+        return result
 
     def _learn(self, provider: str, limits: RateLimitHeaders) -> None:
         if limits.limit is None:

@@ -13,7 +13,9 @@ script; send; return. A job that says how many messages it will render
 request's tokens *before* rendering, so a refused blast does not render 100 emails first.
 The idempotency row then commits with the handler's work, so a job
 whose send succeeded is never sent again by this platform, even after the provider has
-forgotten its idempotency key (24 h). Anything that says "not now" (no token, a 429, a
+forgotten its idempotency key (24 h). A job of several requests refused between two of
+them resumes at the first one not answered (its send record in Redis, see
+:mod:`~platform_tasks.notifications.send_records`). Anything that says "not now" (no token, a 429, a
 quota pause) raises :class:`~platform_tasks.errors.Throttled`: the transaction rolls back
 and the job runs again at the time the buckets say, without spending an attempt.
 
@@ -80,14 +82,16 @@ class NotificationTask(PlatformTask):
         """
         dispatcher = dispatcher_for(self.app)
         planned = self.planned_messages(envelope)
+        progress = dispatcher.progress(envelope.job_id)
+        first_taken = False
         if planned:
-            dispatcher.take_first(
+            first_taken = dispatcher.take_first(
                 provider=self.provider, rail=self.rail, tenant_id=envelope.tenant_id,
-                planned=planned,
+                planned=planned, progress=progress,
             )  # fmt: skip
         rendered = self.run(envelope, tx)
         messages = _as_messages(rendered, self.name)
-        if not messages:
+        if not messages and progress.plan is None:
             return []
         return dispatcher.send(
             provider=self.provider,
@@ -95,7 +99,8 @@ class NotificationTask(PlatformTask):
             tenant_id=envelope.tenant_id,
             job_id=envelope.job_id,
             messages=messages,
-            first_taken=bool(planned),
+            first_taken=first_taken,
+            progress=progress,
         )
 
 

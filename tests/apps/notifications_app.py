@@ -33,6 +33,13 @@ class Receipt(BaseModel):
     n: int = 0
 
 
+class Digest(BaseModel):
+    """``count`` emails to ``{tenant}-d{i}@example.org`` from one job (no ``recipients``:
+    the job renders before it takes tokens)."""
+
+    count: int
+
+
 class Chunk(BaseModel):
     recipients: list[str]
     campaign_id: str
@@ -54,4 +61,17 @@ def newsletter(envelope: Any, tx: Any) -> list[EmailMessage]:
             "News <news@example.com>", r, f"News {envelope.data.campaign_id}", html="<p>news</p>"
         )
         for r in envelope.data.recipients
+    ]
+
+
+@app.task(base=NotificationTask, data_model=Digest, name="notify.digest")
+def digest(envelope: Any, tx: Any) -> list[EmailMessage]:
+    return [
+        EmailMessage(
+            "Shop <shop@example.com>",
+            f"{envelope.tenant_id}-d{i}@example.org",
+            f"Digest {i}",
+            text="your digest",
+        )
+        for i in range(envelope.data.count)
     ]

@@ -43,6 +43,29 @@ class Rig:
         }
         return str(self.port.publish("notif.email.transactional", payload))
 
+    def digest(self, tenant: str, count: int, job_id: str) -> str:
+        """Publish one ``notify.digest`` job of ``count`` emails under ``job_id``."""
+        payload = {
+            "job_id": job_id,
+            "tenant_id": tenant,
+            "kind": "notify.digest",
+            "data": {"count": count},
+        }
+        return str(self.port.publish("notif.email.transactional", payload))
+
+    def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        conn = psycopg2.connect(self.database_url)
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute(sql, params)
+                return list(cur.fetchall())
+        finally:
+            conn.close()
+
+    def applied(self, job_id: str) -> bool:
+        """Whether the job's idempotency row is committed (the job finished)."""
+        return bool(self.rows("SELECT 1 FROM core.processed_jobs WHERE job_id = %s", job_id))
+
     def dead_letters(self) -> int:
         conn = psycopg2.connect(self.database_url)
         try:

@@ -105,6 +105,8 @@ class ResendLikeServer:
         """Idempotency key → (path, body digest, reply), as Resend keeps them for 24 h."""
         self._in_flight: set[str] = set()
         self._faults: deque[Fault] = deque()
+        self._keyed_faults: dict[str, deque[Fault]] = {}
+        """Faults for the requests of one idempotency key, ahead of the others."""
         self._window: list[float] = []
         """Arrival stamps of the requests let through in the last seconds, sorted (threads
         handle requests in another order than they arrived)."""
@@ -163,11 +165,14 @@ class ResendLikeServer:
         count: int = 1,
         headers: dict[str, str] | None = None,
         message: str = "scripted",
+        key: str | None = None,
     ) -> None:
-        """Answer the next ``count`` email requests with this error."""
+        """Answer the next ``count`` email requests with this error (``key``: only the
+        requests carrying that ``Idempotency-Key``)."""
         with self.lock:
+            faults = self._faults if key is None else self._keyed_faults.setdefault(key, deque())
             for _ in range(count):
-                self._faults.append(Fault(status, name, dict(headers or {}), message))
+                faults.append(Fault(status, name, dict(headers or {}), message))
 
     def forget_keys(self) -> None:
         """Drop every idempotency key, as Resend does after 24 hours."""
@@ -265,8 +270,9 @@ class ResendLikeServer:
         with self.lock:
             newest = max(now, self._window[-1]) if self._window else now
             del self._window[: bisect.bisect_right(self._window, newest - _KEPT_SECONDS)]
-            if self._faults:
-                fault = self._faults.popleft()
+            keyed = self._keyed_faults.get(record.idempotency_key or "")
+            if keyed or self._faults:
+                fault = keyed.popleft() if keyed else self._faults.popleft()
                 extra = {**self._limit_headers(now), **fault.headers}
                 return fault.status, extra, _error(fault.status, fault.name, fault.message)
             if now < self._quota_until:
