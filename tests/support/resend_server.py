@@ -114,6 +114,9 @@ class ResendLikeServer:
         self.gate = threading.Event()
         """Accepted requests wait for this to be set before answering (set by default)."""
         self.gate.set()
+        self.answer_delay = 0.0
+        """Seconds an accepted request's answer is held back after the email was sent
+        (its key stored): longer than a client's timeout, the sender never learns it."""
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.request_lines = 0
@@ -320,7 +323,10 @@ class ResendLikeServer:
                 self._in_flight.add(key)
         try:
             self.gate.wait(timeout=60)
-            return self._accept(record, path, body, digest, limit_headers, now)
+            answer = self._accept(record, path, body, digest, limit_headers, now)
+            if self.answer_delay > 0:
+                threading.Event().wait(self.answer_delay)  # a slow answer, not a sync point
+            return answer
         finally:
             if record.idempotency_key:
                 with self.lock:
