@@ -76,6 +76,10 @@ tenant's limit lets through in a day is refused (a dead letter naming
 ``PLATFORM_TENANT_RATE_LIMITS``), not sent a request at a time for days."""
 
 
+CLOCK_SKEW_WARNING_SECONDS = 5.0
+"""A worker clock further than this from Redis's is worth a warning (once per process)."""
+
+
 def idempotency_key(job_id: object, request_number: int) -> str:
     """The provider key of request ``request_number`` of job ``job_id``: stable across runs."""
     return f"{job_id}:{request_number}"
@@ -123,6 +127,8 @@ class Dispatcher:
         self._factories = dict(providers)
         self._providers: dict[str, Provider] = {}
         self._clock = clock or (lambda: datetime.now(UTC))
+        """This worker's clock: only compared with Redis's, to warn when it is off."""
+        self._skew_reported = False
         self._sleep = sleep
         self.wait_in_place_ms = wait_in_place_ms
 
@@ -346,7 +352,7 @@ class Dispatcher:
 
     def _quota(self, provider: str, exc: ProviderQuotaExceeded) -> Throttled:
         name = exc.name or "quota_exceeded"
-        seconds = exc.reset_seconds or quota_reset_seconds(name, self._clock())
+        seconds = exc.reset_seconds or quota_reset_seconds(name, self._now())
         with _rate_limits_in_redis("pause"):
             must_alert, remaining_ms = self.limiter.pause(provider, seconds, name)
         if must_alert:
@@ -371,7 +377,28 @@ class Dispatcher:
         return self._throttled(remaining_ms / 1000, "provider_paused")
 
     def _throttled(self, seconds: float, reason: str) -> Throttled:
-        return Throttled(self._clock() + timedelta(seconds=max(0.0, seconds)), reason)
+        """Run again ``seconds`` after now by the buckets' clock (Redis ``TIME``).
+
+        The waits come from the buckets and the delay store promotes by Redis ``TIME``:
+        a due time from this worker's clock, 30 s behind, made a job refused for 3 s due
+        27 s ago, promoted at once and refused again, round and round.
+        """
+        return Throttled(self._now() + timedelta(seconds=max(0.0, seconds)), reason)
+
+    def _now(self) -> datetime:
+        """The buckets' time; warns once per process when this worker's clock is far off."""
+        with _rate_limits_in_redis("time"):
+            now = datetime.fromtimestamp(self.limiter.now_ms() / 1000, UTC)
+        skew = (self._clock() - now).total_seconds()
+        if abs(skew) > CLOCK_SKEW_WARNING_SECONDS and not self._skew_reported:
+            self._skew_reported = True
+            logger.warning(
+                "this worker's clock is %.1f s %s Redis's; notification due times use Redis's",
+                abs(skew),
+                "ahead of" if skew > 0 else "behind",
+                extra={"event": "notifications.clock_skew", "skew_seconds": skew},
+            )
+        return now
 
     def close(self) -> None:
         for provider in self._providers.values():

@@ -252,10 +252,18 @@ class RateLimiter:
         )
         return int(raw[0]) == 1, int(raw[1])
 
+    def now_ms(self) -> int:
+        """The buckets' time in ms: Redis ``TIME`` (the injected clock in tests).
+
+        The delay store promotes by Redis ``TIME`` too, so a due time computed from this
+        and a bucket's wait comes when the bucket has its token, whatever the worker's
+        own clock says.
+        """
+        return self._clock_ms() if self._clock_ms is not None else _redis_now_ms(self.client)
+
     def paused_ms(self, provider: str) -> int:
         """Milliseconds the provider stays paused (0: not paused)."""
         raw = self.client.hget(self.keys(provider).bucket, "paused_until")
         if raw is None:
             return 0
-        now = self._clock_ms() if self._clock_ms is not None else _redis_now_ms(self.client)
-        return max(0, int(float(raw)) - now)
+        return max(0, int(float(raw)) - self.now_ms())
