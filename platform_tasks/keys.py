@@ -193,9 +193,9 @@ class SendRecordKeys:
     """The send record of notification jobs: which provider requests a job has sent.
 
     ``job(job_id)`` is a hash per job: ``t<n>`` the Redis time in ms request ``n`` was
-    first tried, ``d<n>`` the provider's ids once it was answered, ``plan`` the job's
-    rendered messages (zlib-compressed JSON, jobs of more than one request only). One key
-    per job, so no script spans two slots.
+    first tried, ``d<n>`` the provider's answer (ids, refused emails) once it was
+    answered, ``plan`` the job's rendered messages (zlib-compressed JSON, jobs of more than
+    one request only). One key per job, so no script spans two slots.
     """
 
     namespace: str

@@ -23,12 +23,14 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from platform_tasks.alerts import send_alert
 from platform_tasks.errors import PermanentError, ServersUnavailable, Throttled
 from platform_tasks.notifications.limiter import RateLimiter
+from platform_tasks.notifications.message import EmailMessage
 from platform_tasks.notifications.provider import (
     Provider,
     ProviderBusy,
@@ -52,6 +54,8 @@ __all__ = [
     "LONGEST_TENANT_WAIT_SECONDS",
     "WAIT_IN_PLACE_MS",
     "Dispatcher",
+    "Rejection",
+    "SendOutcome",
     "idempotency_key",
     "quota_reset_seconds",
 ]
@@ -97,6 +101,44 @@ def _rate_limits_in_redis(what: str) -> Iterator[None]:
         yield
     except REDIS_ERRORS as exc:
         raise ServersUnavailable(f"rate limits in Redis ({what}): {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """An email of a job the provider refused while it sent the rest of its request."""
+
+    index: int
+    """Its place among the job's messages."""
+    recipients: list[str]
+    message: str
+
+    def describe(self) -> str:
+        return f"email {self.index} ({', '.join(self.recipients) or '?'}): {self.message}"
+
+
+@dataclass
+class SendOutcome:
+    """What a job's send did: the provider's ids of the emails sent, those it refused."""
+
+    ids: list[str] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+
+    def add(self, result: SendResult, chunk: Sequence[Any], start: int) -> None:
+        """Add one request's answer; ``start`` is the job index of the chunk's first email."""
+        self.ids.extend(result.ids)
+        for item in result.rejected:
+            message = chunk[item.index] if 0 <= item.index < len(chunk) else None
+            self.rejected.append(Rejection(start + item.index, _recipients(message), item.message))
+
+
+def _recipients(message: Any) -> list[str]:
+    """The ``to`` addresses of a message (an EmailMessage or an adapter's own shape)."""
+    to = message.to if isinstance(message, EmailMessage) else None
+    if to is None and isinstance(message, Mapping):
+        to = message.get("to")
+    if isinstance(to, str):
+        return [to]
+    return [str(t) for t in to] if isinstance(to, Sequence) else []
 
 
 def quota_reset_seconds(name: str, now: datetime) -> float:
@@ -224,8 +266,9 @@ class Dispatcher:
         messages: Sequence[Any],
         first_taken: bool = False,
         progress: SendProgress | None = None,
-    ) -> list[str]:
-        """Send ``messages``; returns the provider's ids. Raises Throttled to run later.
+    ) -> SendOutcome:
+        """Send ``messages``; returns the provider's ids and the emails it refused one by
+        one. Raises Throttled to run later.
 
         Requests an earlier run of the job had answered are not sent again (their ids come
         from the send record); a job of several requests sends what it rendered when it
@@ -242,11 +285,11 @@ class Dispatcher:
         chunks = [list(messages[start : start + size]) for start in range(0, len(messages), size)]
         plan = encode_plan(messages) if len(chunks) > 1 and progress.plan is None else None
         taken = first_taken
-        ids: list[str] = []
+        outcome = SendOutcome()
         for number, chunk in enumerate(chunks):
             answered = progress.done.get(number)
             if answered is not None:
-                ids.extend(answered)
+                outcome.add(answered, chunk, number * size)
                 continue
             tried = progress.started.get(number)
             if tried is not None and progress.now_ms - tried > KEY_TRUSTED_MS:
@@ -259,9 +302,9 @@ class Dispatcher:
             plan = None
             result = self._request(adapter, provider, tenant_id, chunk, job_id, number, batch)
             with _rate_limits_in_redis("write the send record"):
-                self.records.sent(job_id, number, result.ids, last=number == len(chunks) - 1)
-            ids.extend(result.ids)
-        return ids
+                self.records.sent(job_id, number, result, last=number == len(chunks) - 1)
+            outcome.add(result, chunk, number * size)
+        return outcome
 
     def _planned(self, job_id: object, messages: Sequence[Any], progress: SendProgress
                  ) -> Sequence[Any]:  # fmt: skip

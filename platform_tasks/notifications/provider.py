@@ -34,6 +34,7 @@ __all__ = [
     "ProviderRejected",
     "ProviderUnavailable",
     "RateLimitHeaders",
+    "RejectedItem",
     "SendResult",
 ]
 
@@ -48,11 +49,25 @@ class RateLimitHeaders:
 
 
 @dataclass(frozen=True)
+class RejectedItem:
+    """A message of a batch the provider refused while it sent the others.
+
+    ``index`` is its place in the request; ``message`` what the provider said.
+    """
+
+    index: int
+    message: str
+
+
+@dataclass(frozen=True)
 class SendResult:
-    """The provider's ids of the messages sent (in order) and its rate-limit headers."""
+    """The provider's ids of the messages sent (in order), the messages of the request it
+    refused one by one (``rejected``: a batch validated per email) and its rate-limit
+    headers."""
 
     ids: list[str]
     limits: RateLimitHeaders = field(default_factory=RateLimitHeaders)
+    rejected: list[RejectedItem] = field(default_factory=list)
 
 
 @runtime_checkable

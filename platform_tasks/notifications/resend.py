@@ -4,6 +4,10 @@ Contacts, audiences, segments and broadcasts are never touched: the product's ow
 is the source of truth for recipients, so the adapter refuses any other path before a
 request is built (:data:`ALLOWED_PATHS`).
 
+Batches are validated per email (``x-batch-validation: permissive``): Resend sends the
+valid emails and lists the others in ``errors`` (``[{index, message}]``), which the
+result carries as ``rejected``; in strict mode one bad address refused the whole batch.
+
 Bodies are serialized deterministically (sorted keys), so a retried job sends the same
 bytes under the same ``Idempotency-Key`` and Resend answers with the original ids instead
 of ``invalid_idempotent_request``. The API key lives in a :class:`~pydantic.SecretStr`
@@ -28,6 +32,7 @@ from platform_tasks.notifications.provider import (
     ProviderRejected,
     ProviderUnavailable,
     RateLimitHeaders,
+    RejectedItem,
     SendResult,
 )
 
@@ -116,18 +121,23 @@ class ResendProvider:
             path = SINGLE_PATH
         response = self._post(path, body, idempotency_key, batch=batch)
         payload = self._json(response)
+        rejected: list[RejectedItem] = []
         if batch:
             ids = [str(item["id"]) for item in payload.get("data") or []]
+            rejected = [
+                RejectedItem(int(error["index"]), str(error.get("message") or "")[:500])
+                for error in payload.get("errors") or []
+            ]
         else:
             ids = [str(payload["id"])]
-        return SendResult(ids=ids, limits=rate_limit_headers(response.headers))
+        return SendResult(ids=ids, limits=rate_limit_headers(response.headers), rejected=rejected)
 
     def _post(self, path: str, body: Any, idempotency_key: str, *, batch: bool) -> httpx.Response:
         if path not in ALLOWED_PATHS:  # the one place a request is made
             raise RuntimeError(f"the Resend adapter never calls {path}")
         headers = {"Idempotency-Key": idempotency_key, "Content-Type": "application/json"}
         if batch:
-            headers["x-batch-validation"] = "strict"
+            headers["x-batch-validation"] = "permissive"
         content = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
         try:
             response = self._client.post(path, content=content, headers=headers)

@@ -11,7 +11,8 @@ every time never finished, and once the provider had forgotten request 0's
 0 again.
 
 Per request ``n`` the record holds ``t<n>``, the Redis time it was first tried (written
-before the request leaves), and ``d<n>``, the provider's ids once it answered. A request
+before the request leaves), and ``d<n>``, the provider's answer: ids of the messages it
+sent and the ones it refused one by one (``{"i": [ids], "r": [[index, message]]}``). A request
 tried but never answered (a timeout after the provider had accepted it) is safe to try
 again under its key only while the provider still knows the key; after
 :data:`KEY_TRUSTED_MS` it is not sent again blind (see
@@ -40,6 +41,7 @@ from typing import Any, cast
 
 from platform_tasks.keys import SendRecordKeys, send_record_keys
 from platform_tasks.notifications.message import EmailMessage
+from platform_tasks.notifications.provider import RejectedItem, SendResult
 from platform_tasks.scripts import script_source
 
 __all__ = [
@@ -73,8 +75,8 @@ class SendProgress:
     now_ms: int
     started: dict[int, int] = field(default_factory=dict)
     """Request number → the Redis time (ms) it was first tried."""
-    done: dict[int, list[str]] = field(default_factory=dict)
-    """Request number → the provider's ids of its messages."""
+    done: dict[int, SendResult] = field(default_factory=dict)
+    """Request number → the provider's answer: ids of the messages sent, those refused."""
     plan: bytes | None = None
 
     @property
@@ -134,7 +136,7 @@ class SendRecords:
             else int(seconds) * 1000 + int(micros) // 1000
         )
         started: dict[int, int] = {}
-        done: dict[int, list[str]] = {}
+        done: dict[int, SendResult] = {}
         plan: bytes | None = None
         for name, value in cast(dict[bytes, bytes], raw).items():
             key = name.decode()
@@ -143,7 +145,11 @@ class SendRecords:
             elif key.startswith("t"):
                 started[int(key[1:])] = int(value)
             elif key.startswith("d"):
-                done[int(key[1:])] = [str(i) for i in json.loads(value)]
+                answer = json.loads(value)
+                done[int(key[1:])] = SendResult(
+                    ids=[str(i) for i in answer["i"]],
+                    rejected=[RejectedItem(int(i), str(m)) for i, m in answer["r"]],
+                )
         return SendProgress(now, started, done, plan)
 
     def start(self, job_id: object, number: int, plan: bytes | None = None) -> int:
@@ -156,11 +162,12 @@ class SendRecords:
             )
         )
 
-    def sent(self, job_id: object, number: int, ids: Sequence[str], *, last: bool) -> None:
-        """Request ``number`` was answered with ``ids``; ``last``: the job's last one."""
+    def sent(self, job_id: object, number: int, result: SendResult, *, last: bool) -> None:
+        """Request ``number`` was answered with ``result``; ``last``: the job's last one."""
         key = self.keys.job(str(job_id))
+        answer = {"i": list(result.ids), "r": [[r.index, r.message] for r in result.rejected]}
         pipe = self.client.pipeline(transaction=False)
-        pipe.hset(key, f"d{number}", json.dumps(list(ids)))
+        pipe.hset(key, f"d{number}", json.dumps(answer, separators=(",", ":")))
         pipe.pexpire(key, FINISHED_TTL_MS if last else RECORD_TTL_MS)
         pipe.execute()
 

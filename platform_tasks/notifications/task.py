@@ -24,16 +24,26 @@ The task's queue defaults to ``notification_queue(channel, rail)``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from platform_tasks.consumer.dead_letter_records import DeadLetterRecord, error_type_name
 from platform_tasks.consumer.task import PlatformTask
 from platform_tasks.errors import ConfigurationError, PermanentError
+from platform_tasks.notifications.dispatch import Rejection
 from platform_tasks.notifications.message import EmailMessage
+from platform_tasks.notifications.provider import ProviderRejected
 from platform_tasks.notifications.rails import RAILS, TRANSACTIONAL, notification_queue
 from platform_tasks.notifications.setup import dispatcher_for
 
-__all__ = ["NOTIFICATION_OPTIONS", "NotificationTask"]
+__all__ = ["NOTIFICATION_OPTIONS", "REJECTED_RECIPIENTS", "NotificationTask"]
+
+logger = logging.getLogger(__name__)
+
+REJECTED_RECIPIENTS = "rejected_recipients"
+"""The dead-letter ``reason`` of the emails a provider refused one by one (a bad address
+in a batch) while it sent the rest of the job."""
 
 NOTIFICATION_OPTIONS = frozenset({"channel", "rail", "provider"})
 """Task options NotificationTask owns, besides PlatformTask's (``platform_options``)."""
@@ -93,7 +103,7 @@ class NotificationTask(PlatformTask):
         messages = _as_messages(rendered, self.name)
         if not messages and progress.plan is None:
             return []
-        return dispatcher.send(
+        outcome = dispatcher.send(
             provider=self.provider,
             rail=self.rail,
             tenant_id=envelope.tenant_id,
@@ -102,6 +112,54 @@ class NotificationTask(PlatformTask):
             first_taken=first_taken,
             progress=progress,
         )
+        if outcome.rejected:
+            self._dead_letter_rejected(envelope, tx, outcome.rejected, len(messages))
+        return outcome.ids
+
+    def _dead_letter_rejected(
+        self, envelope: Any, tx: Any, rejected: Sequence[Rejection], total: int
+    ) -> None:
+        """One dead letter naming the emails the provider refused; the job itself applies.
+
+        Written in the job's transaction, so it commits with the job: exactly one row per
+        job however often a throttle ran it again. One row per job rather than per email:
+        a chunk of 100 with 30 bad addresses is one thing for an operator to read and
+        discard, and one alert. Replaying the row sends nothing (the job was applied):
+        the addresses are fixed where the recipients come from, and sent in a new job.
+        """
+        lines = "\n".join(r.describe() for r in rejected)
+        record = DeadLetterRecord(
+            job_id=envelope.job_id,
+            queue=self.queue,
+            kind=envelope.kind,
+            tenant_id=envelope.tenant_id,
+            correlation_id=envelope.correlation_id,
+            payload=envelope.to_message(),
+            attempts=1,
+            last_error=(
+                f"{self.provider} refused {len(rejected)} of the {total} emails of this job "
+                f"and sent the others; replaying this row sends nothing:\n{lines}"
+            ),
+            error_type=error_type_name(ProviderRejected("", provider=self.provider)),
+            reason=REJECTED_RECIPIENTS,
+        )
+        row = record.write(tx)
+        logger.error(
+            "job %s: %s refused %d of %d emails (dead letter %d)",
+            envelope.job_id,
+            self.provider,
+            len(rejected),
+            total,
+            row,
+            extra={
+                "event": "notifications.recipients_rejected",
+                "job_id": str(envelope.job_id),
+                "provider": self.provider,
+                "rejected": len(rejected),
+                "dead_letter_id": row,
+            },
+        )
+        record.alert(row)
 
 
 def _check_notification_options(cls: type[NotificationTask]) -> None:

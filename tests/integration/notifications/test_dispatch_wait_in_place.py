@@ -79,7 +79,7 @@ def receipt(n: int) -> list[EmailMessage]:
 def send(dispatcher: Dispatcher, n: int, *, rail: str = "transactional",
          tenant: str = "acme") -> list[str]:  # fmt: skip
     return dispatcher.send(provider="resend", rail=rail, tenant_id=tenant, job_id=f"job-{n}",
-                           messages=receipt(n))  # fmt: skip
+                           messages=receipt(n)).ids  # fmt: skip
 
 
 def test_a_receipt_whose_token_is_21_ms_away_waits_for_it_and_is_sent(

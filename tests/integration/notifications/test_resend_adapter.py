@@ -34,10 +34,11 @@ FORBIDDEN = (
 )
 
 
-def email(n: int = 0, **extra: object) -> EmailMessage:
+def email(n: int = 0, to: str | None = None, **extra: object) -> EmailMessage:
     return EmailMessage(
-        "Shop <shop@example.com>", f"user{n}@example.org", f"Hello {n}", text=f"body {n}", **extra
-    )
+        "Shop <shop@example.com>", to or f"user{n}@example.org", f"Hello {n}", text=f"body {n}",
+        **extra,
+    )  # fmt: skip
 
 
 def provider(server: ResendLikeServer, key: str = API_KEY) -> ResendProvider:
@@ -206,3 +207,16 @@ def test_the_server_counts_a_request_when_its_request_line_arrives() -> None:
         assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
         (request,) = server.snapshot()[0]
         assert request.at < body_sent  # stamped with its request line, not its body
+
+
+def test_batch_is_validated_per_email_and_reports_the_refused_ones(
+    resend: ResendLikeServer,
+) -> None:
+    emails = [email(0), email(1, to="bad..dots@example.org"), email(2)]
+    result = provider(resend).send(emails, idempotency_key="b-3", batch=True)
+    (request,), sent = resend.snapshot()
+    assert request.status == 200
+    assert [e.to for e in sent] == [["user0@example.org"], ["user2@example.org"]]
+    assert result.ids == [e.id for e in sent]
+    assert [r.index for r in result.rejected] == [1]
+    assert "Invalid `to` field" in result.rejected[0].message
