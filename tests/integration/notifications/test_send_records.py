@@ -21,6 +21,7 @@ from pydantic import BaseModel, SecretStr
 from platform_tasks.harness import wait_until
 from platform_tasks.keys import send_record_keys
 from platform_tasks.notifications import EmailMessage, NotificationTask, register_provider
+from platform_tasks.notifications.provider import ProviderRateLimited, SendResult
 from platform_tasks.notifications.resend import ResendProvider
 from platform_tasks.settings import PlatformSettings
 from tests.integration.notifications.test_notification_task import Rails, make_rails, payload
@@ -125,3 +126,53 @@ def test_resumed_job_sends_what_it_rendered_first_not_its_new_render(
     ]
     assert sorted(e.to[0] for e in emails) == sorted(f"s{i}@example.org" for i in range(150))
     assert {e.subject for e in emails} == {"run 1"}
+
+
+class OneAtATime:
+    """An SMS-like adapter: one message a request, no idempotency keys of its own; the
+    first try of a job's second request is answered 429."""
+
+    name = "sms"
+    max_batch = 1
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def send(self, messages: Any, *, idempotency_key: str, batch: bool) -> SendResult:
+        (message,) = messages
+        refused = idempotency_key.endswith(":1") and not any(
+            key == idempotency_key for key, _ in self.calls
+        )
+        self.calls.append((idempotency_key, message["to"]))
+        if refused:
+            raise ProviderRateLimited("slow down", provider=self.name, retry_after=0)
+        return SendResult(ids=[f"sms-{len(self.calls)}"])
+
+    def close(self) -> None:
+        pass
+
+
+def test_one_message_per_request_adapter_resumes_at_its_second_message(
+    settings: PlatformSettings, resend: ResendLikeServer
+) -> None:
+    adapter = OneAtATime()
+    rails = make_rails(settings, resend, provider_rate_limits="resend=1000/s,sms=1000/s")
+    try:
+        register_provider(rails.app, "sms", lambda s: adapter)
+
+        @rails.app.task(base=NotificationTask, data_model=Count, name="shop.texts",
+                        provider="sms", shared=False)  # fmt: skip
+        def texts(envelope: Any, tx: Any) -> list[dict[str, str]]:
+            return [{"to": f"+4470000000{i}"} for i in range(envelope.data.count)]
+
+        job = payload("shop.texts", {"count": 2})
+        assert rails.apply(texts, job).state == "RETRY"  # the 429 on message 1
+        assert rails.apply(texts, job).state == "SUCCESS"
+        key = str(job["job_id"])
+        assert adapter.calls == [
+            (f"{key}:0", "+44700000000"),
+            (f"{key}:1", "+44700000001"),
+            (f"{key}:1", "+44700000001"),
+        ]
+    finally:
+        rails.app.close()
