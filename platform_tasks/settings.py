@@ -336,6 +336,9 @@ class PlatformSettings(BaseSettings):
             return None
         if not value.strip().lower().startswith(("select", "with", "values", "table")):
             raise ValueError("must be a SELECT returning tenant_id, freshness_tier")
+        from platform_tasks.fanout.tenants_query import single_statement
+
+        single_statement(value)  # ValueError: more than one statement
         return value
 
 
