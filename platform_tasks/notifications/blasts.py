@@ -180,8 +180,9 @@ def publish_blast(
     """
     if not 1 <= chunk_size <= MAX_CHUNK:
         raise ValueError(f"chunk_size must be 1 to {MAX_CHUNK}, got {chunk_size}")
-    if not campaign_id:
-        raise ValueError("campaign_id must be a non-empty string")
+    if not isinstance(campaign_id, str) or not campaign_id:
+        # the consumer claims recipients only under a string campaign_id
+        raise ValueError(f"campaign_id must be a non-empty string, got {campaign_id!r}")
     if max_in_flight is not None and max_in_flight < 1:
         raise ValueError(f"max_in_flight must be at least 1 or None, got {max_in_flight}")
     queue = notification_queue(channel, MARKETING, channels=port.settings.notification_channels)

@@ -83,3 +83,20 @@ def test_republish_with_recipients_removed_sends_nothing_twice(
         _wait_settled(r, _blast(r, fewer), "the second publish")
         assert _received(r) == Counter(first)
         assert r.dead_letters() == 0
+
+
+def test_two_publishes_in_flight_at_once_reach_everyone_exactly_once(
+    redis_url: str, database_url: str, tmp_path: Path
+) -> None:
+    """Two workers of two processes each take chunks of both publishes at the same time,
+    so chunks holding the same recipients are claimed concurrently."""
+    first = [f"r{n}@example.org" for n in range(400)]
+    second = first[50:] + [f"new{n}@example.org" for n in range(30)]
+    random.Random(3).shuffle(second)
+    with rig(redis_url, database_url, tmp_path, workers=2, env=ENV) as r:
+        ids = _blast(r, first) + _blast(r, second)
+        _wait_settled(r, ids, "both publishes")
+        received = _received(r)
+        assert {who: n for who, n in received.items() if n != 1} == {}, "received twice"
+        assert set(received) == set(first) | set(second)
+        assert r.dead_letters() == 0

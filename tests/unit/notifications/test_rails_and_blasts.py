@@ -92,6 +92,11 @@ def test_blast_chunks_a_stream_with_derived_ids() -> None:
     assert blast_job_id("acme", "spring", ["a"]) != blast_job_id("globex", "spring", ["a"])
     assert blast_job_id("acme", "spring", ["a"]) != blast_job_id("acme", "summer", ["a"])
     assert blast_job_id("acme", "spring", ["a"]) != blast_job_id("acme", "spring", ["a", "b"])
+    with pytest.raises(ValueError, match="campaign_id must be a non-empty string"):
+        publish_blast(port, kind="a.b", tenant_id="t", campaign_id=7, recipients=[])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_in_flight"):
+        publish_blast(port, kind="a.b", tenant_id="t", campaign_id="c", recipients=[],
+                      max_in_flight=0)  # fmt: skip
     with pytest.raises(ValueError, match="chunk_size"):
         publish_blast(
             port, kind="a.b", tenant_id="t", campaign_id="c", recipients=[], chunk_size=101
