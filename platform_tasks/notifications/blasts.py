@@ -94,45 +94,44 @@ class _InFlight:
         self._sleep = sleep
         self._pending: set[uuid.UUID] = set()
         self._conn: Any = None
+        self._logged = False
+        self.waited_seconds = 0.0
 
     def add(self, job_id: uuid.UUID) -> None:
         if self._bound is not None:
             self._pending.add(job_id)
 
     def wait_for_room(self, published: int) -> None:
-        """Return once fewer than ``bound`` published jobs are unsettled."""
+        """Return once fewer than ``bound`` published jobs are unsettled.
+
+        The first wait of a blast is logged (``notifications.blast_waiting``); the time
+        spent waiting in all is in :attr:`waited_seconds`.
+        """
         if self._bound is None or len(self._pending) < self._bound:
             return
         started = time.monotonic()
-        logged = False
-        while True:
-            self._pending -= self._settled()
-            if len(self._pending) < self._bound:
-                break
-            if not logged:
-                logged = True
-                logger.info(
-                    "blast waits: %d jobs published, %d not yet settled (bound %d)",
-                    published,
-                    len(self._pending),
-                    self._bound,
-                    extra={
-                        "event": "notifications.blast_waiting",
-                        "published": published,
-                        "in_flight": len(self._pending),
-                        "bound": self._bound,
-                    },
-                )
-            self._sleep(WAIT_INTERVAL_SECONDS)
-        if logged:
-            logger.info(
-                "blast resumes after %.1f s",
-                time.monotonic() - started,
-                extra={
-                    "event": "notifications.blast_resumed",
-                    "waited_seconds": round(time.monotonic() - started, 3),
-                },
-            )
+        try:
+            while True:
+                self._pending -= self._settled()
+                if len(self._pending) < self._bound:
+                    return
+                if not self._logged:
+                    self._logged = True
+                    logger.info(
+                        "blast waits: %d jobs published, %d not yet settled (bound %d)",
+                        published,
+                        len(self._pending),
+                        self._bound,
+                        extra={
+                            "event": "notifications.blast_waiting",
+                            "published": published,
+                            "in_flight": len(self._pending),
+                            "bound": self._bound,
+                        },
+                    )
+                self._sleep(WAIT_INTERVAL_SECONDS)
+        finally:
+            self.waited_seconds += time.monotonic() - started
 
     def _settled(self) -> set[uuid.UUID]:
         if self._conn is None:
@@ -208,4 +207,17 @@ def publish_blast(
             in_flight.add(job_id)
     finally:
         in_flight.close()
+    if in_flight.waited_seconds:
+        logger.info(
+            "blast published: %d jobs, %.1f s waited for room",
+            len(job_ids),
+            in_flight.waited_seconds,
+            extra={
+                "event": "notifications.blast_published",
+                "tenant_id": tenant_id,
+                "campaign_id": campaign_id,
+                "jobs": len(job_ids),
+                "waited_seconds": round(in_flight.waited_seconds, 3),
+            },
+        )
     return job_ids

@@ -4,6 +4,7 @@ Resend-like loopback server: per-recipient claims, and the publisher's back-pres
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -143,7 +144,7 @@ def test_overlapping_claims_wait_for_each_other(database_url: str) -> None:
 
 
 def test_publisher_waits_while_its_bound_of_jobs_is_unsettled(
-    settings: PlatformSettings, redis_url: str, database_url: str
+    settings: PlatformSettings, redis_url: str, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """No worker runs: each time the publisher waits, exactly ``max_in_flight`` of its jobs
     are queued and unsettled; the wait settles one (an idempotency row, as a consumer
@@ -160,6 +161,7 @@ def test_publisher_waits_while_its_bound_of_jobs_is_unsettled(
         settle(database_url, unsettled[:1])
         settled.extend(unsettled[:1])
 
+    caplog.set_level(logging.INFO, logger="platform_tasks.notifications.blasts")
     try:
         ids = publish_blast(
             port, kind="shop.news", tenant_id="acme", campaign_id="spring",
@@ -169,6 +171,9 @@ def test_publisher_waits_while_its_bound_of_jobs_is_unsettled(
         assert len(ids) == 5
         assert unsettled_at_wait == [2, 2, 2]
         assert [str(job) for job in ids] == queued_jobs(client)
+        events = [getattr(r, "event", None) for r in caplog.records]
+        assert events.count("notifications.blast_waiting") == 1  # the first wait only
+        assert events.count("notifications.blast_published") == 1
     finally:
         port.close()
         app.close()
