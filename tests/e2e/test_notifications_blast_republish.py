@@ -8,14 +8,17 @@ settled (a ``core.processed_jobs`` row), so nothing the assertions count is stil
 from __future__ import annotations
 
 import random
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 import psycopg2
+import redis
 
 from platform_tasks.harness import wait_until
+from platform_tasks.keys import delay_keys
 from platform_tasks.notifications import publish_blast
 from tests.e2e.notifications_support import Rig, rig
 
@@ -99,4 +102,45 @@ def test_two_publishes_in_flight_at_once_reach_everyone_exactly_once(
         received = _received(r)
         assert {who: n for who, n in received.items() if n != 1} == {}, "received twice"
         assert set(received) == set(first) | set(second)
+        assert r.dead_letters() == 0
+
+
+def test_a_bounded_blast_never_holds_more_jobs_in_redis_than_its_bound(
+    redis_url: str, database_url: str, tmp_path: Path
+) -> None:
+    """A provider at 10 requests/s makes the worker throttle chunks into the delay store;
+    what the blast holds in Redis (queue plus delay store) is sampled while it publishes
+    and never exceeds ``max_in_flight``, and every recipient still gets one email."""
+    bound = 5
+    recipients = [f"r{n}@example.org" for n in range(300)]
+    client = redis.Redis.from_url(redis_url)
+    entries = delay_keys("test").entries
+    held: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            pipe = client.pipeline(transaction=True)
+            pipe.llen("notif.email.marketing").hlen(entries)
+            queued, delayed = pipe.execute()
+            held.append(int(queued) + int(delayed))
+            done.wait(0.005)  # sampling period of the observer, not synchronisation
+
+    with rig(redis_url, database_url, tmp_path,
+             env={"PLATFORM_PROVIDER_RATE_LIMITS": "resend=10/s"}) as r:  # fmt: skip
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            ids = publish_blast(r.port, kind="notify.newsletter", tenant_id="acme",
+                                campaign_id="bounded", recipients=recipients, chunk_size=10,
+                                max_in_flight=bound)  # fmt: skip
+            _wait_settled(r, ids, "the bounded blast")
+        finally:
+            done.set()
+            sampler.join(timeout=10)
+            client.close()
+        assert len(ids) == 30
+        assert max(held) <= bound, max(held)
+        assert max(held) >= 1  # the sampler saw the blast at all
+        assert _received(r) == Counter(recipients)
         assert r.dead_letters() == 0
