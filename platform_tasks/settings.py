@@ -275,9 +275,9 @@ class PlatformSettings(BaseSettings):
     @field_validator("resend_base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not value.startswith(("https://", "http://")) or "@" in value:
-            raise ValueError("must be an http(s):// URL without credentials")
-        return value.rstrip("/")
+        from platform_tasks.notifications.provider_urls import check_base_url
+
+        return check_base_url(value)
 
     @field_validator("rabbitmq_delays")
     @classmethod
@@ -336,6 +336,9 @@ class PlatformSettings(BaseSettings):
             return None
         if not value.strip().lower().startswith(("select", "with", "values", "table")):
             raise ValueError("must be a SELECT returning tenant_id, freshness_tier")
+        from platform_tasks.fanout.tenants_query import single_statement
+
+        single_statement(value)  # ValueError: more than one statement
         return value
 
 

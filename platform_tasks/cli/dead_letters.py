@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from platform_tasks.cli.common import cli_error, database_settings
+from platform_tasks.cli.terminal_text import printable, printable_json
 from platform_tasks.dead_letters import (
     REPLAY_BATCH_SIZE,
     STATUSES,
@@ -109,8 +110,8 @@ def _first_line(text: str | None, width: int = 60) -> str:
 
 
 def _cell(value: object) -> Text:
-    """A table cell shown as it is: stored text is data, never console markup."""
-    return Text("" if value is None else str(value))
+    """A table cell: stored text is data, never console markup or a terminal sequence."""
+    return Text("" if value is None else printable(str(value)))
 
 
 def _table(rows: list[DeadLetter]) -> Table:
@@ -246,9 +247,9 @@ def show_command(dead_letter_id: int, as_json: bool) -> None:
     console = _console()
     console.print(table)
     console.print("payload:", style="bold")
-    console.print_json(json.dumps(row.payload, default=str))
+    console.print_json(json.dumps(printable_json(row.payload), default=str))
     console.print("last_error:", style="bold")
-    console.print(row.last_error or "", markup=False, highlight=False)
+    console.print(printable(row.last_error or "", multiline=True), markup=False, highlight=False)
 
 
 def load_app(spec: str) -> Any:
@@ -287,11 +288,11 @@ def _report_json(report: ReplayReport) -> dict[str, Any]:
 def _print_report(report: ReplayReport) -> None:
     verb = "would replay" if report.dry_run else "replayed"
     for row in report.replayed:
-        click.echo(f"{verb} {row.id}: job {row.job_id} to queue {row.queue}")
+        click.echo(f"{verb} {row.id}: job {row.job_id} to queue {printable(str(row.queue))}")
     for row_id, why in report.refused:
-        click.echo(f"refused {row_id}: {why}", err=True)
+        click.echo(f"refused {row_id}: {printable(str(why))}", err=True)
     for row_id, status in report.not_pending:
-        click.echo(f"skipped {row_id}: {status}", err=True)
+        click.echo(f"skipped {row_id}: {printable(str(status))}", err=True)
     click.echo(
         f"{verb} {len(report.replayed)}, refused {len(report.refused)}, "
         f"skipped {len(report.not_pending)}"

@@ -15,14 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg2
+import psycopg2.errors
 
 from platform_tasks.errors import ConfigurationError
+from platform_tasks.fanout.tenants_query import SETTING, single_statement
 from platform_tasks.queries import load_queries
 
 __all__ = ["REQUIRED_COLUMNS", "Tenant", "TenantSource", "check_tenants_query"]
 
 REQUIRED_COLUMNS = ("tenant_id", "freshness_tier")
-SETTING = "PLATFORM_TENANTS_QUERY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,11 +33,34 @@ class Tenant:
 
 
 def _source_sql(query: str | None) -> str:
-    """The tenants query as a subquery: the product's own, else the default source."""
-    text = (query or load_queries("fanout")["default_tenants"]).strip()
-    while text.endswith(";"):
-        text = text[:-1].rstrip()
-    return text
+    """The tenants query as a subquery: the product's own, else the default source.
+
+    The product's query is checked here, at every use, to be exactly one statement
+    (:func:`~platform_tasks.fanout.tenants_query.single_statement`).
+    """
+    if not query:
+        return load_queries("fanout")["default_tenants"].strip()
+    try:
+        return single_statement(query)
+    except ValueError as exc:
+        raise ConfigurationError(f"{SETTING}: {exc}") from None
+
+
+def _refused(exc: psycopg2.Error) -> ConfigurationError:
+    """The product's query was refused by PostgreSQL (a write in the read-only transaction,
+    a syntax error, a missing table): an error naming the setting, the cause chained."""
+    error = ConfigurationError(f"{SETTING}: the query failed: {_first_line(exc)}")
+    error.__cause__ = exc
+    return error
+
+
+_REFUSALS: tuple[type[psycopg2.Error], ...] = (
+    psycopg2.errors.ReadOnlySqlTransaction,
+    psycopg2.ProgrammingError,
+    psycopg2.NotSupportedError,
+)
+"""What PostgreSQL answers a query it will not run (not an outage, not the query's own
+``RAISE``): a write in the read-only transaction, bad SQL, a missing relation."""
 
 
 def _escape_percent(sql: str) -> str:
@@ -100,6 +124,7 @@ class TenantSource:
         One connection and one read-only transaction per stream; the named cursor keeps
         at most one batch in this process.
         """
+        statement = self.statement()  # refuses more than one statement, before connecting
         conn = psycopg2.connect(self.database_url, connect_timeout=10)
         try:
             conn.set_session(readonly=True)
@@ -107,11 +132,16 @@ class TenantSource:
             params: list[Any] = [after or "", keep, keep]
             with conn.cursor(name="platform_fanout_tenants") as cur:
                 cur.itersize = batch_size
-                cur.execute(self.statement(), params)
-                while True:
-                    rows = cur.fetchmany(batch_size)
-                    if not rows:
-                        return
-                    yield [Tenant(tenant_id, tier) for tenant_id, tier in rows]
+                try:
+                    cur.execute(statement, params)
+                    while True:
+                        rows = cur.fetchmany(batch_size)
+                        if not rows:
+                            return
+                        yield [Tenant(tenant_id, tier) for tenant_id, tier in rows]
+                except _REFUSALS as exc:
+                    if not self.query:
+                        raise
+                    raise _refused(exc) from exc
         finally:
             conn.close()

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from platform_tasks.consumer.dead_letter_records import DeadLetterRecord, error_type_name
 from platform_tasks.consumer.task import PlatformTask
 from platform_tasks.errors import ConfigurationError, PermanentError
+from platform_tasks.notifications.blast_recipients import claim_recipients
 from platform_tasks.notifications.dispatch import Rejection
 from platform_tasks.notifications.message import EmailMessage
 from platform_tasks.notifications.provider import ProviderRejected
@@ -86,10 +87,19 @@ class NotificationTask(PlatformTask):
     def execute(self, envelope: Any, tx: Any) -> Any:
         """Render, take tokens, send; Throttled when the limits or the provider say later.
 
+        A blast chunk first claims its recipients for its campaign in ``tx``
+        (:func:`~platform_tasks.notifications.blast_recipients.claim_recipients`) and
+        renders only for those it claimed: a campaign published again reaches each
+        recipient at most once.
+
         With :meth:`planned_messages` known, the first request's tokens are taken first:
         a refusal then costs one script call instead of a render. If the render then
         fails, those tokens are spent without a send (one request of the provider's rate).
         """
+        claimed = claim_recipients(envelope, tx)
+        if claimed is None:
+            return []  # a blast chunk whose every recipient this campaign already reached
+        envelope = claimed
         dispatcher = dispatcher_for(self.app)
         planned = self.planned_messages(envelope)
         progress = dispatcher.progress(envelope.job_id)

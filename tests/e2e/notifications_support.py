@@ -133,6 +133,7 @@ def rig(
         for worker in started:
             worker.wait_for_log("ready.", timeout=120)
         settings = PlatformSettings.build(redis_url=redis_url, broker_url=broker_url,
+                                          database_url=database_url,
                                           profile="test")  # fmt: skip
         app = create_app("notifications_publisher", settings=settings)
         port = QueuePort(app)

@@ -295,7 +295,7 @@ def test_blast_chunk_is_not_sent_again_after_the_provider_forgot_its_key(
 
     recipients = [f"r{n}@example.org" for n in range(5)]
     job = payload("shop.blast", {"recipients": recipients})
-    job["job_id"] = str(blast_job_id("acme", "spring", 0))
+    job["job_id"] = str(blast_job_id("acme", "spring", recipients))
     assert rails.apply(rails.blast, job).state == "SUCCESS"
     resend.forget_keys()  # 24 hours later the provider would send it again
     assert rails.apply(rails.blast, job).state == "SUCCESS"

@@ -48,6 +48,8 @@ def test_rate_limit_syntax() -> None:
         ("PLATFORM_MARKETING_RESUME_DEPTH", "100"),
         ("PLATFORM_RESEND_BASE_URL", "api.resend.com"),
         ("PLATFORM_RESEND_BASE_URL", "https://user:pw@api.resend.com"),
+        ("PLATFORM_RESEND_BASE_URL", "http://"),
+        ("PLATFORM_RESEND_BASE_URL", "https://api.resend.com:x/"),
     ],
 )
 def test_bad_value_names_the_variable(variable: str, value: str) -> None:
@@ -62,3 +64,39 @@ def test_api_key_is_secret() -> None:
     assert settings.resend_api_key.get_secret_value() == "re_123456789"
     assert "re_123456789" not in repr(settings)
     assert "re_123456789" not in str(settings.model_dump())
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://api.resend.com",
+        "http://10.0.0.5:8080",
+        "http://[2001:db8::1]",
+        "http://localhost.example.com",
+        "http://127.0.0.1.nip.io",
+    ],
+)
+def test_plain_http_to_a_host_that_is_not_loopback_is_refused(url: str) -> None:
+    """The API key travels in every request's Authorization header: in clear text only
+    over the loopback interface (a local stand-in of the provider)."""
+    with pytest.raises(SettingsError) as info:
+        PlatformSettings.from_env({"PLATFORM_RESEND_BASE_URL": url})
+    assert [var for var, _ in info.value.problems] == ["PLATFORM_RESEND_BASE_URL"]
+    assert "loopback" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.resend.com",
+        "https://10.0.0.5:8443/",
+        "http://127.0.0.1:8025",
+        "http://127.3.2.1",
+        "http://[::1]:8025",
+        "http://localhost:8025",
+        "HTTP://LOCALHOST",
+    ],
+)
+def test_https_anywhere_and_plain_http_on_loopback_are_accepted(url: str) -> None:
+    settings = PlatformSettings.from_env({"PLATFORM_RESEND_BASE_URL": url})
+    assert settings.resend_base_url == url.rstrip("/")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from platform_tasks.notifications.blast_recipients import recipient_identity, recipient_key
 from platform_tasks.notifications.blasts import blast_job_id, publish_blast
 from platform_tasks.notifications.dispatch import idempotency_key, quota_reset_seconds
 from platform_tasks.notifications.marketing_yield import YieldState
@@ -76,15 +77,54 @@ def test_blast_chunks_a_stream_with_derived_ids() -> None:
         kind="shop.newsletter",
         tenant_id="acme",
         campaign_id="spring",
-        recipients=[f"r{n}" for n in range(250)],
+        recipients=[f"r{n}@example.org" for n in range(250)],
     )
-    assert again == ids
-    assert blast_job_id("acme", "spring", 0) != blast_job_id("globex", "spring", 0)
-    assert blast_job_id("acme", "spring", 0) != blast_job_id("acme", "summer", 0)
+    assert again == ids  # the same chunks: the same jobs
+    other = publish_blast(
+        RecordingPort(),
+        kind="shop.newsletter",
+        tenant_id="acme",
+        campaign_id="spring",
+        recipients=[f"r{n}@example.org" for n in range(1, 251)],
+    )
+    assert set(other).isdisjoint(ids)  # other recipients in every chunk: other jobs
+    assert blast_job_id("acme", "spring", ["a", "b"]) == blast_job_id("acme", "spring", ["b", "a"])
+    assert blast_job_id("acme", "spring", ["a"]) != blast_job_id("globex", "spring", ["a"])
+    assert blast_job_id("acme", "spring", ["a"]) != blast_job_id("acme", "summer", ["a"])
+    assert blast_job_id("acme", "spring", ["a"]) != blast_job_id("acme", "spring", ["a", "b"])
+    with pytest.raises(ValueError, match="campaign_id must be a non-empty string"):
+        publish_blast(port, kind="a.b", tenant_id="t", campaign_id=7, recipients=[])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_in_flight"):
+        publish_blast(port, kind="a.b", tenant_id="t", campaign_id="c", recipients=[],
+                      max_in_flight=0)  # fmt: skip
     with pytest.raises(ValueError, match="chunk_size"):
         publish_blast(
             port, kind="a.b", tenant_id="t", campaign_id="c", recipients=[], chunk_size=101
         )
+
+
+def test_blast_chunks_hold_distinct_recipients_in_canonical_order() -> None:
+    port = RecordingPort()
+    publish_blast(
+        port,
+        kind="shop.newsletter",
+        tenant_id="acme",
+        campaign_id="spring",
+        recipients=["b@x.org", " B@X.org", "a@x.org", "c@x.org", "A@x.org", "d@x.org"],
+        chunk_size=2,
+    )
+    chunks = [p["data"]["recipients"] for _, p, _ in port.published]
+    # twice in one chunk: kept once; twice across chunks: the consumer's claim sends once
+    assert chunks == [["a@x.org", "b@x.org"], ["A@x.org", "c@x.org"], ["d@x.org"]]
+    assert [p["data"]["chunk"] for _, p, _ in port.published] == [0, 1, 2]
+
+
+def test_recipient_identity_is_normalised() -> None:
+    assert recipient_identity("  Ann@Example.ORG\n") == "ann@example.org"
+    assert recipient_identity("e\u0301@x.org") == recipient_identity("\u00e9@x.org")  # NFC
+    assert recipient_key("Ann@example.org") == recipient_key("ann@example.org ")
+    assert len(recipient_key("ann@example.org")) == 16
+    assert recipient_identity({"to": "a", "id": 1}) == recipient_identity({"id": 1, "to": "a"})
 
 
 def test_yield_hysteresis() -> None:
