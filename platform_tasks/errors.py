@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from celery.exceptions import TimeLimitExceeded
+
 
 class PlatformError(Exception):
     """Base of every error raised by platform-tasks."""
@@ -103,6 +105,29 @@ class DeadLettered(PlatformError):
     def __init__(self, message: str, dead_letter_id: int | None = None) -> None:
         self.dead_letter_id = dead_letter_id
         super().__init__(message)
+
+
+class HardTimeLimitExceeded(PlatformError, TimeLimitExceeded):  # type: ignore[misc]
+    """Celery's pool killed the process running an attempt at the task's hard ``time_limit``.
+
+    The attempt never returned, so the worker's main process records the stop and puts
+    the message back; its next delivery settles the stopped attempt with this error: a
+    failed attempt, retried by the queue's retry policy and dead-lettered after the last
+    one. A subclass of Celery's ``TimeLimitExceeded``, so a task listing that in
+    ``permanent_errors`` is dead-lettered at its first stop.
+    """
+
+    def __init__(self, seconds: float, attempt: int) -> None:
+        self.seconds = seconds
+        self.attempt = attempt
+        self.message = (
+            f"attempt {attempt} was stopped at its hard time limit of {seconds:g}s "
+            "(the task's time_limit): the pool killed the process running it"
+        )
+        super().__init__(self.message)
+
+    def __str__(self) -> str:  # TimeLimitExceeded's own shows the repr of its arguments
+        return self.message
 
 
 class ServersUnavailable(PlatformError):

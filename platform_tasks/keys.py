@@ -103,9 +103,11 @@ class DeliveryKeys:
 
     One small hash per ``(consumer, job_id)``, created only for a job that failed, was
     redelivered or was dead-lettered, with fields ``f`` (attempts whose handler raised),
-    ``c`` (redeliveries: attempts whose worker died), ``done`` (the job was dead-lettered)
-    and ``gen`` (the dead letter whose replay restarted the count). Deleted when the job
-    is applied, expired otherwise. ``v2``: v1 counted every delivery in one field ``n``.
+    ``c`` (redeliveries: attempts whose worker died), ``done`` (the job was dead-lettered),
+    ``gen`` (the dead letter whose replay restarted the count) and ``t`` (the hard time
+    limit, in seconds, that stopped a delivery whose redelivery has not settled it yet).
+    Deleted when the job is applied, expired otherwise. ``v2``: v1 counted every delivery
+    in one field ``n``.
     """
 
     namespace: str
