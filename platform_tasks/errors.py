@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from celery.exceptions import TimeLimitExceeded
-
 
 class PlatformError(Exception):
     """Base of every error raised by platform-tasks."""
@@ -107,14 +105,15 @@ class DeadLettered(PlatformError):
         super().__init__(message)
 
 
-class HardTimeLimitExceeded(PlatformError, TimeLimitExceeded):  # type: ignore[misc]
+class HardTimeLimitExceeded(PlatformError):
     """Celery's pool killed the process running an attempt at the task's hard ``time_limit``.
 
     The attempt never returned, so the worker's main process records the stop and puts
     the message back; its next delivery settles the stopped attempt with this error: a
     failed attempt, retried by the queue's retry policy and dead-lettered after the last
-    one. A subclass of Celery's ``TimeLimitExceeded``, so a task listing that in
-    ``permanent_errors`` is dead-lettered at its first stop.
+    one (at once if a task lists it in ``permanent_errors``). Not a subclass of Celery's
+    ``TimeLimitExceeded``: this module must not import Celery (the static ``jobs``
+    commands load it).
     """
 
     def __init__(self, seconds: float, attempt: int) -> None:
@@ -125,9 +124,6 @@ class HardTimeLimitExceeded(PlatformError, TimeLimitExceeded):  # type: ignore[m
             "(the task's time_limit): the pool killed the process running it"
         )
         super().__init__(self.message)
-
-    def __str__(self) -> str:  # TimeLimitExceeded's own shows the repr of its arguments
-        return self.message
 
 
 class ServersUnavailable(PlatformError):
