@@ -109,8 +109,9 @@ def amqp_conf(settings: PlatformSettings) -> dict[str, Any]:
     wait for RabbitMQ's confirm, and each task has a hard time limit below
     ``consumer_timeout`` so a long job is stopped by Celery rather than by RabbitMQ
     closing the channel and redelivering it forever. A job stopped by its time limit is
-    requeued (not acknowledged): the consumer counts the redelivery, so it is retried and,
-    past the crash-loop cap, dead-lettered.
+    requeued (not acknowledged), and its redelivery settles the stopped attempt: retried
+    with the queue's policy, dead-lettered after the last attempt
+    (``consumer/time_limits.py``).
     """
     return {
         "task_default_queue_type": "quorum",
@@ -120,8 +121,8 @@ def amqp_conf(settings: PlatformSettings) -> dict[str, Any]:
         "worker_detect_quorum_queues": True,
         "broker_native_delayed_delivery_queue_type": "quorum",
         "task_time_limit": default_time_limit_seconds(settings),
-        # A job stopped by its time limit goes back to the queue as a redelivery, which the
-        # consumer counts: it runs again or ends as a crash-loop dead letter, never lost.
+        # Plain tasks too: a task stopped by its time limit goes back to the queue rather
+        # than being acknowledged (a PlatformTask's redelivery settles it as a failed attempt).
         "task_acks_on_timeout": False,
     }
 

@@ -105,6 +105,27 @@ class DeadLettered(PlatformError):
         super().__init__(message)
 
 
+class HardTimeLimitExceeded(PlatformError):
+    """Celery's pool killed the process running an attempt at the task's hard ``time_limit``.
+
+    The attempt never returned, so the worker's main process records the stop and puts
+    the message back; its next delivery settles the stopped attempt with this error: a
+    failed attempt, retried by the queue's retry policy and dead-lettered after the last
+    one (at once if a task lists it in ``permanent_errors``). Not a subclass of Celery's
+    ``TimeLimitExceeded``: this module must not import Celery (the static ``jobs``
+    commands load it).
+    """
+
+    def __init__(self, seconds: float, attempt: int) -> None:
+        self.seconds = seconds
+        self.attempt = attempt
+        self.message = (
+            f"attempt {attempt} was stopped at its hard time limit of {seconds:g}s "
+            "(the task's time_limit): the pool killed the process running it"
+        )
+        super().__init__(self.message)
+
+
 class ServersUnavailable(PlatformError):
     """PostgreSQL or Redis did not answer (or refused a write); the delivery waits.
 

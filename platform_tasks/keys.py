@@ -103,9 +103,11 @@ class DeliveryKeys:
 
     One small hash per ``(consumer, job_id)``, created only for a job that failed, was
     redelivered or was dead-lettered, with fields ``f`` (attempts whose handler raised),
-    ``c`` (redeliveries: attempts whose worker died), ``done`` (the job was dead-lettered)
-    and ``gen`` (the dead letter whose replay restarted the count). Deleted when the job
-    is applied, expired otherwise. ``v2``: v1 counted every delivery in one field ``n``.
+    ``c`` (redeliveries: attempts whose worker died), ``done`` (the job was dead-lettered),
+    ``gen`` (the dead letter whose replay restarted the count) and ``t`` (the hard time
+    limit, in seconds, that stopped a delivery whose redelivery has not settled it yet).
+    Deleted when the job is applied, expired otherwise. ``v2``: v1 counted every delivery
+    in one field ``n``.
     """
 
     namespace: str
@@ -124,10 +126,18 @@ def delivery_keys(profile: str) -> DeliveryKeys:
 # the keys below are the platform transport's own; the transport prefixes them with the
 # broker's ``global_keyprefix`` like every other broker key.
 
-TRANSPORT_QUARANTINE = "platform:transport:v1:unreadable"
-"""List of broker messages that are not readable kombu messages (not JSON, no delivery
-tag). The fetch script moves them here instead of dropping them; an operator inspects
-them with ``LRANGE``."""
+TRANSPORT_LEGACY_QUARANTINE = "platform:transport:v1:unreadable"
+"""List where earlier versions set aside broker messages that were no readable kombu
+messages (it grew without bound). The fetch script now delivers such a message wrapped,
+to be dead-lettered, and drains this list the same way, one item per fetch."""
+
+UNREADABLE_HEADER = "platform_unreadable"
+"""Header of a message the fetch script wrapped around an unreadable item: why it was."""
+
+UNROUTABLE_HEADER = "platform_unroutable"
+"""Header of an unacked message the sweep could not route back to any queue: the
+exchange and routing key it had. The sweep hands it to one of its own queues to be
+dead-lettered instead of leaving it unacked for ever."""
 
 
 # --- django-celery-beat periodic tasks (issue 15) ---------------------------------------

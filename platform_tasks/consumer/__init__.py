@@ -11,6 +11,7 @@
 - ``hooks``            logs, alerts (and metrics, in ``platform_tasks.metrics``) as hooks
 - ``servers``          which errors mean "wait for the servers", and the waiting
 - ``event_redaction``  task events without payload data (Flower)
+- ``time_limits``      an attempt killed at its hard time limit: recorded, then settled
 - ``dropped_messages`` the worker consumer that dead-letters what Celery would drop
 
 Nothing is imported here, so importing one module does not load the others.

@@ -13,6 +13,12 @@ share that one budget.
 A first delivery of a healthy job writes nothing: it only reads the job's hash (one
 ``HGETALL``, empty for almost every job), which also tells it whether the job was
 dead-lettered meanwhile (``done``), so a late duplicate is not run again.
+
+An attempt the pool killed at the task's hard ``time_limit`` is no crash: the worker's main
+process knows why it ended, writes the limit into the hash (field ``t``) and requeues the
+message. Its redelivery finds ``t``, turns the redelivery it just counted into a failed
+attempt (``c`` - 1, ``f`` + 1, ``t`` removed, in one ``MULTI``) and settles that attempt like
+one whose handler raised: a retry with backoff, or a dead letter after the last attempt.
 """
 
 from __future__ import annotations
@@ -68,6 +74,8 @@ class DeliveryState:
     """The dead letter whose replay last restarted the count, if any."""
     tracked: bool = False
     """The job has a hash at all (worth deleting once the job is applied)."""
+    time_limit: float | None = None
+    """The hard time limit (seconds) that stopped a delivery of the job, not yet settled."""
 
 
 UNTRACKED = DeliveryState()
@@ -140,6 +148,25 @@ class DeliveryCounter:
             pipe.expire(key, ttl_seconds)
             pipe.execute()
 
+    def stopped_at_time_limit(self, consumer: str, job_id: str, *, seconds: float,
+                              ttl_seconds: int) -> None:  # fmt: skip
+        """Record that the pool killed a delivery of the job at its hard time limit."""
+        key = self.keys.deliveries(consumer, job_id)
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.hset(key, "t", repr(float(seconds)))
+            pipe.expire(key, ttl_seconds)
+            pipe.execute()
+
+    def settle_time_limit(self, consumer: str, job_id: str, *, ttl_seconds: int) -> None:
+        """The redelivery counted for a time-limit stop becomes the attempt that failed."""
+        key = self.keys.deliveries(consumer, job_id)
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.hincrby(key, "c", -1)
+            pipe.hincrby(key, "f", 1)
+            pipe.hdel(key, "t")
+            pipe.expire(key, ttl_seconds)
+            pipe.execute()
+
     def undo(self, consumer: str, job_id: str) -> None:
         """Take back one counted redelivery that never reached a verdict (a server was down)."""
         self.client.hincrby(self.keys.deliveries(consumer, job_id), "c", -1)
@@ -169,11 +196,13 @@ class DeliveryCounter:
 def _state(raw: dict[Any, Any]) -> DeliveryState:
     fields = {_text(k): _text(v) for k, v in raw.items()}
     gen = fields.get("gen")
+    limit = fields.get("t")
     return DeliveryState(
         spent=max(0, int(fields.get("f", 0))) + max(0, int(fields.get("c", 0))),
         exhausted=fields.get("done") == "1",
         generation=int(gen) if gen is not None else None,
         tracked=bool(fields),
+        time_limit=float(limit) if limit is not None else None,
     )
 
 

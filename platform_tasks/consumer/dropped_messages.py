@@ -6,7 +6,11 @@ message without the headers of Celery's protocol. With the Redis transport a rej
 message is gone. Here each one is written to ``core.dead_letters`` with its raw body,
 content type and headers (``job_id`` when it can be read, else null), the pipeline's
 hooks log, alert and count it, and only then is the message acked. When PostgreSQL does
-not answer, the message is put back on its queue instead and comes round again.
+not answer, the message is put back on its queue instead (with an alert) and comes round
+again. Two more cases come from the platform transport, by header: an item that was no
+readable broker message at all (``platform_unreadable``, wrapped by the fetch script), and
+an unacked message no queue is bound for any more (``platform_unroutable``, handed over by
+the visibility sweep); neither is ever run.
 
 The repository makes every record storable (NUL characters anywhere written out); if a
 write still fails for another reason, the record is written once more in its barest
@@ -29,6 +33,7 @@ from typing import Any
 
 from celery.worker.consumer import Consumer
 
+from platform_tasks.alerts import send_alert
 from platform_tasks.consumer.dead_letter_records import (
     DeadLetterRecord,
     describe_error,
@@ -39,6 +44,7 @@ from platform_tasks.consumer.hooks import Hooks, hooks_of
 from platform_tasks.consumer.servers import INFRASTRUCTURE_ERRORS
 from platform_tasks.database import Database, require_database_url
 from platform_tasks.errors import ConfigurationError
+from platform_tasks.keys import UNREADABLE_HEADER, UNROUTABLE_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +54,8 @@ UNKNOWN_TASK = "unknown_task"
 UNDECODABLE = "undecodable_body"
 INVALID_MESSAGE = "invalid_message"
 UNKNOWN_FORMAT = "missing_celery_headers"
+UNREADABLE = "unreadable_message"
+UNROUTABLE = "unroutable"
 
 WRITE_BUDGET_SECONDS = 10.0
 """How long the consumer waits for PostgreSQL before putting the message back."""
@@ -75,6 +83,11 @@ class PlatformConsumer(Consumer):  # type: ignore[misc]
         handler: Callable[[Any], Any] = super().create_task_handler(*args, **kwargs)
 
         def on_task_received(message: Any) -> Any:
+            headers = _headers(message)
+            if UNREADABLE_HEADER in headers:
+                return self._dead_letter(message, UNREADABLE, None)
+            if UNROUTABLE_HEADER in headers:  # a task message: never run it from here
+                return self._dead_letter(message, UNROUTABLE, None)
             try:
                 return handler(message)
             except Exception as exc:
@@ -109,7 +122,12 @@ class PlatformConsumer(Consumer):  # type: ignore[misc]
 
     def _dead_letter_or_requeue(self, message: Any, reason: str, exc: BaseException | None
                                 ) -> None:  # fmt: skip
-        record = dropped_message_record(message, reason, exc)
+        if reason == UNREADABLE:
+            record = unreadable_record(message)
+        elif reason == UNROUTABLE:
+            record = unroutable_record(message)
+        else:
+            record = dropped_message_record(message, reason, exc)
         deadline = time.monotonic() + WRITE_BUDGET_SECONDS
         delay = 0.25
         while True:
@@ -124,6 +142,7 @@ class PlatformConsumer(Consumer):  # type: ignore[misc]
                         extra={"event": "consumer.dropped_message_requeued", "reason": reason},
                     )  # fmt: skip
                     message.reject(requeue=True)
+                    _alert_requeued(record, err)
                     return
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
@@ -159,6 +178,85 @@ class PlatformConsumer(Consumer):  # type: ignore[misc]
         except BaseException:
             database.discard()  # rolled back with it; the next write starts clean
             raise
+
+
+def unreadable_record(message: Any) -> DeadLetterRecord:
+    """The dead letter of an item the transport wrapped: the item itself, as it was sent.
+
+    The wrapper's body is the item's bytes. When the item was JSON (a message of another
+    client, without kombu's delivery tag), its own ``content-type`` and ``headers`` are
+    kept; otherwise they are unknown.
+    """
+    body = getattr(message, "body", b"")
+    raw = body if isinstance(body, bytes) else str(body).encode("utf-8", "surrogateescape")
+    why = str(_headers(message).get(UNREADABLE_HEADER))
+    try:
+        original = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        original = None
+    content_type = headers = None
+    if isinstance(original, dict):
+        content_type = _str(original.get("content-type"))
+        found = original.get("headers")
+        headers = found if isinstance(found, dict) else None
+    info = getattr(message, "delivery_info", None) or {}
+    queue = info.get("routing_key") or None
+    readable_headers = headers or {}
+    return DeadLetterRecord(
+        job_id=_uuid(readable_headers.get("id")),
+        queue=queue,
+        kind=_str(readable_headers.get("task")),
+        tenant_id=None,
+        correlation_id=None,
+        payload=raw_payload(raw, content_type, headers or {}),
+        attempts=0,
+        last_error=(
+            f"{UNREADABLE}: a message on queue {queue} is not a readable broker "
+            f"message ({why}); its bytes are kept in payload.raw"
+        ),
+        error_type=UNREADABLE,
+        reason=UNREADABLE,
+    )
+
+
+def unroutable_record(message: Any) -> DeadLetterRecord:
+    """The dead letter of an unacked message whose queue no longer exists."""
+    headers = _headers(message)
+    route = headers.pop(UNROUTABLE_HEADER, None) or {}
+    exchange = route.get("exchange") if isinstance(route, dict) else None
+    routing_key = route.get("routing_key") if isinstance(route, dict) else None
+    envelope = _readable_envelope(message)
+    kind = headers.get("task") if isinstance(headers.get("task"), str) else None
+    return DeadLetterRecord(
+        job_id=_uuid(headers.get("id")) or _uuid(envelope.get("job_id")),
+        queue=_str(routing_key),
+        kind=kind or _str(envelope.get("kind")),
+        tenant_id=_str(envelope.get("tenant_id")),
+        correlation_id=_str(envelope.get("correlation_id")),
+        payload=raw_payload(
+            getattr(message, "body", b""), getattr(message, "content_type", None), headers
+        ),
+        attempts=0,
+        last_error=(
+            f"{UNROUTABLE}: the message was taken and never acknowledged, and no "
+            f"queue is bound for exchange {exchange!r} with routing key "
+            f"{routing_key!r} any more (queue deleted?), so it cannot go back"
+        ),
+        error_type=UNROUTABLE,
+        reason=UNROUTABLE,
+    )
+
+
+def _alert_requeued(record: DeadLetterRecord, err: BaseException) -> None:
+    """Tell operators a message waits on its queue because its dead letter cannot be written."""
+    send_alert(
+        f"a message Celery would drop ({record.reason}) on queue {record.queue or '<unknown>'} "
+        f"cannot be dead-lettered ({type(err).__name__}); it stays on its queue and is "
+        "tried again",
+        tags={"queue": record.queue, "reason": record.reason},
+        fingerprint=["platform-dropped-message-requeued", record.queue or "", record.reason],
+        level="warning",
+    )
 
 
 def bare_record(message: Any, record: DeadLetterRecord) -> DeadLetterRecord:

@@ -83,7 +83,13 @@ from platform_tasks.consumer.verdicts import (
 from platform_tasks.context import current_correlation_id
 from platform_tasks.database import Database, require_database_url
 from platform_tasks.envelope import Envelope, parse_envelope
-from platform_tasks.errors import DeadLettered, EnvelopeError, ServersUnavailable, Throttled
+from platform_tasks.errors import (
+    DeadLettered,
+    EnvelopeError,
+    HardTimeLimitExceeded,
+    ServersUnavailable,
+    Throttled,
+)
 from platform_tasks.keys import delivery_keys
 from platform_tasks.queue_port import QueuePort
 from platform_tasks.redis_client import REDIS_ERRORS, build_redis
@@ -206,6 +212,15 @@ class DeliveryPipeline:
                 state = UNTRACKED
             counted = delivery.redelivered
             attempt = attempt_number(delivery.header_attempt, state.spent)
+            if state.time_limit is not None and delivery.redelivered and not state.exhausted:
+                # the pool killed the previous delivery at its hard time limit (the main
+                # process recorded it): that attempt failed; settle it, do not run again
+                stopped = attempt_number(delivery.header_attempt, state.spent - 1)
+                self.deliveries.settle_time_limit(delivery.consumer, job,
+                                                  ttl_seconds=self._ttl(policy))  # fmt: skip
+                counted = False
+                return self._decided(task, tx, envelope, delivery, policy, stopped,
+                                     HardTimeLimitExceeded(state.time_limit, stopped))  # fmt: skip
             if state.exhausted or attempt > policy.max_attempts:
                 over = self._over_budget(tx, envelope, delivery, policy, state, attempt)
                 if not isinstance(over, int):
@@ -255,6 +270,12 @@ class DeliveryPipeline:
         self.marks.mark(delivery.consumer, str(envelope.job_id))
         self.deliveries.failed(delivery.consumer, str(envelope.job_id),
                                ttl_seconds=self._ttl(policy))  # fmt: skip
+        return self._decided(task, tx, envelope, delivery, policy, attempt, exc)
+
+    def _decided(self, task: Any, tx: JobTransaction, envelope: Envelope[Any],
+                 delivery: Delivery, policy: RetryPolicy, attempt: int, exc: Exception
+                 ) -> Verdict:  # fmt: skip
+        """Attempt ``attempt`` failed with ``exc`` and is counted: retry it or dead-letter."""
         decision = decide(policy, attempt, exc, tuple(task.permanent_errors or ()))
         if decision.retry:
             tx.rollback()

@@ -13,7 +13,10 @@ happens in :class:`~platform_tasks.consumer.pipeline.DeliveryPipeline`.
 Celery's own task options (``queue``, ``routing_key``, ``exchange``, ``priority``,
 ``time_limit``, ``soft_time_limit``, ``rate_limit``, ``ignore_result``, ``acks_late``,
 ``expires``...) keep Celery's meaning; retries go back to the queue the job was consumed
-from. Task options a PlatformTask owns (``platform_options``; a subclass such as
+from. An attempt the pool kills at the hard ``time_limit`` is a failed attempt like one
+that raised (retried, then dead-lettered), not an acknowledged message.
+
+Task options a PlatformTask owns (``platform_options``; a subclass such as
 ``NotificationTask`` adds its own by extending that set):
 
 ``data_model``
@@ -78,8 +81,12 @@ class PlatformTask(celery.Task):  # type: ignore[misc]
     #: expected failures: logged by Celery without a traceback and not captured by
     #: Sentry's CeleryIntegration (the dead-letter alert already reported the job)
     throws: ClassVar[tuple[type[BaseException], ...]] = (DeadLettered,)
-    #: the worker-side request: task events carry no result and no raw exception text
-    Request = "platform_tasks.consumer.event_redaction:PlatformRequest"
+    #: the worker-side request: task events carry no result and no raw exception text,
+    #: and an attempt killed at the hard time limit is recorded before the requeue
+    Request = "platform_tasks.consumer.time_limits:StoppedAttemptRequest"
+    #: a hard time limit requeues the message instead of acknowledging it: its redelivery
+    #: settles the stopped attempt (retry or dead letter, ``consumer/time_limits.py``)
+    acks_on_timeout = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

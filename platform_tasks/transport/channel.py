@@ -33,7 +33,12 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.keys import TRANSPORT_BACKOFF_STREAM, TRANSPORT_QUARANTINE
+from platform_tasks.keys import (
+    TRANSPORT_BACKOFF_STREAM,
+    TRANSPORT_LEGACY_QUARANTINE,
+    UNREADABLE_HEADER,
+    UNROUTABLE_HEADER,
+)
 from platform_tasks.scripts import script_source
 from platform_tasks.transport.qos import QoS
 from platform_tasks.transport.selection import sweep_interval
@@ -208,15 +213,17 @@ class Channel(RedisChannel):  # type: ignore[misc]
 
     def _fetch_plan(self, queues: Sequence[str], *, record: bool) -> tuple[list[str], list[str]]:
         """(queue, priority) of each list in consumption order (kombu's BRPOP order) and
-        the script's KEYS and ARGV for them."""
+        the script's KEYS and ARGV for them: per list a record flag, then the queue names,
+        then the priority steps (an unreadable item is wrapped with its queue and step)."""
         self._fetch_lists = [(q, pri) for pri in self.priority_steps for q in queues]
-        keys = [self.prefixed(TRANSPORT_QUARANTINE)]
+        keys = [self.prefixed(TRANSPORT_LEGACY_QUARANTINE)]
         flags: list[str] = []
-        for pri in self.priority_steps:
-            for queue in queues:
-                keys.append(self.prefixed(self._q_for_pri(queue, pri)))
-                flags.append("1" if record and queue not in self._noack_queues else "0")
-        return keys, flags
+        for queue, pri in self._fetch_lists:
+            keys.append(self.prefixed(self._q_for_pri(queue, pri)))
+            flags.append("1" if record and queue not in self._noack_queues else "0")
+        names = [queue for queue, _ in self._fetch_lists]
+        steps = [str(pri) for _, pri in self._fetch_lists]
+        return keys, [*flags, *names, *steps]
 
     def _brpop_start(self, timeout: float | None = None) -> None:
         if timeout is None:
@@ -343,14 +350,6 @@ class Channel(RedisChannel):  # type: ignore[misc]
         )
 
     def _deliver_fetched(self, reply: Sequence[Any]) -> bool:
-        quarantined = int(reply[-1])
-        if quarantined:
-            logger.error(
-                "moved %d unreadable broker message(s) to %s",
-                quarantined,
-                self.prefixed(TRANSPORT_QUARANTINE),
-                extra={"event": "transport.message_quarantined", "count": quarantined},
-            )
         index = int(reply[0])
         if index == 0:
             self._wait_next = True
@@ -358,6 +357,7 @@ class Channel(RedisChannel):  # type: ignore[misc]
         queue, priority = self._fetch_lists[index - 1]
         self._hot_list = (queue, priority)
         message = loads(bytes_to_str(reply[1]))
+        _log_if_unreadable(message, queue)
         tag = message["properties"]["delivery_tag"]
         if queue not in self._noack_queues:
             self._recorded.add(tag)
@@ -371,17 +371,11 @@ class Channel(RedisChannel):  # type: ignore[misc]
     def _fetch_now(self, queue: str, *, record: bool) -> dict[str, Any] | None:
         keys, flags = self._fetch_plan([queue], record=record)
         reply = self.run_script("transport_fetch", keys, flags)
-        if int(reply[-1]):
-            logger.error(
-                "moved %d unreadable broker message(s) to %s",
-                int(reply[-1]),
-                self.prefixed(TRANSPORT_QUARANTINE),
-                extra={"event": "transport.message_quarantined", "count": int(reply[-1])},
-            )
         self._maybe_update_queues_expire(self.sync_client, queue)
         if int(reply[0]) == 0:
             return None
         message: dict[str, Any] = loads(bytes_to_str(reply[1]))
+        _log_if_unreadable(message, queue)
         return message
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
@@ -403,11 +397,16 @@ class Channel(RedisChannel):  # type: ignore[misc]
 
     # --- restoring --------------------------------------------------------------------
 
-    def restore_record(self, tag: str, record: bytes | str, *, leftmost: bool) -> bool:
+    def restore_record(self, tag: str, record: bytes | str, *, leftmost: bool,
+                       unroutable_here: bool = False) -> bool:  # fmt: skip
         """Push one unacked record back onto its queues (once); True if this call did.
 
         Routing (exchange lookup, priority list) is kombu's, computed here; the script
-        then removes the record and pushes the message atomically.
+        then removes the record and pushes the message atomically. A message no queue is
+        bound for any more (its queue deleted, its exchange's bindings gone) stays unacked,
+        unless ``unroutable_here`` (the visibility sweep): then it goes to this channel's
+        first queue marked with :data:`UNROUTABLE_HEADER`, where the worker's consumer
+        dead-letters it; otherwise it would stay unacked for ever, swept again and again.
         """
         try:
             message, exchange, routing_key = loads(bytes_to_str(record))
@@ -421,10 +420,25 @@ class Channel(RedisChannel):  # type: ignore[misc]
             except (KeyError, TypeError):
                 pass
             priority = self._get_message_priority(message, reverse=False)
-            targets = [
-                self.prefixed(self._q_for_pri(queue, priority))
-                for queue in self._lookup(exchange, routing_key)
-            ]
+            try:
+                queues = self._lookup(exchange, routing_key)
+            except self.connection_errors:
+                raise
+            except Exception:
+                logger.warning("no route for unacked message %s", tag, exc_info=True,
+                               extra={"event": "transport.route_lookup_failed"})  # fmt: skip
+                queues = []
+            if not queues and unroutable_here and self._active_queues:
+                queues = [self._active_queues[0]]
+                _mark_unroutable(message, exchange, routing_key, queues[0])
+                logger.error(
+                    "unacked message %s has no queue bound for exchange %r, routing key %r "
+                    "any more; handed to queue %s to be dead-lettered",
+                    tag, exchange, routing_key, queues[0],
+                    extra={"event": "transport.unroutable", "delivery_tag": tag,
+                           "exchange": exchange, "routing_key": routing_key},
+                )  # fmt: skip
+            targets = [self.prefixed(self._q_for_pri(queue, priority)) for queue in queues]
         except self.connection_errors:
             raise
         except Exception:
@@ -435,6 +449,11 @@ class Channel(RedisChannel):  # type: ignore[misc]
             )
             return False
         if not targets:
+            logger.warning(
+                "unacked message %s has no queue to go back to; it stays unacked until a "
+                "sweep hands it over", tag,
+                extra={"event": "transport.restore_unroutable", "delivery_tag": tag},
+            )  # fmt: skip
             return False
         flag = "1" if leftmost else "0"
         return bool(self.run_script("transport_restore", targets, [tag, dumps(message), flag]))
@@ -453,3 +472,29 @@ class Channel(RedisChannel):  # type: ignore[misc]
 
     def _restore(self, message: Any, leftmost: bool = False) -> None:
         self.qos.restore_by_tag(message.delivery_tag, leftmost=leftmost)
+
+
+def _log_if_unreadable(message: dict[str, Any], queue: str) -> None:
+    """Log an item the fetch script wrapped because it was no readable kombu message."""
+    why = (message.get("headers") or {}).get(UNREADABLE_HEADER)
+    if why is not None:
+        logger.error(
+            "unreadable broker message on queue %s (%s); delivered wrapped, to be "
+            "dead-lettered", queue, why,
+            extra={"event": "transport.message_unreadable", "queue": queue, "why": why},
+        )  # fmt: skip
+
+
+def _mark_unroutable(message: dict[str, Any], exchange: str, routing_key: str, queue: str
+                     ) -> None:  # fmt: skip
+    """Mark a message for the dead-letter path and route it to ``queue`` from now on.
+
+    The original exchange and routing key go into the header; the delivery info names the
+    anonymous exchange and ``queue``, so a requeue (the dead letter could not be written
+    yet) puts it back there instead of finding no route again.
+    """
+    headers = message.setdefault("headers", {})
+    headers[UNROUTABLE_HEADER] = {"exchange": exchange, "routing_key": routing_key}
+    info = message.setdefault("properties", {}).setdefault("delivery_info", {})
+    info["exchange"] = ""
+    info["routing_key"] = queue

@@ -178,7 +178,7 @@ class QoS(RedisQoS):  # type: ignore[misc]
             if raw is None:
                 self.channel.run_script("transport_ack", [], [tag])
                 continue
-            if self.channel.restore_record(tag, raw, leftmost=False):
+            if self.channel.restore_record(tag, raw, leftmost=False, unroutable_here=True):
                 restored += 1
         if restored:
             logger.info(

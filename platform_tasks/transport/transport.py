@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from kombu.transport.redis import Transport as RedisTransport
-from redis.exceptions import ResponseError
+from redis.exceptions import ReadOnlyError, ResponseError
 
 from platform_tasks.transport.channel import Channel
 from platform_tasks.transport.selection import in_flight_interval, sweep_interval
@@ -28,6 +28,12 @@ class Transport(RedisTransport):  # type: ignore[misc]
 
     Channel = Channel
     platform_server_checked = False
+    #: ``READONLY`` means the server the URL names is a replica now (a failover): a
+    #: connection error, so kombu drops the connection and Celery's consumer reconnects
+    #: with its back-off until the server takes writes again. As a server error it ended
+    #: the worker ("Unrecoverable error: ReadOnlyError") when the reconnect's queue
+    #: declaration was refused.
+    connection_errors = (*RedisTransport.connection_errors, ReadOnlyError)
 
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         super().register_with_event_loop(connection, loop)

@@ -21,6 +21,8 @@ from platform_tasks.harness import wait_until
 
 QUEUE = "consumer"
 MAX_ATTEMPTS = int(os.environ.get("CONSUMER_TEST_MAX_ATTEMPTS", "3"))
+TIME_LIMIT_SECONDS = 3
+"""The hard time limit of ``tests.consumer.time_limited``: the pool kills a run past it."""
 
 WORK_TABLE_SQL = (
     "CREATE TABLE IF NOT EXISTS public.consumer_work ("
@@ -54,6 +56,8 @@ class Work(BaseModel):
     crash_times: int = 0
     block: bool = False
     value_error: bool = False
+    hang_times: int = 0
+    """Runs (counted from the first) that block until the hard time limit stops them."""
 
 
 class Unfixable(Exception):
@@ -67,10 +71,24 @@ def runs_key(job_id: object) -> str:
 @app.task(name="tests.consumer.apply", base=PlatformTask, data_model=Work,
           permanent_errors=(Unfixable,))  # fmt: skip
 def apply_work(envelope: Envelope[Work], tx: Any) -> str:
+    return _apply(envelope, tx)
+
+
+@app.task(name="tests.consumer.time_limited", base=PlatformTask, data_model=Work,
+          time_limit=TIME_LIMIT_SECONDS)  # fmt: skip
+def apply_within_time_limit(envelope: Envelope[Work], tx: Any) -> str:
+    """The same work under a hard time limit; ``hang_times`` runs block past it."""
+    return _apply(envelope, tx)
+
+
+def _apply(envelope: Envelope[Work], tx: Any) -> str:
     job = str(envelope.job_id)
     runs = int(_redis.incr(runs_key(job)))
     data = envelope.data
     tx.execute("INSERT INTO public.consumer_work (job_id, key) VALUES (%s, %s)", (job, data.key))
+    if runs <= data.hang_times:
+        _redis.rpush("test:hanging", f"{job}:{os.getpid()}")
+        wait_until(lambda: _redis.exists(f"test:release:{job}"), timeout=300, interval=0.05)
     if data.block:
         _redis.rpush("test:started", f"{job}:{os.getpid()}")
         wait_until(lambda: _redis.exists(f"test:release:{job}"), timeout=120, interval=0.05)

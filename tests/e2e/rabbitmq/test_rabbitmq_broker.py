@@ -97,7 +97,8 @@ def test_a_job_longer_than_consumer_timeout_neither_loops_nor_is_lost(
 
     The worker is told the same value, so its tasks get a hard time limit of 4 s: the
     blocked job is stopped by Celery before RabbitMQ would close the channel, requeued,
-    counted as a redelivery and dead-lettered at the crash-loop cap of 2 deliveries.
+    its redelivery settles the stopped attempt (a retry), and the second stop is
+    dead-lettered as the last of 2 attempts, naming the time limit.
     """
     database_url = str(broker_settings.database_url)
     rabbitmq_server.set_consumer_timeout(8000)
@@ -110,9 +111,13 @@ def test_a_job_longer_than_consumer_timeout_neither_loops_nor_is_lost(
                                str(job_id))),
             timeout=120, message="timed-out job dead-lettered",
         )  # fmt: skip
-        (reason,) = query(database_url, "SELECT reason FROM core.dead_letters "
-                          "WHERE job_id = %s", str(job_id))[0]  # fmt: skip
-        assert reason == "crash_loop"
+        ((reason, error_type),) = query(
+            database_url,
+            "SELECT reason, error_type FROM core.dead_letters WHERE job_id = %s",
+            str(job_id),
+        )
+        assert reason == "retries_exhausted"
+        assert error_type == "platform_tasks.errors.HardTimeLimitExceeded"
         assert int(redis_client.get(runs_key(job_id)) or 0) == 2
         assert applied(database_url, job_id) == 0
         assert "TimeLimitExceeded" in worker.log()

@@ -8,7 +8,7 @@ import json
 import redis
 from kombu import Consumer, Exchange, Producer, Queue
 
-from platform_tasks.keys import TRANSPORT_QUARANTINE
+from platform_tasks.keys import TRANSPORT_LEGACY_QUARANTINE, UNREADABLE_HEADER
 from tests.integration.transport.conftest import ConnectionFactory
 from tests.integration.transport.helpers import collector, drain_until
 
@@ -210,20 +210,35 @@ def test_message_pushed_straight_onto_the_list_is_consumed(
         received[0].ack()
 
 
-def test_unreadable_message_is_quarantined_not_dropped(
+def test_unreadable_message_is_delivered_wrapped_not_dropped(
     connect: ConnectionFactory, redis_client: redis.Redis
 ) -> None:
+    """Not JSON, JSON without a delivery tag, and an item an earlier version set aside: each
+    is delivered in a wrapper (its bytes as the body, the reason in a header) and recorded
+    as unacked like any message; nothing is left in a side list."""
     conn = connect()
     queue = _queue("jobs")
     queue(conn.channel()).declare()
-    redis_client.lpush("jobs", b"not json at all")
+    redis_client.lpush("jobs", b"\xff\xfenot json at all")
+    redis_client.lpush("jobs", b'{"no": "delivery tag"}')
+    redis_client.lpush(TRANSPORT_LEGACY_QUARANTINE, b"kept by an old version")
     Producer(conn.channel()).publish({"n": 1}, exchange=queue.exchange, routing_key="jobs")
     received, on_message = collector()
     with Consumer(conn, [queue], callbacks=[on_message]):
-        drain_until(conn, lambda: len(received) == 1)
-        received[0].ack()
-    assert received[0].payload == {"n": 1}
-    assert redis_client.lrange(TRANSPORT_QUARANTINE, 0, -1) == [b"not json at all"]
+        drain_until(conn, lambda: len(received) == 4)
+        assert redis_client.hlen("unacked") == 4
+        for message in received:
+            message.ack()
+    assert redis_client.hlen("unacked") == 0
+    wrapped = [(m.headers.get(UNREADABLE_HEADER), m.body, m.delivery_info["routing_key"])
+               for m in received if UNREADABLE_HEADER in m.headers]  # fmt: skip
+    assert wrapped == [
+        ("set aside by an earlier version of the transport", b"kept by an old version", "jobs"),
+        ("not a JSON object", b"\xff\xfenot json at all", "jobs"),
+        ("JSON without a kombu delivery tag", b'{"no": "delivery tag"}', "jobs"),
+    ]
+    assert [m.payload for m in received if UNREADABLE_HEADER not in m.headers] == [{"n": 1}]
+    assert redis_client.exists(TRANSPORT_LEGACY_QUARANTINE) == 0
 
 
 def test_consuming_survives_a_flushed_script_cache(
