@@ -96,7 +96,11 @@ def refuse_cluster_broker(settings: PlatformSettings) -> None:
 
 
 def default_time_limit_seconds(settings: PlatformSettings) -> int:
-    """The hard time limit the platform gives tasks on RabbitMQ when none is configured."""
+    """The hard time limit the platform gives tasks on RabbitMQ when none is configured.
+
+    It protects late-acknowledged deliveries from ``consumer_timeout``; a task acknowledged
+    on receipt needs none (``platform.jobs.run`` takes
+    :data:`platform_tasks.jobs.worker.RUN_TIME_LIMIT_SECONDS` instead)."""
     timeout = settings.rabbitmq_consumer_timeout_seconds
     return max(1, timeout - min(CONSUMER_TIMEOUT_MARGIN_SECONDS, timeout // 2))
 
@@ -171,7 +175,13 @@ def time_limit_problems(app: Any, prefetch_multiplier: int | None = None) -> lis
             f"worker_prefetch_multiplier={multiplier} (no limit) lets a message wait "
             "unacknowledged behind any number of jobs"
         )
-    names = sorted(name for name in app.tasks if not name.startswith("celery."))
+    # A task acknowledged on receipt (``acks_late=False``, e.g. ``platform.jobs.run``)
+    # holds no unacknowledged delivery while it runs: consumer_timeout does not concern it.
+    names = sorted(
+        name
+        for name, task in app.tasks.items()
+        if not name.startswith("celery.") and getattr(task, "acks_late", True) is not False
+    )
     limits = {name: getattr(app.tasks[name], "time_limit", None) or default for name in names}
     longest = max((float(limit) for limit in limits.values() if limit), default=0.0)
     ahead = max(0, multiplier - 1) * longest

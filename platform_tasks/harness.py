@@ -323,12 +323,26 @@ class RedisServer:
         if self._process is None:
             return
         self._process.signal(signal.SIGKILL if kill else signal.SIGTERM)
+        self._process.signal(signal.SIGCONT)  # a frozen server handles its SIGTERM now
         self._process.wait(timeout)
         self._process = None
 
     def restart(self, *, kill: bool = False) -> None:
         self.stop(kill=kill)
         self.start()
+
+    def freeze(self) -> None:
+        """Stop the process (SIGSTOP) without closing its port: connections are accepted
+        into the kernel's backlog and then never answered, as from a hung server or one
+        behind a silent network cut. A stopped (SIGTERM) server refuses at once instead."""
+        if self._process is None:
+            raise RuntimeError("redis-server is not running")
+        self._process.signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """Let a frozen server run again (SIGCONT)."""
+        if self._process is not None:
+            self._process.signal(signal.SIGCONT)
 
     def __enter__(self) -> RedisServer:
         return self.start()

@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
+from redis.retry import Retry
 
 from platform_tasks.errors import JobStartupError, UnsafeRedisError
 from platform_tasks.settings import PlatformSettings, redact_url
@@ -33,18 +35,26 @@ nodes all stopped answering raises ``RedisClusterException``, which is no ``Redi
 
 
 def build_redis(
-    settings: PlatformSettings, *, timeout: float = 5.0, connect_timeout: float | None = None
+    settings: PlatformSettings,
+    *,
+    timeout: float = 5.0,
+    connect_timeout: float | None = None,
+    single_attempt: bool = False,
 ) -> Any:
     """A new client for ``settings.redis_url``, cluster-aware when configured.
 
     Every client of the platform's own Redis (leases, rate limits, delivery counts) is
     built here, so ``PLATFORM_REDIS_CLUSTER=true`` reaches all of them; the broker's Redis
-    is never a cluster and keeps its plain client.
+    is never a cluster and keeps its plain client. ``single_attempt`` turns off
+    redis-py's retries (three, with back-off, by default): a call then fails after one
+    ``timeout``, for readers that would rather look again later than wait.
     """
     options: dict[str, Any] = {
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout if connect_timeout is None else connect_timeout,
     }
+    if single_attempt:
+        options["retry"] = Retry(NoBackoff(), 0)
     if settings.redis_cluster:
         return RedisCluster.from_url(settings.redis_url, **options)
     return redis.Redis.from_url(settings.redis_url, **options)

@@ -35,11 +35,20 @@ from platform_tasks.jobs.runner import REGISTRY, run_point
 from platform_tasks.jobs.runtime import JobRuntime, app_name, runtime_mode, start_jobs
 from platform_tasks.worker_queues import add_queue_source
 
-__all__ = ["RUN_TASK", "JobsWorkerStep", "install"]
+__all__ = ["RUN_TASK", "RUN_TIME_LIMIT_SECONDS", "JobsWorkerStep", "install"]
 
 logger = logging.getLogger("platform_tasks.jobs")
 
 RUN_TASK = "platform.jobs.run"
+
+RUN_TIME_LIMIT_SECONDS = 365 * 24 * 3600
+"""The hard time limit of ``platform.jobs.run`` on RabbitMQ: in effect none. A job runs as
+long as its lease allows (renewed every ``lease_ttl / 3`` while it runs). Its trigger is
+acknowledged on receipt, so RabbitMQ's ``consumer_timeout`` never concerns it, and the
+``task_time_limit`` the platform derives from that timeout for late-acknowledged tasks
+(``consumer_timeout`` - 60 s) must not cut it. Celery has no per-task "no limit" once
+``task_time_limit`` is set (0 or ``None`` fall back to it), hence a year."""
+
 _RUNTIME_ATTRIBUTE = "platform_jobs_runtime"
 _CANCEL_SIGNAL = signal.SIGUSR2
 
@@ -55,9 +64,14 @@ def _runtime(app: Any) -> JobRuntime:
 
 
 def _register_task(app: Any) -> None:
+    from platform_tasks.brokers import broker_kind
+
+    on_rabbitmq = broker_kind(app.platform_settings.effective_broker_url) == "amqp"
+
     @app.task(  # type: ignore[untyped-decorator]
         name=RUN_TASK, acks_late=False, reject_on_worker_lost=False, ignore_result=True,
         max_retries=0, shared=False,
+        time_limit=RUN_TIME_LIMIT_SECONDS if on_rabbitmq else None,
     )  # fmt: skip
     def run_job(job: str, point_ms: int, period_end_ms: int, token: str, lease_ttl_ms: int) -> None:
         runtime = _runtime(app)

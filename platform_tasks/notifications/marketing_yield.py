@@ -12,6 +12,13 @@ while transactional is quiet, marketing is what keeps the provider at its limit.
 It uses the same calls as Celery's
 ``cancel_consumer``/``add_consumer`` control commands, on the consumer's own event loop.
 
+The depths and waits are read by a thread of the step's own
+(:mod:`platform_tasks.notifications.yield_reader`); the event loop acts on the newest
+reading and never waits for the broker or Redis, so a server that hangs cannot hold the
+loop that dispatches and acknowledges every queue's deliveries. What the yield does while
+a server does not answer is written there: it keeps marketing as it is while the depth is
+unreadable, and keeps the last wait Redis answered while Redis is unreadable.
+
 A pause only stops fetching: messages already taken finish and are acked as usual,
 nothing is requeued or redelivered for it. A worker that consumes only marketing watches
 the transactional depth all the same (the depth is the broker's, not the worker's).
@@ -30,6 +37,7 @@ from celery import bootsteps
 from prometheus_client import Counter
 
 from platform_tasks.notifications.rails import MARKETING, TRANSACTIONAL, notification_queue
+from platform_tasks.notifications.yield_reader import Reading, Watched, YieldReader, broker_depth
 
 __all__ = [
     "CHECK_INTERVAL_SECONDS",
@@ -43,11 +51,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 CHECK_INTERVAL_SECONDS = 0.5
-"""How often the transactional depth is read: one broker round trip per channel."""
+"""How often the transactional depth is read (one broker round trip per channel) and the
+event loop acts on the newest reading."""
 
-ONE_ATTEMPT = {"max_retries": 0}
-"""kombu transport option of the depth connection: a broker that is away fails the look at
-once (the next tick looks again) instead of retrying on the event loop."""
+REFRESH_TIMEOUT_SECONDS = 10.0
+"""How long :meth:`MarketingYield.check` waits for a fresh look (never the event loop)."""
 
 PAUSES = Counter(
     "platform_marketing_pauses",
@@ -60,24 +68,6 @@ PAUSED_SECONDS = Counter(
     "Seconds marketing consumers spent paused.",
     ("channel",),
 )
-
-
-def broker_depth(channel: Any, queue: str) -> int:
-    """Messages waiting in ``queue``, asked of the broker.
-
-    Virtual transports (Redis) count every priority list of the queue (``_size``: one
-    pipelined ``LLEN`` each); AMQP brokers answer a passive ``queue.declare``. A queue
-    that does not exist yet holds nothing.
-    """
-    size = getattr(channel, "_size", None)
-    if size is not None:
-        return int(size(queue))
-    from kombu.exceptions import ChannelError
-
-    try:
-        return int(channel.queue_declare(queue=queue, passive=True).message_count)
-    except ChannelError:
-        return 0
 
 
 TRANSACTIONAL_WAIT_PAUSE_SECONDS = 1.0
@@ -141,11 +131,9 @@ class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
     def __init__(self, c: Any, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
         self.states: dict[str, YieldState] = {}  # marketing queue → state, kept across restarts
+        self.reader: YieldReader | None = None
         self._timer: Any = None
-        self._connection: Any = None
-        self._failing = False
-        self._limits: Any = None
-        self._profile = ""
+        self._acted_on = 0
 
     def start(self, c: Any) -> None:
         settings = c.app.platform_settings
@@ -166,42 +154,40 @@ class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
                 c.call_soon(c.cancel_task_queue, marketing)
         if not self.states:
             return
-        # One connection attempt per look: the check runs on the consumer's event loop, and
-        # kombu's default reconnect schedule held that loop for 6 s on every tick of an
-        # outage (acks, results and the consumer's own reconnect waited behind it).
-        self._connection = c.app.connection_for_read(transport_options=ONE_ATTEMPT)
-        if self._limits is None and any(state.providers for state in self.states.values()):
-            from platform_tasks.redis_client import build_redis
+        watched = {
+            marketing: Watched(
+                notification_queue(state.channel, TRANSACTIONAL, channels=[state.channel]),
+                state.providers,
+            )
+            for marketing, state in self.states.items()
+        }
+        self.reader = YieldReader(c.app, settings, watched, interval=CHECK_INTERVAL_SECONDS).start()
+        self._acted_on = 0
+        self._timer = c.timer.call_repeatedly(CHECK_INTERVAL_SECONDS, self.tick, (c,), priority=10)
 
-            self._limits = build_redis(settings)
-            self._profile = settings.profile
-        self._timer = c.timer.call_repeatedly(CHECK_INTERVAL_SECONDS, self.check, (c,), priority=10)
+    def tick(self, c: Any) -> None:
+        """Act on the newest reading not acted on yet (the event loop; never waits)."""
+        reading = self.reader.latest if self.reader is not None else None
+        if reading is not None and reading.number > self._acted_on:
+            self.act(c, reading)
 
     def check(self, c: Any) -> None:
-        """One look at every watched channel (runs on the consumer's event loop)."""
-        try:
-            channel = self._connection.default_channel
-            depths = {
-                marketing: broker_depth(
-                    channel,
-                    notification_queue(state.channel, TRANSACTIONAL, channels=[state.channel]),
-                )
-                for marketing, state in self.states.items()
-            }
-        except Exception as exc:  # broker away: keep the current state, look again later
-            if not self._failing:
-                logger.warning(
-                    "transactional depth unreadable (%s); marketing unchanged",
-                    type(exc).__name__,
-                    extra={"event": "notifications.depth_unreadable"},
-                )
-            self._failing = True
-            self._reset_connection()
+        """One fresh look, waited for, then acted on: for callers that may wait (tests,
+        tools). The worker's timer calls :meth:`tick` instead."""
+        if self.reader is None:
             return
-        self._failing = False
-        for marketing, depth in depths.items():
+        reading = self.reader.refresh(REFRESH_TIMEOUT_SECONDS)
+        if reading is not None:
+            self.act(c, reading)
+
+    def act(self, c: Any, reading: Reading) -> None:
+        """Pause or resume each watched marketing queue by ``reading``."""
+        self._acted_on = reading.number
+        if reading.depths is None:  # broker away: keep the current state
+            return
+        for marketing, depth in reading.depths.items():
             state = self.states[marketing]
-            waiting = self._transactional_wait(state)
+            waiting = reading.waits.get(marketing, 0.0)
             action = state.decide(depth, waiting)
             if action == "pause":
                 state.paused_at = time.monotonic()
@@ -244,45 +230,12 @@ class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
                     },
                 )
 
-    def _transactional_wait(self, state: YieldState) -> float:
-        """Seconds of transactional slots the channel's provider buckets already handed out
-        to refused sends (0: no transactional send is waiting for a token)."""
-        if not state.providers or self._limits is None:
-            return 0.0
-        from platform_tasks.keys import rate_limit_keys
-
-        try:
-            seconds, micros = self._limits.time()
-            now_ms = int(seconds) * 1000 + int(micros) // 1000
-            slots = [
-                self._limits.hget(rate_limit_keys(self._profile, p).bucket, "next_t")
-                for p in state.providers
-            ]
-        except Exception:  # Redis away: sends wait on their own; judge by depth alone
-            return 0.0
-        ahead = [float(slot) - now_ms for slot in slots if slot is not None]
-        return max([0.0, *ahead]) / 1000
-
-    def _reset_connection(self) -> None:
-        try:
-            self._connection.release()
-        except Exception:
-            logger.debug(
-                "could not release the depth connection",
-                exc_info=True,
-                extra={"event": "notifications.depth_connection_release_failed"},
-            )
-        self._connection = self._connection.clone()
-
     def stop(self, c: Any) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._connection is not None:
-            self._connection.release()
-            self._connection = None
-        if self._limits is not None:
-            self._limits.close()
-            self._limits = None
+        if self.reader is not None:
+            self.reader.stop()
+            self.reader = None
 
     shutdown = stop

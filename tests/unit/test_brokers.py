@@ -185,3 +185,23 @@ def test_a_worker_with_a_larger_prefetch_multiplier_refuses_to_start(database_ur
                                    "--prefetch-multiplier", "2")  # fmt: skip
     assert "can stay unacknowledged 1080s" in output, output
     assert "worker_prefetch_multiplier=2" in output
+
+
+def test_a_task_acknowledged_on_receipt_is_not_held_against_the_consumer_timeout() -> None:
+    """``platform.jobs.run`` is acked when received: RabbitMQ's consumer_timeout cannot cut
+    it, so neither does the default limit derived from it (a job runs as its lease allows),
+    and the start-up check leaves such tasks alone."""
+    from platform_tasks.jobs.worker import RUN_TASK, RUN_TIME_LIMIT_SECONDS
+
+    def noop() -> None: ...
+
+    app = app_with_limits("amqp_early_ack", {})
+    assert app.tasks[RUN_TASK].time_limit == RUN_TIME_LIMIT_SECONDS
+    app.task(name="tests.early", acks_late=False, time_limit=900, shared=False)(noop)
+    check_time_limits(app)
+    app.task(name="tests.late", time_limit=900, shared=False)(noop)
+    message = refusal(app)
+    assert "tests.late has time_limit=900s" in message
+    assert "tests.early" not in message and RUN_TASK not in message
+    redis_app = create_app("redis_run_task", settings=PlatformSettings.build())
+    assert redis_app.tasks[RUN_TASK].time_limit is None

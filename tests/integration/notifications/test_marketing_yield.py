@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from platform_tasks import QueuePort, create_app
+from platform_tasks.harness import wait_until
 from platform_tasks.notifications.marketing_yield import MarketingYield, broker_depth
 from platform_tasks.settings import PlatformSettings
 
@@ -224,7 +225,60 @@ def test_a_check_while_the_broker_is_down_returns_at_once_and_keeps_marketing_as
             publish_port.close()
         step.check(consumer)  # reads again once the broker is back
         assert consumer.asked == []
-        assert step._failing is False
+        assert step.reader is not None
+        assert step.reader.broker_failing is False
     finally:
         step.stop(consumer)
+        app.close()
+
+
+def test_while_redis_does_not_answer_the_yield_keeps_the_last_wait_it_read(
+    redis_url: str, server_factory: Any
+) -> None:
+    """The transactional wait lives in the platform's Redis. Frozen (SIGSTOP: connections
+    accepted, never answered), a look at it fails after one attempt of 1 s, off the event
+    loop; the yield keeps the last wait it read, so a marketing consumer paused for a
+    long transactional wait stays paused, and resumes once Redis answers a short wait.
+    The broker is the session's Redis, so depths are read all along."""
+    from platform_tasks.keys import rate_limit_keys
+    from platform_tasks.notifications import NotificationTask
+
+    server = server_factory.redis()
+    client = redis.Redis.from_url(server.url)
+    settings = PlatformSettings.build(broker_url=redis_url, redis_url=server.url, profile="test")
+    app = create_app("yield_it_frozen", settings=settings)
+
+    @app.task(base=NotificationTask, name="shop.blast", rail="marketing", lazy=False,
+              shared=False)  # fmt: skip
+    def blast(envelope: Any, tx: Any) -> None: ...
+
+    app.amqp.queues.select([MARKETING])
+    consumer = ConsumerStandIn(app)
+    step = MarketingYield(consumer)
+    step.start(consumer)
+    bucket = rate_limit_keys("test", "resend").bucket
+    try:
+        seconds, micros = client.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        client.hset(bucket, "next_t", str(now_ms + 60_000))
+        step.check(consumer)
+        assert consumer.asked == [("cancel", MARKETING)]
+        server.freeze()
+        try:
+            for _ in range(3):
+                step.check(consumer)  # depth 0, wait unknown: the last wait (60 s) holds
+            assert consumer.asked == [("cancel", MARKETING)]
+            assert step.reader is not None and step.reader.redis_failing
+        finally:
+            server.thaw()
+        client.hset(bucket, "next_t", str(now_ms))
+
+        def resumed() -> bool:
+            step.check(consumer)
+            return consumer.asked == [("cancel", MARKETING), ("add", MARKETING)]
+
+        wait_until(resumed, timeout=30, message="marketing resumed once Redis answers")
+    finally:
+        step.stop(consumer)
+        client.close()
         app.close()
