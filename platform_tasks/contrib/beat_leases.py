@@ -4,31 +4,45 @@ Beat admits a point only while no lease of the task is held, takes the lease wit
 admission and puts it in the message headers (``platform_lease``). In the worker, the
 handlers below renew it every ``ttl / 3`` while the task runs and release it when the
 task ends (success or failure) or is revoked before it ran (an expired trigger). A worker
-that dies stops renewing, so the lease expires after its TTL (the task's period, at most
-an hour) and the next point runs again.
+that dies stops renewing, so the lease expires after its TTL (the task's period, at least
+a minute, at most an hour) and the next point runs again.
 
-Nothing here imports Django: a worker needs only the platform's Redis setting. Install
-it in the Celery app module the workers load::
+Apps built with :func:`platform_tasks.create_app` have this installed (:func:`install`).
+Nothing here imports Django: a worker needs only the platform's Redis setting. A plain
+``Celery()`` app installs it in the module the workers load::
 
     from platform_tasks.contrib.beat_leases import install_lease_renewal
     install_lease_renewal(app)
+
+A worker whose app has neither and receives a trigger carrying a lease logs that line once
+(``beat_leases.not_installed``; the handlers reach such a worker through the ``celery``
+command plugin :mod:`platform_tasks.contrib.celery_command`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from celery.signals import task_postrun, task_prerun, task_revoked
+from celery.signals import task_postrun, task_prerun, task_received, task_revoked
 
 from platform_tasks.leases import JobLeases, LeaseOutcome
 from platform_tasks.redis_client import REDIS_ERRORS, ManagedRedis
 from platform_tasks.settings import PlatformSettings
 
-__all__ = ["LEASE_HEADER", "LeaseGrant", "install_lease_renewal"]
+__all__ = [
+    "LEASE_HEADER",
+    "LeaseGrant",
+    "connect_handlers",
+    "install",
+    "install_lease_renewal",
+    "on_received",
+    "renews_leases",
+]
 
 logger = logging.getLogger("platform_tasks.contrib.beat_leases")
 
@@ -166,28 +180,87 @@ class _LeaseKeeper:
 
 _KEEPER = _LeaseKeeper()
 
+INSTALL_LINE = (
+    "from platform_tasks.contrib.beat_leases import install_lease_renewal; "
+    "install_lease_renewal(app)"
+)
+"""The line a plain ``Celery()`` app's module needs (named by the missing-install warning)."""
+
+_renewing_apps: weakref.WeakSet[Any] = weakref.WeakSet()
+_renewing_everywhere = False
+_warned_not_installed = False
+
+
+def renews_leases(app: Any) -> bool:
+    """True when this process renews and releases the leases of ``app``'s triggers."""
+    return _renewing_everywhere or (app is not None and app in _renewing_apps)
+
+
+def _app_of(task: Any) -> Any:
+    return getattr(task, "_app", None) or getattr(task, "app", None)
+
 
 def _on_prerun(task_id: str | None = None, task: Any = None, **_: Any) -> None:
-    if task_id is not None and task is not None:
+    if task_id is not None and task is not None and renews_leases(_app_of(task)):
         _KEEPER.started(task_id, task.request)
 
 
 def _on_postrun(task_id: str | None = None, task: Any = None, **_: Any) -> None:
-    if task_id is not None and task is not None:
+    if task_id is not None and task is not None and renews_leases(_app_of(task)):
         _KEEPER.ended(task_id, task.request)
 
 
-def _on_revoked(request: Any = None, **_: Any) -> None:
-    if request is not None:
+def _on_revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
+    if request is not None and renews_leases(_app_of(sender)):
         _KEEPER.ended(str(getattr(request, "id", "")), request)
+
+
+def on_received(request: Any = None, **_: Any) -> None:
+    """In the worker's main process, for every message it takes: a trigger carrying a
+    lease that this worker's app does not renew is reported (once per process)."""
+    global _warned_not_installed
+    if request is None or _warned_not_installed:
+        return
+    task = getattr(request, "task", None)
+    if renews_leases(_app_of(task)) or LeaseGrant.from_request(request) is None:
+        return
+    _warned_not_installed = True
+    logger.warning(
+        "task %s arrived with a periodic task's lease (header %s, sent by "
+        "LeaseDatabaseScheduler) but this worker does not renew or release those leases: "
+        "each run keeps its lease for the lease's whole TTL (at least a minute) and the "
+        "points in between are skipped. Build the app with platform_tasks.create_app, or add "
+        "to the Celery app module the workers load: %s",
+        getattr(request, "name", "?"), LEASE_HEADER, INSTALL_LINE,
+        extra={"event": "beat_leases.not_installed"},
+    )  # fmt: skip
+
+
+def connect_handlers() -> None:
+    """Connect the worker signal handlers (idempotent). They act only for apps registered
+    by :func:`install_lease_renewal`; for others they report the missing line."""
+    task_received.connect(on_received, weak=False, dispatch_uid="platform_tasks.lease.received")
+    task_prerun.connect(_on_prerun, weak=False, dispatch_uid="platform_tasks.lease.prerun")
+    task_postrun.connect(_on_postrun, weak=False, dispatch_uid="platform_tasks.lease.postrun")
+    task_revoked.connect(_on_revoked, weak=False, dispatch_uid="platform_tasks.lease.revoked")
 
 
 def install_lease_renewal(app: Any | None = None) -> None:
     """Renew and release the leases of triggers sent by ``LeaseDatabaseScheduler`` in
-    this app's workers (Redis from ``app.platform_settings`` or ``PLATFORM_REDIS_URL``)."""
+    this app's workers (Redis from ``app.platform_settings`` or ``PLATFORM_REDIS_URL``).
+    Without an app, for every app of the process."""
+    global _renewing_everywhere
     settings = getattr(app, "platform_settings", None)
     if isinstance(settings, PlatformSettings):
         _KEEPER.settings = settings
-    task_prerun.connect(_on_prerun, weak=False, dispatch_uid="platform_tasks.lease.prerun")
-    task_postrun.connect(_on_postrun, weak=False, dispatch_uid="platform_tasks.lease.postrun")
-    task_revoked.connect(_on_revoked, weak=False, dispatch_uid="platform_tasks.lease.revoked")
+    if app is None:
+        _renewing_everywhere = True
+    else:
+        _renewing_apps.add(app)
+    connect_handlers()
+
+
+def install(app: Any) -> None:
+    """:func:`install_lease_renewal` for an app built by ``create_app`` (it needs no
+    choice from the user: a worker without it holds every lease for its whole TTL)."""
+    install_lease_renewal(app)

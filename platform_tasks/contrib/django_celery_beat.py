@@ -29,8 +29,8 @@ becomes invalid through a later edit is logged and left out instead of stopping 
 
 Without ``DJANGO_SETTINGS_MODULE`` the standalone settings module
 :mod:`platform_tasks.contrib.django_settings` is used (database ``PLATFORM_DATABASE_URL``).
-Workers keep the lease while a task runs with
-:func:`platform_tasks.contrib.beat_leases.install_lease_renewal`.
+Workers keep the lease while a task runs (:mod:`platform_tasks.contrib.beat_leases`: built
+into apps made by ``create_app``, one line for a plain ``Celery()`` app).
 """
 
 from __future__ import annotations
