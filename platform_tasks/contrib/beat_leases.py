@@ -29,9 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery.signals import task_postrun, task_prerun, task_received, task_revoked
+from celery.worker import state as worker_state
 
 from platform_tasks.leases import JobLeases, LeaseOutcome
 from platform_tasks.redis_client import REDIS_ERRORS, ManagedRedis
+from platform_tasks.scripts import script_source
 from platform_tasks.settings import PlatformSettings
 
 __all__ = [
@@ -123,6 +125,8 @@ class _LeaseKeeper:
         self._redis: ManagedRedis | None = None
         self._leases: dict[tuple[str, str], JobLeases] = {}
         self._running: dict[str, _Renewer] = {}
+        self._duplicates: set[str] = set()  # task ids discarded as already run
+        self._claim: Any = None
         self.settings: PlatformSettings | None = None
 
     def _leases_for(self, grant: LeaseGrant) -> JobLeases:
@@ -136,6 +140,36 @@ class _LeaseKeeper:
                     self._redis.client, namespace=grant.namespace, prefix=grant.prefix
                 )
             return leases
+
+    def received(self, request: Any, grant: LeaseGrant) -> None:
+        """In the worker's main process, before the trigger runs: claim its point. A
+        trigger of a point already taken (redelivered after a worker died before its
+        ack, or a duplicate message) is discarded like a revoked task; its lease is
+        left to the run that took the point."""
+        leases = self._leases_for(grant)
+        with self._lock:
+            if self._claim is None:
+                self._claim = leases.client.register_script(script_source("claim_run"))
+            claim = self._claim
+        try:
+            claimed = bool(claim(keys=[leases.keys(grant.job).ran], args=[grant.point_ms]))
+        except REDIS_ERRORS as exc:
+            logger.warning("could not claim the run of %s at point_ms=%d, it runs: %s",
+                           grant.job, grant.point_ms, exc,
+                           extra={"event": "beat_leases.claim_error"})  # fmt: skip
+            return
+        if claimed:
+            return
+        task_id = str(getattr(request, "id", ""))
+        with self._lock:
+            self._duplicates.add(task_id)
+        worker_state.revoked.add(task_id)
+        logger.warning(
+            "trigger %s of %s at point_ms=%d discarded: that point was already taken to run "
+            "(a redelivered or duplicate trigger)", task_id, grant.job, grant.point_ms,
+            extra={"event": "beat_leases.duplicate_trigger", "job": grant.job,
+                   "point_ms": grant.point_ms},
+        )  # fmt: skip
 
     def started(self, task_id: str, request: Any) -> None:
         grant = LeaseGrant.from_request(request)
@@ -164,6 +198,9 @@ class _LeaseKeeper:
     def ended(self, task_id: str, request: Any) -> None:
         with self._lock:
             renewer = self._running.pop(task_id, None)
+            if task_id in self._duplicates:  # discarded at receipt: the lease is not ours
+                self._duplicates.discard(task_id)
+                return
         if renewer is not None:
             renewer.stopped.set()
         grant = renewer.grant if renewer is not None else LeaseGrant.from_request(request)
@@ -216,13 +253,19 @@ def _on_revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
 
 
 def on_received(request: Any = None, **_: Any) -> None:
-    """In the worker's main process, for every message it takes: a trigger carrying a
-    lease that this worker's app does not renew is reported (once per process)."""
+    """In the worker's main process, for every message it takes: the point of a trigger
+    carrying a lease is claimed (:meth:`_LeaseKeeper.received`); a trigger that this
+    worker's app does not renew is reported instead (once per process)."""
     global _warned_not_installed
-    if request is None or _warned_not_installed:
+    if request is None:
         return
-    task = getattr(request, "task", None)
-    if renews_leases(_app_of(task)) or LeaseGrant.from_request(request) is None:
+    grant = LeaseGrant.from_request(request)
+    if grant is None:
+        return
+    if renews_leases(_app_of(getattr(request, "task", None))):
+        _KEEPER.received(request, grant)
+        return
+    if _warned_not_installed:
         return
     _warned_not_installed = True
     logger.warning(
