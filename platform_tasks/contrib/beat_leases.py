@@ -26,6 +26,7 @@ import threading
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from celery.signals import task_postrun, task_prerun, task_received, task_revoked
@@ -62,10 +63,16 @@ class LeaseGrant:
     token: str
     ttl_ms: int
     point_ms: int
+    period_end_ms: int | None = None  # judged by Redis TIME when the worker receives it
 
     def to_header(self) -> dict[str, Any]:
-        return {"namespace": self.namespace, "prefix": self.prefix, "job": self.job,
-                "token": self.token, "ttl_ms": self.ttl_ms, "point_ms": self.point_ms}  # fmt: skip
+        header: dict[str, Any] = {
+            "namespace": self.namespace, "prefix": self.prefix, "job": self.job,
+            "token": self.token, "ttl_ms": self.ttl_ms, "point_ms": self.point_ms,
+        }  # fmt: skip
+        if self.period_end_ms is not None:
+            header["period_end_ms"] = self.period_end_ms
+        return header
 
     @classmethod
     def from_request(cls, request: Any) -> LeaseGrant | None:
@@ -81,9 +88,10 @@ class LeaseGrant:
         if not isinstance(value, Mapping):
             return None
         try:
+            end = value.get("period_end_ms")
             return cls(str(value["namespace"]), str(value.get("prefix") or ""),
                        str(value["job"]), str(value["token"]), int(value["ttl_ms"]),
-                       int(value["point_ms"]))  # fmt: skip
+                       int(value["point_ms"]), None if end is None else int(end))  # fmt: skip
         except (KeyError, TypeError, ValueError):
             logger.warning("ignoring a malformed %s header", LEASE_HEADER,
                            extra={"event": "beat_leases.bad_header"})  # fmt: skip
@@ -145,20 +153,32 @@ class _LeaseKeeper:
         """In the worker's main process, before the trigger runs: claim its point. A
         trigger of a point already taken (redelivered after a worker died before its
         ack, or a duplicate message) is discarded like a revoked task; its lease is
-        left to the run that took the point."""
+        left to the run that took the point. A trigger whose period has ended by Redis
+        TIME (not this worker's clock) is discarded as expired and gives its lease back."""
         leases = self._leases_for(grant)
         with self._lock:
             if self._claim is None:
                 self._claim = leases.client.register_script(script_source("claim_run"))
             claim = self._claim
         try:
-            claimed = bool(claim(keys=[leases.keys(grant.job).ran], args=[grant.point_ms]))
+            end = "" if grant.period_end_ms is None else grant.period_end_ms
+            verdict = claim(keys=[leases.keys(grant.job).ran], args=[grant.point_ms, end])
         except REDIS_ERRORS as exc:
             logger.warning("could not claim the run of %s at point_ms=%d, it runs: %s",
                            grant.job, grant.point_ms, exc,
                            extra={"event": "beat_leases.claim_error"})  # fmt: skip
             return
-        if claimed:
+        verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
+        if verdict == "run":
+            return
+        if verdict == "late":
+            logger.info(
+                "trigger of %s at point_ms=%d discarded: its period ended at %d by Redis TIME",
+                grant.job, grant.point_ms, grant.period_end_ms,
+                extra={"event": "beat_leases.trigger_expired", "job": grant.job},
+            )  # fmt: skip
+            # Celery's own expiry path (task_revoked with expired=True, lease released)
+            request.expires = datetime(1970, 1, 1, tzinfo=UTC)
             return
         task_id = str(getattr(request, "id", ""))
         with self._lock:
