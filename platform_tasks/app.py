@@ -57,6 +57,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     from platform_tasks.consumer.dropped_messages import install as install_consumer
     from platform_tasks.consumer.hooks import install as install_pipeline_hooks
     from platform_tasks.consumer.task import install as install_platform_task
+    from platform_tasks.contrib.beat_leases import install as install_beat_leases
     from platform_tasks.delay_promoter import install as install_delay_promoter
     from platform_tasks.event_batching import install as install_task_events
     from platform_tasks.jobs.worker import install as install_scheduled_jobs
@@ -67,6 +68,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     return [
         install_delay_promoter,
         install_scheduled_jobs,
+        install_beat_leases,
         install_consumer,
         install_platform_task,
         install_pipeline_hooks,

@@ -95,6 +95,49 @@ def refuse_cluster_broker(settings: PlatformSettings) -> None:
         )
 
 
+def cluster_node_problem(settings: PlatformSettings) -> str | None:
+    """Why the Redis broker cannot be used, when it is a node of a Redis Cluster.
+
+    A plain ``redis://`` URL may point at a cluster node: kombu's Redis transport then
+    starts, and the delay promoter and pidbox fail on every multi-key command (MOVED,
+    CROSSSLOT). The server says it is a cluster node in ``INFO cluster``
+    (``cluster_enabled:1``). An unreachable broker is not judged here: the worker's
+    connection retries report it.
+    """
+    url = settings.effective_broker_url
+    if broker_kind(url) != "redis":
+        return None
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url.split(";")[0], socket_timeout=3,
+                                      socket_connect_timeout=3)  # fmt: skip
+    except ValueError:
+        return None
+    try:
+        info = client.info("cluster")
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+    if str(info.get("cluster_enabled", 0)) != "1":
+        return None
+    return (
+        f"PLATFORM_BROKER_URL ({redact_url(url)}) is a node of a Redis Cluster (INFO "
+        "cluster: cluster_enabled:1), which cannot be the broker: kombu has no Redis "
+        "Cluster transport and every multi-key command fails (MOVED/CROSSSLOT). Use a "
+        "standalone Redis (redis://) or RabbitMQ (amqp://) as the broker; the platform's "
+        "own Redis may be the cluster with PLATFORM_REDIS_URL and PLATFORM_REDIS_CLUSTER=true"
+    )
+
+
+def refuse_cluster_node_broker(settings: PlatformSettings) -> None:
+    """Raise :class:`ConfigurationError` when the broker is a Redis Cluster node."""
+    problem = cluster_node_problem(settings)
+    if problem is not None:
+        raise ConfigurationError(problem)
+
+
 def default_time_limit_seconds(settings: PlatformSettings) -> int:
     """The hard time limit the platform gives tasks on RabbitMQ when none is configured.
 
@@ -227,6 +270,18 @@ class TimeLimitCheckStep(bootsteps.Step):  # type: ignore[misc]
         check_time_limits(worker.app, getattr(worker, "prefetch_multiplier", None))
 
 
+class ClusterBrokerCheckStep(bootsteps.Step):  # type: ignore[misc]
+    """Worker bootstep: a worker whose Redis broker is a cluster node never starts."""
+
+    label = "platform broker is no cluster node"
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        refuse_cluster_node_broker(worker.app.platform_settings)
+
+
 def install(app: Any) -> None:
-    """Check task time limits against RabbitMQ's ``consumer_timeout`` when a worker starts."""
+    """When a worker starts: refuse a Redis Cluster node as the broker, and check task
+    time limits against RabbitMQ's ``consumer_timeout``."""
+    app.steps["worker"].add(ClusterBrokerCheckStep)
     app.steps["worker"].add(TimeLimitCheckStep)

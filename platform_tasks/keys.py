@@ -93,6 +93,12 @@ class JobKeys:
     def lease(self) -> str:
         return f"{self.tag}:v1:lease"
 
+    @property
+    def ran(self) -> str:
+        """The newest point a worker took to run (django-celery-beat triggers): a
+        redelivered trigger of a point not newer is not run again."""
+        return f"{self.tag}:v1:ran"
+
 
 # --- consumer deliveries (issue 3) ----------------------------------------------------
 

@@ -13,8 +13,9 @@ within a tick), but decides each run the way ``LeaseScheduler`` does:
   key, names being editable): at most once across all replicas, never after its period,
   never while the task's previous run still holds its lease;
 * an admitted point is sent through the base class's ``apply_entry`` (so Sentry's beat
-  integration and every other ``apply_entry`` hook keep working), with the lease in the
-  message headers and the message expiring at the end of the point's period;
+  integration and every other ``apply_entry`` hook keep working), with the lease and the
+  end of the point's period in the message headers (the worker discards a trigger whose
+  period has ended by Redis TIME, never by its own clock);
 * only the admitting replica writes the run metadata (``last_run_at`` = the point,
   ``total_run_count``), with a queryset ``update()``: no signal, so no reload anywhere;
 * a ``one_off`` task disables itself in the same conditional update that admits it, so it
@@ -29,8 +30,8 @@ becomes invalid through a later edit is logged and left out instead of stopping 
 
 Without ``DJANGO_SETTINGS_MODULE`` the standalone settings module
 :mod:`platform_tasks.contrib.django_settings` is used (database ``PLATFORM_DATABASE_URL``).
-Workers keep the lease while a task runs with
-:func:`platform_tasks.contrib.beat_leases.install_lease_renewal`.
+Workers keep the lease while a task runs (:mod:`platform_tasks.contrib.beat_leases`: built
+into apps made by ``create_app``, one line for a plain ``Celery()`` app).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
 import django  # type: ignore[import-untyped]
@@ -315,13 +315,15 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
     def _send(self, entry: Any, request: AdmissionRequest) -> bool:
         assert self.leases is not None
         grant = LeaseGrant(self.leases.namespace, self.leases.prefix, request.job,
-                           request.token, request.lease_ttl_ms, request.point_ms)  # fmt: skip
+                           request.token, request.lease_ttl_ms, request.point_ms,
+                           request.period_end_ms)  # fmt: skip
         original = entry.options
         headers = dict(original.get("headers") or {})
         headers[LEASE_HEADER] = grant.to_header()
-        period_end = from_ms(request.period_end_ms)
-        options = dict(original, headers=headers, expires=_earliest(original.get("expires"),
-                                                                    period_end))  # fmt: skip
+        # The period's end travels in the lease header and is judged by Redis TIME in the
+        # worker (beat_leases), not as the message's expiry, which Celery judges by the
+        # worker's own clock. A task's own expires is passed on unchanged.
+        options = dict(original, headers=headers)
         entry.options = options
         self._sent = False
         try:
@@ -373,13 +375,3 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
     @property
     def info(self) -> str:
         return "    . platform lease database scheduler (django-celery-beat)"
-
-
-def _earliest(expires: Any, period_end: datetime) -> datetime:
-    """The message expiry: the point's period end, or the task's own expiry if sooner."""
-    if isinstance(expires, datetime):
-        aware = expires if expires.tzinfo is not None else expires.replace(tzinfo=period_end.tzinfo)
-        return min(aware, period_end)
-    if isinstance(expires, int | float):
-        return min(datetime.now(period_end.tzinfo) + timedelta(seconds=expires), period_end)
-    return period_end

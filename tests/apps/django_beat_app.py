@@ -1,10 +1,12 @@
 """A Celery app whose periodic tasks live in django-celery-beat's tables.
 
 Beat runs ``-S platform_tasks.contrib.django_celery_beat:LeaseDatabaseScheduler``; the
-worker renews the lease of each run. ``tests.django_beat.record`` appends one JSON line
-per run to the Redis list ``test:dcb:runs``: the periodic task's label, the point from the
-lease header, and when the run started and ended. A trigger the worker discards because
-it expired (it waited in the queue past its period) is appended with ``expired: true``.
+module is what a new user writes: ``create_app`` and the task, nothing installed by hand
+(the app's workers renew and release the lease of each run by themselves).
+``tests.django_beat.record`` appends one JSON line per run to the Redis list
+``test:dcb:runs``: the periodic task's label, the point from the lease header, and when
+the run started and ended. A trigger the worker discards because it expired (it waited in
+the queue past its period) is appended with ``expired: true``.
 """
 
 from __future__ import annotations
@@ -18,12 +20,11 @@ import redis
 from celery.signals import task_revoked
 
 from platform_tasks import create_app
-from platform_tasks.contrib.beat_leases import LeaseGrant, install_lease_renewal
+from platform_tasks.contrib.beat_leases import LeaseGrant
 
 RUNS = "test:dcb:runs"
 
 app = create_app("django_beat_app")
-install_lease_renewal(app)
 _redis = redis.Redis.from_url(os.environ.get("PLATFORM_REDIS_URL", "redis://127.0.0.1:6379/0"))
 
 

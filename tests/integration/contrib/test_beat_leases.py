@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import redis
+from celery import Celery
 
 from platform_tasks.contrib import beat_leases
 from platform_tasks.contrib.beat_leases import LEASE_HEADER, LeaseGrant
@@ -28,25 +29,27 @@ def test_lease_released_when_the_task_ends_or_is_revoked(
 ) -> None:
     leases = JobLeases(redis_client, namespace=NAMESPACE)
     settings = PlatformSettings.build(redis_url=redis_url, profile="test")
-    beat_leases.install_lease_renewal(SimpleNamespace(platform_settings=settings))
+    app = Celery("leases", set_as_current=False)
+    app.platform_settings = settings
+    beat_leases.install_lease_renewal(app)
     ran = _admit(leases, "periodic-task-1", "beat-a:1", 1_000_000)
     # a task's request context carries the custom headers
     request = SimpleNamespace(headers={LEASE_HEADER: ran.to_header()})
-    beat_leases._on_prerun(task_id="t1", task=SimpleNamespace(request=request))
+    beat_leases._on_prerun(task_id="t1", task=SimpleNamespace(app=app, request=request))
     assert leases.lease_holder("periodic-task-1") == "beat-a:1"
-    beat_leases._on_postrun(task_id="t1", task=SimpleNamespace(request=request))
+    beat_leases._on_postrun(task_id="t1", task=SimpleNamespace(app=app, request=request))
     assert leases.lease_holder("periodic-task-1") is None
 
     # an expired trigger never runs: the worker's Request object is revoked instead
     expired = _admit(leases, "periodic-task-2", "beat-b:7", 2_000_000)
     worker_request = SimpleNamespace(id="t2", request_dict={LEASE_HEADER: expired.to_header()})
-    beat_leases._on_revoked(request=worker_request)
+    beat_leases._on_revoked(sender=SimpleNamespace(app=app), request=worker_request)
     assert leases.lease_holder("periodic-task-2") is None
 
     # a stale header never releases a lease another admission holds now
     current = _admit(leases, "periodic-task-3", "beat-c:2", 3_000_000)
     stale = SimpleNamespace(headers={LEASE_HEADER: dict(current.to_header(), token="old")})
-    beat_leases._on_postrun(task_id="t3", task=SimpleNamespace(request=stale))
+    beat_leases._on_postrun(task_id="t3", task=SimpleNamespace(app=app, request=stale))
     assert leases.lease_holder("periodic-task-3") == "beat-c:2"
 
 
