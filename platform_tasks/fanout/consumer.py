@@ -193,6 +193,9 @@ class TenantsQueryCheckStep(bootsteps.Step):  # type: ignore[misc]
         super().__init__(worker, **kwargs)
         settings: PlatformSettings = worker.app.platform_settings
         if settings.database_url:  # without it another step refuses the worker
+            # every app has this step (create_app installs the fan-out): a URL it cannot
+            # use is reported by the database check (password masked), whichever runs first
+            require_database_url(settings)
             check_tenants_query(settings.database_url, settings.tenants_query)
 
 
