@@ -1,7 +1,7 @@
 """Example composition root: ``celery -A celery_app worker|beat|flower``.
 
-The app is built once here with platform defaults, the queue port is bound here, and
-consumers are declared on ``PlatformTask``. Settings come from the environment
+The app is built once here with platform defaults (fan-out included), the queue port is
+made here, and consumers are declared on ``PlatformTask``. Settings come from the environment
 (``PLATFORM_REDIS_URL``, ``PLATFORM_DATABASE_URL``, ...; see the README).
 """
 
@@ -15,7 +15,6 @@ from pydantic import BaseModel, Field
 
 import example_maintenance
 from platform_tasks import PlatformTask, QueuePort, RetryPolicy, create_app
-from platform_tasks.fanout import install as install_fanout
 from platform_tasks.notifications import EmailMessage, NotificationTask
 
 logger = logging.getLogger(__name__)
@@ -32,7 +31,6 @@ app = create_app(
     },
 )
 queue_port = QueuePort(app)
-install_fanout(app, queue_port)
 example_maintenance.install(app)
 
 

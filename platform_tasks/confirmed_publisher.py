@@ -126,6 +126,20 @@ class ConfirmedPublisher:
         queue.bind(self._channel).declare()
         self._declared.add(queue_name)
 
+    def queue_depth(self, queue_name: str) -> int:
+        """Messages ready on ``queue_name`` now (the queue is declared first, as a publish
+        to it would declare it); a connection failure raises :class:`BrokerPublishError`."""
+        try:
+            channel = self._open()
+            self._declare(queue_name)
+            _name, ready, _consumers = channel.queue_declare(queue=queue_name, passive=True)
+        except self._errors() as exc:
+            self.close()
+            raise BrokerPublishError(
+                f"reading the depth of queue {queue_name!r} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        return int(ready)
+
     def publish(self, messages: list[AmqpMessage]) -> list[bool]:
         """Publish ``messages``; ``True`` for each one RabbitMQ confirmed.
 

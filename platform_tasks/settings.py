@@ -201,6 +201,7 @@ class PlatformSettings(BaseSettings):
 
     tenants_query: str | None = None
     fanout_batch_size: int = Field(default=500, ge=1, le=10_000)
+    fanout_max_queue_depth: int = Field(default=10_000, ge=1, le=10_000_000)
     example_jobs_interval_seconds: int | None = Field(default=None, ge=1)
 
     # --- notification rails ---------------------------------------------------------
@@ -270,6 +271,17 @@ class PlatformSettings(BaseSettings):
         pause = info.data.get("marketing_pause_depth")
         if isinstance(pause, int) and value >= pause:
             raise ValueError(f"must be below PLATFORM_MARKETING_PAUSE_DEPTH ({pause}), got {value}")
+        return value
+
+    @field_validator("fanout_max_queue_depth")
+    @classmethod
+    def _room_for_a_batch(cls, value: int, info: ValidationInfo) -> int:
+        batch = info.data.get("fanout_batch_size")
+        if isinstance(batch, int) and value < batch:
+            raise ValueError(
+                f"must be at least PLATFORM_FANOUT_BATCH_SIZE ({batch}), got {value}: "
+                "a fan-out publishes whole batches"
+            )
         return value
 
     @field_validator("resend_base_url")

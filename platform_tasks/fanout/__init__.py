@@ -1,10 +1,6 @@
 """Per-tenant cron fan-out: one reliable fan-out job per point, one envelope per tenant.
 
-    # celery_app.py (the composition root)
-    from platform_tasks.fanout import install as install_fanout
-    install_fanout(app, queue_port)
-
-    # beat_schedules/maintenance/freshness.py
+    # beat_schedules/maintenance/freshness.py (an app made by create_app needs nothing else)
     from platform_tasks.fanout import fan_out
 
     def run(ctx):
@@ -20,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from platform_tasks.fanout.call import bind_port, fan_out
+from platform_tasks.fanout.call import bind, fan_out
 from platform_tasks.fanout.ids import fan_out_job_id, tenant_job_id
 from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FanOutRequest
 from platform_tasks.fanout.tiers import TIERS, due_tiers, is_due
@@ -39,9 +35,19 @@ __all__ = [
 ]
 
 
-def install(app: Any, port: Any) -> None:
-    """Register the fan-out consumer on ``app`` and bind ``port`` for ``fan_out``."""
-    from platform_tasks.fanout.consumer import install_consumer
+_INSTALLED_ATTRIBUTE = "platform_fanout_installed"
 
-    install_consumer(app)
-    bind_port(port)
+
+def install(app: Any, port: Any = None) -> None:
+    """Register the fan-out consumer on ``app`` (once) and bind the port ``fan_out`` uses.
+
+    ``create_app`` calls it for every app with no port: ``fan_out`` then publishes with
+    the app's own :class:`~platform_tasks.queue_port.QueuePort`. Call it yourself only to
+    make ``fan_out`` use another queue port, or on an app not made by ``create_app``.
+    """
+    if not getattr(app, _INSTALLED_ATTRIBUTE, False):
+        from platform_tasks.fanout.consumer import install_consumer
+
+        install_consumer(app)
+        setattr(app, _INSTALLED_ATTRIBUTE, True)
+    bind(app, port)

@@ -10,34 +10,86 @@ consumer's idempotency row lets only one of them publish.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import uuid
 from collections.abc import Mapping
 from typing import Any, Literal
+
+from celery._state import get_current_app, get_current_task
 
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.ids import fan_out_job_id
 from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FANOUT_TENANT
 
-__all__ = ["bind_port", "bound_port", "fan_out"]
+__all__ = ["FanOutBinding", "bind", "bound_port", "fan_out"]
 
 logger = logging.getLogger("platform_tasks.fanout")
 
-_BINDING: dict[str, Any] = {}
+_BINDING_ATTRIBUTE = "platform_fanout_binding"
 
 
-def bind_port(port: Any) -> None:
-    """Make ``port`` the queue port ``fan_out`` publishes with (see ``install``)."""
-    _BINDING["port"] = port
+class FanOutBinding:
+    """The queue port ``fan_out`` publishes with for one app.
+
+    ``create_app`` binds every app to its own :class:`~platform_tasks.queue_port.QueuePort`,
+    created on first use in each process (a port made before a prefork worker forks is
+    not shared with its children). ``install(app, port)`` binds another port instead.
+    """
+
+    def __init__(self, app: Any, port: Any = None) -> None:
+        self.app = app
+        self.port = port
+        self._own: Any = None
+        self._own_pid: int | None = None
+        self._lock = threading.Lock()
+
+    def resolve(self) -> Any:
+        if self.port is not None:
+            return self.port
+        with self._lock:
+            if self._own is None or self._own_pid != os.getpid():
+                from platform_tasks.queue_port import QueuePort
+
+                self._own = QueuePort(self.app)
+                self._own_pid = os.getpid()
+            return self._own
+
+    def close(self) -> None:
+        """Close the app's own port if this process made it (a given port is the caller's)."""
+        with self._lock:
+            own, self._own = self._own, None
+            if own is not None and self._own_pid == os.getpid():
+                own.close()
 
 
-def bound_port() -> Any:
-    port = _BINDING.get("port")
-    if port is None:
+def bind(app: Any, port: Any = None) -> None:
+    """Make ``port`` (default: the app's own queue port) the one ``fan_out`` uses for ``app``."""
+    previous: FanOutBinding | None = getattr(app, _BINDING_ATTRIBUTE, None)
+    if previous is not None:
+        previous.close()
+    setattr(app, _BINDING_ATTRIBUTE, FanOutBinding(app, port))
+
+
+def _running_app() -> Any:
+    """The app of the task running in this thread (a job's trigger), else the current app."""
+    task = get_current_task()
+    app = getattr(task, "app", None) if task is not None else None
+    return app if app is not None else get_current_app()
+
+
+def bound_port(app: Any = None) -> Any:
+    """The queue port ``fan_out`` uses for ``app`` (default: the running app)."""
+    app = app if app is not None else _running_app()
+    binding: FanOutBinding | None = getattr(app, _BINDING_ATTRIBUTE, None)
+    if binding is None:
         raise ConfigurationError(
-            "fan_out() has no queue port: call platform_tasks.fanout.install(app, queue_port) "
-            "in the composition root (celery_app.py)"
+            f"fan_out() has no queue port: the Celery app {getattr(app, 'main', None)!r} was "
+            "not made by platform_tasks.create_app; call "
+            "platform_tasks.fanout.install(app, queue_port) in its composition root, or pass "
+            "fan_out(..., port=queue_port)"
         )
-    return port
+    return binding.resolve()
 
 
 def fan_out(
@@ -54,8 +106,9 @@ def fan_out(
     Its consumer publishes one envelope per tenant on ``queue`` with ``kind``, a shared
     correlation id, ``data`` plus ``data["scheduled_for"]`` (the point, ISO UTC) and a job
     id derived from (job name, point, kind, tenant). ``tiers="due"`` keeps only tenants
-    whose freshness tier is due in the point's UTC hour. ``port`` overrides the queue port
-    bound by ``install``.
+    whose freshness tier is due in the point's UTC hour. The job is published with the
+    running app's queue port (bound by ``create_app``, or by ``install``); ``port``
+    overrides it.
     """
     if tiers not in (None, "due"):
         raise ValueError(f"fan_out: tiers must be None or 'due', got {tiers!r}")

@@ -2,10 +2,12 @@
 
 Tenants are streamed from PostgreSQL in ``tenant_id`` order (:mod:`.sources`), each gets
 an envelope with a job id derived from (job, point, kind, tenant) (:mod:`.ids`), and the
-envelopes go to the target queue in batches over one connection (:mod:`.publisher`).
-After each batch the progress marker (:mod:`.progress`) records the last tenant, so a
-delivery killed halfway is resumed by the next one; re-publishing the one batch that was
-on the queue but not yet marked is harmless, since its ids are the same.
+envelopes go to the target queue in batches over one connection (:mod:`.publisher` on
+Redis, :mod:`.amqp_publisher` with publisher confirms on RabbitMQ), each once it fits
+under the queue's bound (:mod:`.backpressure`). After each batch the progress marker
+(:mod:`.progress`) records the last tenant, so a delivery killed halfway is resumed by
+the next one; re-publishing the one batch that was on the queue but not yet marked is
+harmless, since its ids are the same.
 
 The task is a :class:`~platform_tasks.task.PlatformTask` on ``platform.fanout``: a
 fan-out that keeps failing is retried with the queue's policy, then dead-lettered, and a
@@ -17,17 +19,19 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery import bootsteps
 
 from platform_tasks.database import require_database_url
 from platform_tasks.envelope import Envelope, parse_envelope
-from platform_tasks.errors import EnvelopeError
+from platform_tasks.errors import EnvelopeError, Throttled
 from platform_tasks.fanout import metrics
+from platform_tasks.fanout.backpressure import RETRY_AFTER_SECONDS, QueueBound, QueueFull
 from platform_tasks.fanout.ids import tenant_job_id
 from platform_tasks.fanout.progress import Progress, ProgressStore
-from platform_tasks.fanout.publisher import BatchPublisher
+from platform_tasks.fanout.publisher import open_publisher
 from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FanOutRequest
 from platform_tasks.fanout.sources import TenantSource, check_tenants_query
 from platform_tasks.fanout.tiers import due_tiers
@@ -64,9 +68,19 @@ def _log_fields(envelope: Envelope[Any], request: FanOutRequest) -> dict[str, An
 
 
 def run_fan_out(
-    app: Any, envelope: Envelope[FanOutRequest], *, settings: PlatformSettings
+    app: Any,
+    envelope: Envelope[FanOutRequest],
+    *,
+    settings: PlatformSettings,
+    bound: QueueBound | None = None,
 ) -> FanOutResult:
-    """Publish the envelopes of every selected tenant not yet published for this job."""
+    """Publish the envelopes of every selected tenant not yet published for this job.
+
+    Each batch waits for room under ``bound`` (default: ``PLATFORM_FANOUT_MAX_QUEUE_DEPTH``
+    with the standard wait); a queue that stays full raises
+    :class:`~platform_tasks.errors.Throttled`, the marker kept.
+    """
+    bound = bound if bound is not None else QueueBound(settings.fanout_max_queue_depth)
     request = envelope.data
     database_url = require_database_url(settings)
     tiers = due_tiers(request.point) if request.tiers == "due" else None
@@ -96,8 +110,19 @@ def run_fan_out(
                    "published_before": progress.published},
         )  # fmt: skip
         try:
-            result = _publish_all(app, envelope, request, tiers, store, progress, settings,
+            result = _publish_all(app, envelope, request, tiers, store, progress, settings, bound,
                                   database_url, fields)  # fmt: skip
+        except QueueFull as full:
+            metrics.RUNS.labels(outcome="queue_full", **labels).inc()
+            logger.info(
+                "fan-out %s of %s paused: queue %s holds %d message(s) (bound %d); it resumes "
+                "at its marker in %.0f s", envelope.job_id, request.job, full.queue, full.depth,
+                full.bound, RETRY_AFTER_SECONDS,
+                extra={"event": "fanout.queue_full", **fields, "depth": full.depth,
+                       "bound": full.bound},
+            )  # fmt: skip
+            retry_at = datetime.now(UTC) + timedelta(seconds=RETRY_AFTER_SECONDS)
+            raise Throttled(retry_at, "fanout_queue_full") from None
         except Exception:
             metrics.RUNS.labels(outcome="failed", **labels).inc()
             logger.warning(
@@ -131,6 +156,7 @@ def _publish_all(
     store: ProgressStore,
     progress: Progress,
     settings: PlatformSettings,
+    bound: QueueBound,
     database_url: str,
     fields: dict[str, Any],
 ) -> FanOutResult:
@@ -142,7 +168,7 @@ def _publish_all(
     total = progress.published
     next_log = PROGRESS_LOG_EVERY
     counter = metrics.TENANTS_PUBLISHED.labels(job=request.job, kind=request.kind)
-    publisher = BatchPublisher(app, queue=request.queue)
+    publisher = open_publisher(app, queue=request.queue, bound=bound)
     try:
         for batch in source.stream(after=progress.last_tenant_id, tiers=tiers,
                                    batch_size=settings.fanout_batch_size):  # fmt: skip
@@ -193,6 +219,9 @@ class TenantsQueryCheckStep(bootsteps.Step):  # type: ignore[misc]
         super().__init__(worker, **kwargs)
         settings: PlatformSettings = worker.app.platform_settings
         if settings.database_url:  # without it another step refuses the worker
+            # every app has this step (create_app installs the fan-out): a URL it cannot
+            # use is reported by the database check (password masked), whichever runs first
+            require_database_url(settings)
             check_tenants_query(settings.database_url, settings.tenants_query)
 
 

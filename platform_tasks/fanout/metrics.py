@@ -3,7 +3,8 @@
 - ``platform_fanout_tenants_published_total`` — per-tenant envelopes put on the queue
   (a batch published again after a crash counts again)
 - ``platform_fanout_runs_total`` — deliveries of fan-out jobs by ``outcome``
-  (``finished``, ``already_finished``, ``failed``)
+  (``finished``, ``already_finished``, ``failed``, ``queue_full``: handed back while the
+  target queue stayed above ``PLATFORM_FANOUT_MAX_QUEUE_DEPTH``)
 - ``platform_fanout_duration_seconds`` — wall time of one delivery of a fan-out job
 
 They are served with the consumer metrics (``PLATFORM_METRICS_PORT``).

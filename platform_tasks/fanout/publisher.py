@@ -23,19 +23,21 @@ import base64
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 from kombu.serialization import dumps as kombu_dumps
 from kombu.utils.json import dumps as json_dumps
 from kombu.utils.json import loads as json_loads
 
+from platform_tasks.brokers import broker_kind
 from platform_tasks.envelope import Envelope
 from platform_tasks.errors import ConfigurationError
+from platform_tasks.fanout.backpressure import QueueBound
 from platform_tasks.queue_port import ATTEMPT_HEADER
 from platform_tasks.wire import WireBuilder, WireMessage
 
-__all__ = ["BatchPublisher"]
+__all__ = ["BatchPublisher", "TenantPublisher", "open_publisher"]
 
 logger = logging.getLogger("platform_tasks.fanout")
 
@@ -50,6 +52,25 @@ def send_task_options(queue: str, envelope: Envelope[Any]) -> dict[str, Any]:
         "kwargsrepr": "{}",
         "headers": {ATTEMPT_HEADER: 1},
     }
+
+
+class TenantPublisher(Protocol):
+    """What the fan-out consumer publishes a batch with, whatever the broker."""
+
+    def publish(self, envelopes: Sequence[Envelope[Any]]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def open_publisher(app: Any, *, queue: str, bound: QueueBound | None = None) -> TenantPublisher:
+    """The batch publisher for ``app``'s broker: one ``LPUSH`` per batch on Redis, a
+    confirmed batch on RabbitMQ (:mod:`.amqp_publisher`); each batch waits for room under
+    ``bound`` first (:mod:`.backpressure`)."""
+    if broker_kind(app.platform_settings.effective_broker_url) == "amqp":
+        from platform_tasks.fanout.amqp_publisher import AmqpBatchPublisher
+
+        return AmqpBatchPublisher(app, queue=queue, bound=bound)
+    return BatchPublisher(app, queue=queue, bound=bound)
 
 
 class _Template:
@@ -121,9 +142,10 @@ def _argsrepr(envelope: Envelope[Any]) -> str:
 class BatchPublisher:
     """Publishes batches of envelopes of one kind to one queue over one connection."""
 
-    def __init__(self, app: Any, *, queue: str) -> None:
+    def __init__(self, app: Any, *, queue: str, bound: QueueBound | None = None) -> None:
         self.app = app
         self.queue = queue
+        self.bound = bound
         self._wire = WireBuilder(app)
         self._connection = app.connection_for_write()
         channel = self._connection.default_channel
@@ -131,7 +153,7 @@ class BatchPublisher:
         if pool is None or not hasattr(channel, "_q_for_pri"):
             self._connection.release()
             raise ConfigurationError(
-                "fan-out publishes in batches on the broker's Redis (PLATFORM_BROKER_URL); "
+                "fan-out publishes on a Redis or RabbitMQ broker (PLATFORM_BROKER_URL); "
                 f"got transport {self._connection.transport_cls!r}"
             )
         self._client = redis.Redis(connection_pool=pool)
@@ -169,11 +191,21 @@ class BatchPublisher:
             else:
                 built = self._wire_of(envelope)
                 by_list.setdefault(built.list_key, []).append(built.wire)
+        if self.bound is not None:
+            keys = list(by_list)
+            self.bound.wait_for_room(self.queue, lambda: self._depth(keys), len(envelopes))
         pipe = self._client.pipeline(transaction=False)
         for key, wires in by_list.items():
             pipe.lpush(key, *wires)
         pipe.execute()
         self.round_trips += 1
+
+    def _depth(self, keys: list[str]) -> int:
+        """Messages waiting on the lists this batch goes to."""
+        pipe = self._client.pipeline(transaction=False)
+        for key in keys:
+            pipe.llen(key)
+        return sum(int(n) for n in pipe.execute())
 
     @property
     def batched(self) -> bool:

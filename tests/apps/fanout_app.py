@@ -1,4 +1,5 @@
-"""An app for fan-out end-to-end tests: the fan-out installed, one tenant consumer.
+"""An app for fan-out end-to-end tests: ``create_app`` (which installs the fan-out), one
+tenant consumer.
 
 The consumer records every application of a tenant job as a row of
 ``public.fanout_applied`` (no unique key: a job applied twice would show as two rows).
@@ -11,9 +12,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from platform_tasks import PlatformTask, QueuePort, RetryPolicy, create_app
+from platform_tasks import PlatformTask, RetryPolicy, create_app
 from platform_tasks.fanout import FANOUT_QUEUE
-from platform_tasks.fanout import install as install_fanout
 
 WORK_QUEUE = "fanout_work"
 KIND = "fanout_test.apply"
@@ -58,8 +58,6 @@ app = create_app(
     },
     task_default_queue=WORK_QUEUE,
 )
-queue_port = QueuePort(app)
-install_fanout(app, queue_port)
 
 
 @app.task(base=PlatformTask, name=KIND)

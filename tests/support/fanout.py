@@ -1,10 +1,7 @@
 """Shared by the fan-out end-to-end tests: tenants, the test app's workers, checks.
 
-Workers run ``celery -A tests.apps.fanout_app worker`` and name their queues with ``-Q``
-(the tenant queue and ``platform.fanout``): on Celery 5.7 the worker-queues step takes
-every worker for one started with ``-Q`` (``Queues.consume_from`` is never the ``Queues``
-object itself there), so without ``-Q`` it would add no platform queue. The queues named
-are exactly the ones ``platform_queues(app)`` lists for the test app.
+Workers run ``celery -A tests.apps.fanout_app worker`` without ``-Q`` (``worker_argv``),
+so they consume the tenant queue and ``platform.fanout`` as a user's worker would.
 """
 
 from __future__ import annotations

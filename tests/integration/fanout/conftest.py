@@ -14,6 +14,7 @@ import redis
 from platform_tasks import QueuePort
 from platform_tasks.envelope import Envelope, parse_envelope
 from platform_tasks.fanout import FANOUT_QUEUE, FanOutRequest, install
+from platform_tasks.fanout.backpressure import QueueBound
 from platform_tasks.fanout.consumer import FanOutResult, run_fan_out
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing import create_test_app
@@ -64,9 +65,9 @@ class FanOutHarness:
             envelopes.append(parse_envelope(decode(raw)[1], FanOutRequest))  # type: ignore[arg-type]
         return envelopes
 
-    def run(self, envelope: Envelope[Any], settings: PlatformSettings | None = None
-            ) -> FanOutResult:  # fmt: skip
-        return run_fan_out(self.app, envelope, settings=settings or self.settings)
+    def run(self, envelope: Envelope[Any], settings: PlatformSettings | None = None,
+            bound: QueueBound | None = None) -> FanOutResult:  # fmt: skip
+        return run_fan_out(self.app, envelope, settings=settings or self.settings, bound=bound)
 
     def run_pending(self) -> list[FanOutResult]:
         return [self.run(envelope) for envelope in self.pending_fan_outs()]

@@ -9,13 +9,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from celery import Celery
+from celery._state import get_current_app
 
 from platform_tasks.errors import ConfigurationError, SettingsError
-from platform_tasks.fanout import FANOUT_KIND, FANOUT_QUEUE, FanOutRequest, fan_out
-from platform_tasks.fanout.call import _BINDING
+from platform_tasks.fanout import FANOUT_KIND, FANOUT_QUEUE, FanOutRequest, fan_out, install
+from platform_tasks.fanout.call import bound_port
 from platform_tasks.fanout.ids import fan_out_job_id
 from platform_tasks.jobs.runner import JobContext
+from platform_tasks.queue_port import QueuePort
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing import create_test_app
 
 POINT = datetime(2025, 1, 1, 3, tzinfo=UTC)
 
@@ -72,14 +76,32 @@ def test_bad_arguments_are_refused() -> None:
     assert port.published == []
 
 
-def test_without_a_bound_port_the_error_says_how_to_bind_one() -> None:
-    saved = dict(_BINDING)
-    _BINDING.clear()
+def test_an_app_not_made_by_create_app_gets_an_error_saying_how_to_bind_a_port() -> None:
+    previous = get_current_app()
+    Celery("plain_celery_app", set_as_current=True)
     try:
-        with pytest.raises(ConfigurationError, match=r"fanout.install\(app, queue_port\)"):
+        expected = (r"'plain_celery_app' was not made by platform_tasks.create_app; "
+                    r"call platform_tasks.fanout.install\(app, queue_port\)")  # fmt: skip
+        with pytest.raises(ConfigurationError, match=expected):
             fan_out(ctx(), queue="q", kind="a.b")
     finally:
-        _BINDING.update(saved)
+        previous.set_current()
+
+
+def test_a_create_app_app_publishes_with_its_own_port_and_install_can_bind_another() -> None:
+    previous = get_current_app()
+    app = create_test_app("fanout_bound_app", settings=PlatformSettings.build(
+        redis_url="redis://127.0.0.1:1/0", database_url=None, profile="test"))  # fmt: skip
+    try:
+        own = bound_port()
+        assert isinstance(own, QueuePort) and own.app is app
+        assert bound_port() is own  # one port per app and process
+        other = RecordingPort()
+        install(app, other)
+        job_id = fan_out(ctx(), queue="q", kind="a.b")
+        assert [payload["job_id"] for _, payload in other.published] == [str(job_id)]
+    finally:
+        previous.set_current()
 
 
 def test_tenants_query_setting_is_checked_for_shape() -> None:
