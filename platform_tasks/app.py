@@ -60,7 +60,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     from platform_tasks.contrib.beat_leases import install as install_beat_leases
     from platform_tasks.delay_promoter import install as install_delay_promoter
     from platform_tasks.event_batching import install as install_task_events
-    from platform_tasks.fanout import install as install_fanout
+    from platform_tasks.fanout import install_default as install_fanout
     from platform_tasks.jobs.worker import install as install_scheduled_jobs
     from platform_tasks.metrics import install as install_metrics
     from platform_tasks.notifications.setup import install as install_notification_rails

@@ -30,6 +30,7 @@ __all__ = [
     "fan_out",
     "fan_out_job_id",
     "install",
+    "install_default",
     "is_due",
     "tenant_job_id",
 ]
@@ -51,3 +52,16 @@ def install(app: Any, port: Any = None) -> None:
         install_consumer(app)
         setattr(app, _INSTALLED_ATTRIBUTE, True)
     bind(app, port)
+
+
+def install_default(app: Any) -> None:
+    """What ``create_app`` installs: fan-out on the app's own port, when it has a database.
+
+    The fan-out consumer is a PlatformTask reading tenants from PostgreSQL, so an app with
+    no ``PLATFORM_DATABASE_URL`` (a beat-only or job-only deployment) is left without it:
+    registering it there would make its workers refuse to start for a consumer they never
+    run. ``fan_out`` on such an app names the missing setting.
+    """
+    if app.platform_settings.database_url is None:
+        return
+    install(app)

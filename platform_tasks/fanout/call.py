@@ -82,6 +82,12 @@ def bound_port(app: Any = None) -> Any:
     """The queue port ``fan_out`` uses for ``app`` (default: the running app)."""
     app = app if app is not None else _running_app()
     binding: FanOutBinding | None = getattr(app, _BINDING_ATTRIBUTE, None)
+    if binding is None and getattr(app, "platform_settings", None) is not None:
+        raise ConfigurationError(
+            f"fan_out() has no queue port: the Celery app {getattr(app, 'main', None)!r} has "
+            "no PLATFORM_DATABASE_URL, which the fan-out consumer needs for its tenants and "
+            "idempotency rows; set it for the worker and the process that calls fan_out"
+        )
     if binding is None:
         raise ConfigurationError(
             f"fan_out() has no queue port: the Celery app {getattr(app, 'main', None)!r} was "

@@ -91,8 +91,10 @@ def test_an_app_not_made_by_create_app_gets_an_error_saying_how_to_bind_a_port()
 def test_a_create_app_app_publishes_with_its_own_port_and_install_can_bind_another() -> None:
     previous = get_current_app()
     app = create_test_app("fanout_bound_app", settings=PlatformSettings.build(
-        redis_url="redis://127.0.0.1:1/0", database_url=None, profile="test"))  # fmt: skip
+        redis_url="redis://127.0.0.1:1/0", database_url="postgresql://u@127.0.0.1:1/db",
+        profile="test"))  # fmt: skip
     try:
+        assert FANOUT_KIND in app.tasks
         own = bound_port()
         assert isinstance(own, QueuePort) and own.app is app
         assert bound_port() is own  # one port per app and process
@@ -100,6 +102,20 @@ def test_a_create_app_app_publishes_with_its_own_port_and_install_can_bind_anoth
         install(app, other)
         job_id = fan_out(ctx(), queue="q", kind="a.b")
         assert [payload["job_id"] for _, payload in other.published] == [str(job_id)]
+    finally:
+        previous.set_current()
+
+
+def test_a_create_app_app_without_a_database_has_no_fan_out_consumer_and_says_why() -> None:
+    """A beat-only or job-only app has no database: its workers must still start (the
+    fan-out consumer would make them refuse), and fan_out names the missing setting."""
+    previous = get_current_app()
+    app = create_test_app("fanout_no_database_app", settings=PlatformSettings.build(
+        redis_url="redis://127.0.0.1:1/0", database_url=None, profile="test"))  # fmt: skip
+    try:
+        assert FANOUT_KIND not in app.tasks
+        with pytest.raises(ConfigurationError, match="no PLATFORM_DATABASE_URL"):
+            fan_out(ctx(), queue="q", kind="a.b")
     finally:
         previous.set_current()
 
