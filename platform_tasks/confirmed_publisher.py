@@ -37,6 +37,8 @@ class ConfirmedPublisher:
         self._pending: dict[int, int] = {}  # delivery tag -> index in the batch
         self._results: list[bool | None] = []
         self._returned: set[int] = set()
+        self.returned: set[int] = set()
+        """Indices of the last batch's messages RabbitMQ returned as unroutable."""
         self._by_correlation: dict[str, int] = {}
 
     # -- connection ----------------------------------------------------------------
@@ -150,6 +152,7 @@ class ConfirmedPublisher:
         self._results = [None] * len(messages)
         self._pending = {}
         self._returned = set()
+        self.returned = set()
         self._by_correlation = {}
         try:
             channel = self._open()
@@ -179,4 +182,5 @@ class ConfirmedPublisher:
             raise BrokerPublishError(
                 f"publishing to RabbitMQ failed: {type(exc).__name__}: {exc}"
             ) from exc
+        self.returned = set(self._returned)
         return [bool(result) for result in self._results]

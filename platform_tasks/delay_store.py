@@ -58,6 +58,7 @@ class DelayStore:
         self._claim = client.register_script(script_source("claim_delays"))
         self._remove = client.register_script(script_source("remove_delays"))
         self._release = client.register_script(script_source("release_delays"))
+        self._postpone = client.register_script(script_source("postpone_delay"))
 
     def add(self, entry_id: str, due_ms: int, list_key: str, wire: str) -> None:
         """Store one entry due at ``due_ms`` (ms since the epoch) for list ``list_key``."""
@@ -116,6 +117,10 @@ class DelayStore:
         """Make claimed entries due again now (their publish was not confirmed)."""
         if entry_ids:
             self._release(keys=[self.keys.schedule], args=entry_ids)
+
+    def postpone(self, entry_id: str, delay_ms: int) -> None:
+        """Make a claimed entry due again ``delay_ms`` from now (by the Redis clock)."""
+        self._postpone(keys=[self.keys.schedule], args=[entry_id, delay_ms])
 
     def pending(self) -> int:
         """Entries still waiting (due or not)."""

@@ -1,0 +1,127 @@
+"""A delayed message RabbitMQ returns as unroutable backs off and ends as one dead letter.
+
+Real RabbitMQ (a fresh virtual host), real Redis and PostgreSQL: the promoter publishes a
+delayed job whose queue was deleted after the promoter declared it, so the ``mandatory``
+publish comes back. Released at once, it would be published again in a tight loop for
+ever; it must instead be postponed with growing back-offs and, after ``MAX_RETURNS``
+returns, be dead-lettered and leave the store.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import kombu
+import pytest
+import redis
+
+from platform_tasks import create_app
+from platform_tasks.amqp_wire import AmqpMessage
+from platform_tasks.delay_store import DelayStore
+from platform_tasks.harness import RabbitMQServer, wait_until
+from platform_tasks.keys import rabbitmq_delay_keys
+from platform_tasks.rabbitmq_delay_promoter import (
+    CONFIRM_WAIT_FRACTION,
+    MAX_RETURNS,
+    UNROUTABLE_DELAYED,
+    RabbitMQDelayPromoter,
+)
+from platform_tasks.settings import PlatformSettings
+from tests.support.database import query
+
+QUEUE = "promoter-returns"
+BACKOFF = 0.2
+
+
+def message_for(job_id: str) -> AmqpMessage:
+    return AmqpMessage(
+        queue=QUEUE, exchange="", routing_key=QUEUE, body='{"n": 1}',
+        properties={"correlation_id": job_id, "content_type": "application/json",
+                    "application_headers": {"id": job_id, "task": "tests.returned"}},
+    )  # fmt: skip
+
+
+def now_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+@pytest.fixture
+def promoter_settings(rabbitmq_url: str, redis_url: str, database_url: str) -> PlatformSettings:
+    return PlatformSettings.build(broker_url=rabbitmq_url, redis_url=redis_url,
+                                  database_url=database_url, profile="test",
+                                  rabbitmq_delays="delay_store")  # fmt: skip
+
+
+@pytest.fixture
+def promoter(promoter_settings: PlatformSettings) -> Iterator[RabbitMQDelayPromoter]:
+    app = create_app("rabbitmq_promoter_returns", settings=promoter_settings,
+                     task_default_queue=QUEUE)  # fmt: skip
+    running = RabbitMQDelayPromoter(app, return_backoff_seconds=BACKOFF)
+    yield running
+    running.stop()
+    app.close()
+
+
+def test_the_confirm_wait_fits_well_inside_the_claim_lease(
+    promoter: RabbitMQDelayPromoter,
+) -> None:
+    assert promoter.publisher().confirm_timeout == pytest.approx(
+        promoter.settings.delay_lease_seconds * CONFIRM_WAIT_FRACTION
+    )
+    assert promoter.publisher().confirm_timeout < promoter.settings.delay_lease_seconds / 2
+
+
+def test_an_unroutable_delayed_message_backs_off_and_becomes_one_dead_letter(
+    promoter: RabbitMQDelayPromoter,
+    rabbitmq_server: RabbitMQServer,
+    redis_client: redis.Redis,
+    database_url: str,
+) -> None:
+    store = DelayStore(redis_client, rabbitmq_delay_keys("test"))
+    vhost = str(promoter.settings.broker_url).rsplit("/", 1)[1]
+    first = str(uuid.uuid4())
+    store.add_encoded(first, now_ms(redis_client) - 1, message_for(first).encode())
+    promoter.start()
+    # the promoter declares the queue on its first publish to it; then the queue goes
+    wait_until(lambda: rabbitmq_server.queue_depths(vhost).get(QUEUE) == 1, timeout=60,
+               message="the first delayed job published")  # fmt: skip
+    with kombu.Connection(str(promoter.settings.broker_url)) as conn:
+        conn.default_channel.queue_delete(QUEUE)
+
+    returned = str(uuid.uuid4())
+    store.add_encoded(returned, now_ms(redis_client) - 1, message_for(returned).encode())
+    backoffs: dict[int, int] = {}  # return count -> ms until due again, as postponed
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        count = redis_client.hget(store.keys.returns, returned)
+        score = redis_client.zscore(store.keys.schedule, returned)
+        if count is not None and score is not None and int(count) not in backoffs:
+            backoffs[int(count)] = int(score) - now_ms(redis_client)
+        if score is None:
+            break
+        time.sleep(0.01)  # sampling the store's state, not synchronising on it
+    assert sorted(backoffs) == list(range(1, MAX_RETURNS)), f"returns seen: {backoffs}"
+    # each back-off is about double the one before it (loose bounds for a loaded machine)
+    for count in range(2, MAX_RETURNS):
+        assert backoffs[count] > backoffs[count - 1] * 1.4, f"back-offs: {backoffs}"
+    assert backoffs[MAX_RETURNS - 1] >= BACKOFF * 1000 * 2 ** (MAX_RETURNS - 2) * 0.7
+
+    rows = query(database_url, "SELECT job_id::text, reason, queue, kind FROM core.dead_letters "
+                 "WHERE job_id = %s", returned)  # fmt: skip
+    assert rows == [(returned, UNROUTABLE_DELAYED, QUEUE, "tests.returned")]
+    assert store.pending() == 0 and not redis_client.hexists(store.keys.entries, returned)
+    assert not redis_client.hexists(store.keys.returns, returned)
+    # never looping: a later pass of the promoter writes no second dead letter
+    moved_before = promoter.moved_total
+    with kombu.Connection(str(promoter.settings.broker_url)) as conn:
+        conn.default_channel.queue_declare(QUEUE, durable=True)
+    marker = str(uuid.uuid4())
+    store.add_encoded(marker, now_ms(redis_client) - 1, message_for(marker).encode())
+    wait_until(lambda: store.pending() == 0 and promoter.moved_total > moved_before,
+               timeout=60, message="the promoter ran another pass")  # fmt: skip
+    again = query(database_url, "SELECT count(*) FROM core.dead_letters WHERE job_id = %s",
+                  returned)  # fmt: skip
+    assert again[0][0] == 1
