@@ -129,8 +129,7 @@ class RabbitMQDelayPromoter:
             if done and self.after_confirm is not None:
                 self.after_confirm(done)
             store.remove(done)
-            if done:
-                store.client.hdel(store.keys.returns, *done)
+            store.forget_returns(done)
             for entry_id, raw in returned:
                 self._handle_return(store, entry_id, raw)
             if failed:
@@ -148,10 +147,11 @@ class RabbitMQDelayPromoter:
 
     def _handle_return(self, store: DelayStore, entry_id: str, raw: bytes) -> None:
         """Back off on a returned entry, or dead-letter it after :data:`MAX_RETURNS`."""
-        returns = int(store.client.hincrby(store.keys.returns, entry_id, 1))
+        returns = store.record_return(
+            entry_id, int(self.return_backoff_seconds * 1000), MAX_RETURNS
+        )
         if returns < MAX_RETURNS:
             delay = self.return_backoff_seconds * 2 ** (returns - 1)
-            store.postpone(entry_id, int(delay * 1000))
             logger.warning(
                 "RabbitMQ returned delayed job %s as unroutable (%d of %d); retrying in %.1fs",
                 entry_id, returns, MAX_RETURNS, delay,
@@ -171,7 +171,7 @@ class RabbitMQDelayPromoter:
             database.discard()
             raise  # the entry stays leased and comes back: nothing is lost
         store.remove([entry_id])
-        store.client.hdel(store.keys.returns, entry_id)
+        store.forget_returns([entry_id])
         record.alert(dead_letter_id)
         logger.error(
             "delayed job %s was returned %d times as unroutable; dead-lettered as row %s",
