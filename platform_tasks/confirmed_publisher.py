@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import amqp
@@ -142,12 +143,18 @@ class ConfirmedPublisher:
             ) from exc
         return int(ready)
 
-    def publish(self, messages: list[AmqpMessage]) -> list[bool]:
+    def publish(
+        self, messages: list[AmqpMessage], *, renew: Callable[[], bool] | None = None
+    ) -> list[bool]:
         """Publish ``messages``; ``True`` for each one RabbitMQ confirmed.
 
         A nack, a return or no confirm within ``confirm_timeout`` gives ``False``; a
         connection failure raises :class:`BrokerPublishError` (the results so far are lost
         to the caller, who must treat every message as unconfirmed).
+
+        ``renew`` is called each time ``confirm_timeout`` passes without all confirms; while
+        it returns ``True`` the wait goes on for another ``confirm_timeout`` (a promoter
+        renews its claim's lease there, so a slow confirm is awaited, not published again).
         """
         self._results = [None] * len(messages)
         self._pending = {}
@@ -170,6 +177,9 @@ class ConfirmedPublisher:
             deadline = time.monotonic() + self.confirm_timeout
             while self._pending:
                 remaining = deadline - time.monotonic()
+                if remaining <= 0 and renew is not None and renew():
+                    deadline = time.monotonic() + self.confirm_timeout
+                    continue
                 if remaining <= 0:
                     self.close()  # late confirms would land on the next batch's tags
                     break

@@ -10,9 +10,10 @@ hand-off cannot be atomic the way it is onto a Redis broker's list; it is at lea
 3. remove the confirmed entries (``remove_delays.lua``); unconfirmed ones are released
    to be due again at once.
 
-The wait for confirms is bounded to :data:`CONFIRM_WAIT_FRACTION` of the claim lease, so a
-slow confirm cannot outlast the lease and let a second promoter claim and publish the
-entry again while the first still waits.
+Confirms are awaited in steps of :data:`CONFIRM_WAIT_FRACTION` of the claim lease, the
+lease renewed after each step, so a slow confirm (a broker blocking publishers under a
+memory alarm) never lets the lease end and a second promoter claim and publish the entry
+again while the first still waits.
 
 A message RabbitMQ returns (``mandatory``: no queue is bound for it, e.g. its queue was
 deleted) is not released at once, which would publish it again in a tight loop: its entry
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -56,6 +58,10 @@ MIN_WAIT_SECONDS = 0.005
 CONFIRM_WAIT_FRACTION = 1 / 3
 """Confirms are awaited at most this fraction of the claim lease: a batch's publishes and
 its confirms then end well before another promoter may claim its entries."""
+
+MAX_CONFIRM_LEASES = 20
+"""A batch whose confirms are slow keeps its claim (renewed every third of a lease) for at
+most this many leases; then it is released and published again (at least once)."""
 
 MAX_RETURNS = 5
 """Returns (unroutable) after which a delayed message is dead-lettered, not published again."""
@@ -117,7 +123,10 @@ class RabbitMQDelayPromoter:
                 break
             ids = [entry_id for entry_id, _ in claim.entries]
             try:
-                confirmed = publisher.publish([AmqpMessage.decode(raw) for _, raw in claim.entries])
+                confirmed = publisher.publish(
+                    [AmqpMessage.decode(raw) for _, raw in claim.entries],
+                    renew=self._renewer(store, ids),
+                )
             except BrokerPublishError:
                 store.release(ids)  # due again at once; the back-off paces the retry
                 raise
@@ -144,6 +153,23 @@ class RabbitMQDelayPromoter:
             if failed or returned or not claim.more_due:
                 break
         return moved, wait
+
+    def _renewer(self, store: DelayStore, ids: list[str]) -> Callable[[], bool]:
+        """Renew the batch's lease while its confirms are awaited, up to
+        :data:`MAX_CONFIRM_LEASES` leases; then the wait ends and the batch is released."""
+        started = time.monotonic()
+
+        def renew() -> bool:
+            if self._stop.is_set():
+                return False
+            if time.monotonic() - started > MAX_CONFIRM_LEASES * self.settings.delay_lease_seconds:
+                return False
+            store.extend(ids, self.lease_ms)
+            logger.warning("RabbitMQ has not confirmed %d delayed jobs yet; lease renewed",
+                           len(ids), extra={"event": "delay.confirm_slow"})  # fmt: skip
+            return True
+
+        return renew
 
     def _handle_return(self, store: DelayStore, entry_id: str, raw: bytes) -> None:
         """Back off on a returned entry, or dead-letter it after :data:`MAX_RETURNS`."""

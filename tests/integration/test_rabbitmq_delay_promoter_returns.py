@@ -131,3 +131,54 @@ def test_an_unroutable_delayed_message_backs_off_and_becomes_one_dead_letter(
     again = query(database_url, "SELECT count(*) FROM core.dead_letters WHERE job_id = %s",
                   returned)  # fmt: skip
     assert again[0][0] == 1
+
+
+def test_a_confirm_slower_than_the_lease_publishes_a_delayed_job_once(
+    rabbitmq_server: RabbitMQServer,
+    rabbitmq_url: str,
+    redis_url: str,
+    database_url: str,
+    redis_client: redis.Redis,
+) -> None:
+    """Publishers blocked by a memory alarm (``set_vm_memory_high_watermark 0``): no confirm
+    arrives until the alarm is cleared, longer than a 3 s lease. Two promoters share the
+    store; the job must reach its queue once."""
+    settings = PlatformSettings.build(broker_url=rabbitmq_url, redis_url=redis_url,
+                                      database_url=database_url, profile="test",
+                                      rabbitmq_delays="delay_store",
+                                      delay_lease_seconds=3)  # fmt: skip
+    app = create_app("rabbitmq_promoter_slow_confirm", settings=settings,
+                     task_default_queue=QUEUE)  # fmt: skip
+    store = DelayStore(redis_client, rabbitmq_delay_keys("test"))
+    first, second = RabbitMQDelayPromoter(app, name="p1"), RabbitMQDelayPromoter(app, name="p2")
+    rabbitmq_server.ctl("set_vm_memory_high_watermark", "0")
+    try:
+        job = str(uuid.uuid4())
+        store.add_encoded(job, now_ms(redis_client) - 1, message_for(job).encode())
+        first.start()
+        second.start()
+        scores: set[float] = set()  # due times the entry had: one per claim or release
+
+        def claimed_past_a_lease() -> bool:
+            score = redis_client.zscore(store.keys.schedule, job)
+            if score is not None:
+                scores.add(score)
+            return bool(scores) and max(scores) - min(scores) >= 3000  # a lease has passed
+
+        wait_until(claimed_past_a_lease, timeout=60,
+                   message="a lease passed while the broker blocks publishers")  # fmt: skip
+    finally:
+        rabbitmq_server.ctl("set_vm_memory_high_watermark", "0.4")
+    try:
+        wait_until(lambda: store.pending() == 0, timeout=120, message="the job published")
+        first.stop()
+        second.stop()
+        copies = 0
+        with kombu.Connection(rabbitmq_url) as conn:
+            while conn.default_channel.basic_get(QUEUE, no_ack=True) is not None:
+                copies += 1
+        assert copies == 1, f"the delayed job reached its queue {copies} times"
+    finally:
+        first.stop()
+        second.stop()
+        app.close()
