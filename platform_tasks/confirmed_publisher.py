@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import amqp
@@ -37,6 +38,8 @@ class ConfirmedPublisher:
         self._pending: dict[int, int] = {}  # delivery tag -> index in the batch
         self._results: list[bool | None] = []
         self._returned: set[int] = set()
+        self.returned: set[int] = set()
+        """Indices of the last batch's messages RabbitMQ returned as unroutable."""
         self._by_correlation: dict[str, int] = {}
 
     # -- connection ----------------------------------------------------------------
@@ -140,16 +143,23 @@ class ConfirmedPublisher:
             ) from exc
         return int(ready)
 
-    def publish(self, messages: list[AmqpMessage]) -> list[bool]:
+    def publish(
+        self, messages: list[AmqpMessage], *, renew: Callable[[], bool] | None = None
+    ) -> list[bool]:
         """Publish ``messages``; ``True`` for each one RabbitMQ confirmed.
 
         A nack, a return or no confirm within ``confirm_timeout`` gives ``False``; a
         connection failure raises :class:`BrokerPublishError` (the results so far are lost
         to the caller, who must treat every message as unconfirmed).
+
+        ``renew`` is called each time ``confirm_timeout`` passes without all confirms; while
+        it returns ``True`` the wait goes on for another ``confirm_timeout`` (a promoter
+        renews its claim's lease there, so a slow confirm is awaited, not published again).
         """
         self._results = [None] * len(messages)
         self._pending = {}
         self._returned = set()
+        self.returned = set()
         self._by_correlation = {}
         try:
             channel = self._open()
@@ -167,6 +177,9 @@ class ConfirmedPublisher:
             deadline = time.monotonic() + self.confirm_timeout
             while self._pending:
                 remaining = deadline - time.monotonic()
+                if remaining <= 0 and renew is not None and renew():
+                    deadline = time.monotonic() + self.confirm_timeout
+                    continue
                 if remaining <= 0:
                     self.close()  # late confirms would land on the next batch's tags
                     break
@@ -179,4 +192,5 @@ class ConfirmedPublisher:
             raise BrokerPublishError(
                 f"publishing to RabbitMQ failed: {type(exc).__name__}: {exc}"
             ) from exc
+        self.returned = set(self._returned)
         return [bool(result) for result in self._results]

@@ -58,6 +58,8 @@ class DelayStore:
         self._claim = client.register_script(script_source("claim_delays"))
         self._remove = client.register_script(script_source("remove_delays"))
         self._release = client.register_script(script_source("release_delays"))
+        self._extend = client.register_script(script_source("extend_delays"))
+        self._record_return = client.register_script(script_source("record_return"))
 
     def add(self, entry_id: str, due_ms: int, list_key: str, wire: str) -> None:
         """Store one entry due at ``due_ms`` (ms since the epoch) for list ``list_key``."""
@@ -116,6 +118,22 @@ class DelayStore:
         """Make claimed entries due again now (their publish was not confirmed)."""
         if entry_ids:
             self._release(keys=[self.keys.schedule], args=entry_ids)
+
+    def extend(self, entry_ids: list[str], lease_ms: int) -> None:
+        """Renew the lease of claimed entries to ``lease_ms`` from now (confirms awaited)."""
+        if entry_ids:
+            self._extend(keys=[self.keys.schedule], args=[lease_ms, *entry_ids])
+
+    def record_return(self, entry_id: str, backoff_ms: int, max_returns: int) -> int:
+        """Count a return of a claimed entry; under ``max_returns`` it is due again after
+        ``backoff_ms`` doubled per earlier return (Redis clock). Returns the count."""
+        return int(self._record_return(keys=[self.keys.schedule, self.keys.returns],
+                                       args=[entry_id, backoff_ms, max_returns]))  # fmt: skip
+
+    def forget_returns(self, entry_ids: list[str]) -> None:
+        """Drop the return counts of entries that were published or dead-lettered."""
+        if entry_ids:
+            self.client.hdel(self.keys.returns, *entry_ids)
 
     def pending(self) -> int:
         """Entries still waiting (due or not)."""

@@ -44,6 +44,12 @@ class DelayKeys:
     def delivered_counter(self) -> str:
         return f"{{{self.namespace}:{self.store}}}:v1:delivered"
 
+    @property
+    def returns(self) -> str:
+        """Hash from entry id to how many times RabbitMQ returned its message as
+        unroutable (the promoter backs off on it and dead-letters it after a bound)."""
+        return f"{{{self.namespace}:{self.store}}}:v1:returns"
+
 
 def delay_keys(profile: str) -> DelayKeys:
     return DelayKeys(base_namespace(profile))
