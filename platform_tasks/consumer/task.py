@@ -148,8 +148,17 @@ def check_declaration(cls: type[Any]) -> None:
 
 
 def platform_tasks_of(app: Any) -> list[str]:
-    """Names of the app's tasks that are PlatformTasks."""
-    return sorted(name for name, task in app.tasks.items() if isinstance(task, PlatformTask))
+    """Names of the app's PlatformTasks that make a worker check its database at start-up.
+
+    A task the platform registered by itself on every app (``start_up_checks = False``:
+    the fan-out consumer ``create_app`` adds) does not: an app that never fans out keeps
+    starting with the database it had, migrated or not.
+    """
+    return sorted(
+        name
+        for name, task in app.tasks.items()
+        if isinstance(task, PlatformTask) and getattr(task, "start_up_checks", True)
+    )
 
 
 def own_queues(app: Any) -> list[str]:

@@ -39,7 +39,7 @@ __all__ = [
 _INSTALLED_ATTRIBUTE = "platform_fanout_installed"
 
 
-def install(app: Any, port: Any = None) -> None:
+def install(app: Any, port: Any = None, *, start_up_checks: bool = True) -> None:
     """Register the fan-out consumer on ``app`` (once) and bind the port ``fan_out`` uses.
 
     ``create_app`` calls it for every app with no port: ``fan_out`` then publishes with
@@ -49,7 +49,7 @@ def install(app: Any, port: Any = None) -> None:
     if not getattr(app, _INSTALLED_ATTRIBUTE, False):
         from platform_tasks.fanout.consumer import install_consumer
 
-        install_consumer(app)
+        install_consumer(app, start_up_checks=start_up_checks)
         setattr(app, _INSTALLED_ATTRIBUTE, True)
     bind(app, port)
 
@@ -60,8 +60,11 @@ def install_default(app: Any) -> None:
     The fan-out consumer is a PlatformTask reading tenants from PostgreSQL, so an app with
     no ``PLATFORM_DATABASE_URL`` (a beat-only or job-only deployment) is left without it:
     registering it there would make its workers refuse to start for a consumer they never
-    run. ``fan_out`` on such an app names the missing setting.
+    run. ``fan_out`` on such an app names the missing setting. For the same reason the
+    consumer installed here adds no start-up check: a worker whose database is not
+    migrated still starts, and a fan-out job it receives waits like any job during a
+    database outage.
     """
     if app.platform_settings.database_url is None:
         return
-    install(app)
+    install(app, start_up_checks=False)

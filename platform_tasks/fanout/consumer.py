@@ -225,8 +225,14 @@ class TenantsQueryCheckStep(bootsteps.Step):  # type: ignore[misc]
             check_tenants_query(settings.database_url, settings.tenants_query)
 
 
-def install_consumer(app: Any) -> None:
-    """Register the fan-out consumer task, its queue and the tenant source check."""
+def install_consumer(app: Any, *, start_up_checks: bool = True) -> None:
+    """Register the fan-out consumer task, its queue and the tenant source check.
+
+    ``start_up_checks=False`` (what ``create_app`` installs for every app) registers the
+    consumer without the worker's database and tenant-source checks: a worker of an app
+    that never calls ``fan_out`` must start as it did before the consumer was added. An
+    explicit ``install(app, port)`` keeps the checks.
+    """
     from platform_tasks.consumer.task import PlatformTask
 
     settings: PlatformSettings = app.platform_settings
@@ -237,8 +243,10 @@ def install_consumer(app: Any) -> None:
     fan_out_consumer.__doc__ = "Publish one envelope per selected tenant (platform fan-out)."
     # shared=False: the task belongs to this app alone (a shared task would be handed to
     # every app created later in the process, bound to this app's settings)
-    app.task(base=PlatformTask, data_model=FanOutRequest, name=FANOUT_KIND, shared=False)(
+    task = app.task(base=PlatformTask, data_model=FanOutRequest, name=FANOUT_KIND, shared=False)(
         fan_out_consumer
     )
+    task.start_up_checks = start_up_checks
     add_queue_source(app, lambda _app: [FANOUT_QUEUE])
-    app.steps["worker"].add(TenantsQueryCheckStep)
+    if start_up_checks:
+        app.steps["worker"].add(TenantsQueryCheckStep)
