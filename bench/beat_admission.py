@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis
 
 from bench._servers import bench_redis
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 CELERY = str(Path(sys.executable).parent / "celery")

@@ -13,7 +13,7 @@ from typing import Any
 from celery.beat import PersistentScheduler
 
 from platform_tasks import create_app
-from platform_tasks.beat import LeaseScheduler
+from platform_tasks.jobs.beat import LeaseScheduler
 
 app = create_app("bench_beat_app")
 

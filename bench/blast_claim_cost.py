@@ -32,8 +32,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     from platform_tasks.envelope import parse_envelope, uuid7
-    from platform_tasks.migrations import migrate
     from platform_tasks.notifications.blast_recipients import claim_recipients
+    from platform_tasks.postgres.migrations import migrate
 
     with bench_postgres() as pg:
         migrate(pg.url)

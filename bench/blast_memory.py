@@ -163,7 +163,7 @@ def main() -> None:
     parser.add_argument("--drain-rate", type=float, default=100.0)
     parser.add_argument("--bound", type=int, default=1000)
     args = parser.parse_args()
-    from platform_tasks.migrations import migrate
+    from platform_tasks.postgres.migrations import migrate
 
     with bench_postgres() as pg:
         migrate(pg.url)

@@ -40,8 +40,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from platform_tasks import QueuePort  # noqa: E402
-from platform_tasks.harness import PostgresServer, RedisServer, wait_until  # noqa: E402
-from platform_tasks.migrations import migrate  # noqa: E402
+from platform_tasks.postgres.migrations import migrate  # noqa: E402
+from platform_tasks.testing.servers import PostgresServer, RedisServer, wait_until  # noqa: E402
 from tests.support.processes import CELERY, VENV_BIN, CeleryProcess, platform_env  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from platform_tasks.envelope import uuid7  # noqa: E402
-from platform_tasks.harness import PostgresServer  # noqa: E402
-from platform_tasks.migrations import migrate  # noqa: E402
+from platform_tasks.postgres.migrations import migrate  # noqa: E402
+from platform_tasks.testing.servers import PostgresServer  # noqa: E402
 
 INSERT = "INSERT INTO public.bench_work (job_id) VALUES (%s) ON CONFLICT DO NOTHING"
 LOOK = """marked := current_setting('transaction_isolation') <> 'read committed'

@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from platform_tasks.envelope import uuid7  # noqa: E402
-from platform_tasks.harness import PostgresServer, RedisServer, wait_until  # noqa: E402
-from platform_tasks.migrations import migrate  # noqa: E402
+from platform_tasks.postgres.migrations import migrate  # noqa: E402
+from platform_tasks.testing.servers import PostgresServer, RedisServer, wait_until  # noqa: E402
 
 
 def commits(admin_url: str, dbname: str) -> int:

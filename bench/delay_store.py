@@ -24,9 +24,9 @@ import redis
 
 from bench._servers import bench_redis
 from platform_tasks import QueuePort, create_app
-from platform_tasks.delay_promoter import DelayPromoter
-from platform_tasks.delay_store import DelayStore
 from platform_tasks.keys import delay_keys
+from platform_tasks.publishing.delay_promoter import DelayPromoter
+from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
 
 

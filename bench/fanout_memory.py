@@ -145,7 +145,7 @@ def main() -> None:
     if args.child:
         child(args.child[0], args.child[1], int(args.child[2]))
         return
-    from platform_tasks.migrations import migrate
+    from platform_tasks.postgres.migrations import migrate
     from platform_tasks.settings import PlatformSettings
 
     bound = args.bound or PlatformSettings.build().fanout_max_queue_depth

@@ -128,7 +128,7 @@ def main() -> None:
         child(*args.child, batch=args.batch)
         return
     sizes = [int(part) for part in args.tenants.split(",")]
-    from platform_tasks.migrations import migrate
+    from platform_tasks.postgres.migrations import migrate
 
     with bench_redis() as rserver, bench_postgres() as pserver:
         migrate(pserver.url)

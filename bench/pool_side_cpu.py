@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.rabbitmq_throughput import create_bench_schema  # noqa: E402
-from platform_tasks.harness import PostgresServer, RedisServer  # noqa: E402
+from platform_tasks.testing.servers import PostgresServer, RedisServer  # noqa: E402
 
 TASKS = ("bench.plain", "bench.sql_floor", "bench.platform", "bench.noop")
 QUEUE = "bench_pool_side"

@@ -9,7 +9,7 @@ message reached the consumer minus its ``run_at``:
 - ``native``: ``PLATFORM_RABBITMQ_DELAYS=native`` (the countdown rounded up to whole
   seconds, RabbitMQ's delayed-delivery quorum queues);
 - ``delay_store``: ``PLATFORM_RABBITMQ_DELAYS=delay_store``; the production promoter
-  (:class:`~platform_tasks.rabbitmq_delay_promoter.RabbitMQDelayPromoter`) runs in a
+  (:class:`~platform_tasks.publishing.rabbitmq_delay_promoter.RabbitMQDelayPromoter`) runs in a
   process of its own, as in a worker, and its CPU time per promoted job is reported.
 
 Each mode gets a fresh virtual host. The machine is shared, so compare the two modes of
@@ -38,8 +38,8 @@ from pathlib import Path
 import kombu
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import RabbitMQServer, RedisServer, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import RabbitMQServer, RedisServer, wait_until
 
 QUEUE = "bench"
 MODES = ("native", "delay_store")
@@ -72,7 +72,7 @@ def cpu_seconds(pid: int) -> float:
 
 def promote_forever(broker_url: str, redis_url: str) -> None:
     """``--promote``: run the production promoter until SIGTERM (a worker's promoter)."""
-    from platform_tasks.rabbitmq_delay_promoter import RabbitMQDelayPromoter
+    from platform_tasks.publishing.rabbitmq_delay_promoter import RabbitMQDelayPromoter
 
     app = create_app("bench_rabbitmq_delays",
                      settings=settings_for("delay_store", broker_url, redis_url))  # fmt: skip

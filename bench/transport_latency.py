@@ -32,8 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from platform_tasks import create_app  # noqa: E402
-from platform_tasks.harness import PostgresServer, RedisServer, wait_until  # noqa: E402
 from platform_tasks.settings import PlatformSettings  # noqa: E402
+from platform_tasks.testing.servers import PostgresServer, RedisServer, wait_until  # noqa: E402
 from tests.support.processes import CeleryProcess, platform_env, worker_argv  # noqa: E402
 
 QUEUE = "default"

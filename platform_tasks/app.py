@@ -13,10 +13,10 @@ from typing import Any
 
 from celery import Celery
 
-from platform_tasks.brokers import refuse_cluster_broker
+from platform_tasks.brokers.selection import refuse_cluster_broker
+from platform_tasks.brokers.transport.selection import transport_conf
 from platform_tasks.consumer.retry import DEFAULT_POLICY, RetryPolicy, resolve_policies
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.transport.selection import transport_conf
 
 BEAT_SCHEDULER = "platform_tasks.beat:LeaseScheduler"
 
@@ -28,7 +28,7 @@ class PlatformCelery(Celery):  # type: ignore[misc]
     Task events go through the platform's batching dispatcher (``event_batching``).
     """
 
-    events_cls = "platform_tasks.event_batching:PlatformEvents"
+    events_cls = "platform_tasks.observability.event_batching:PlatformEvents"
 
     platform_settings: PlatformSettings
     retry_policies: dict[str, RetryPolicy]
@@ -53,18 +53,18 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     Explicit installation (no import-time ``connect``) keeps importing the package free of
     side effects; each line belongs to the module that owns the concern.
     """
-    from platform_tasks.brokers import install as install_broker_checks
+    from platform_tasks.brokers.selection import install as install_broker_checks
+    from platform_tasks.brokers.worker_queues import install as install_worker_queues
     from platform_tasks.consumer.dropped_messages import install as install_consumer
     from platform_tasks.consumer.hooks import install as install_pipeline_hooks
     from platform_tasks.consumer.task import install as install_platform_task
     from platform_tasks.contrib.beat_leases import install as install_beat_leases
-    from platform_tasks.delay_promoter import install as install_delay_promoter
-    from platform_tasks.event_batching import install as install_task_events
     from platform_tasks.fanout import install_default as install_fanout
     from platform_tasks.jobs.worker import install as install_scheduled_jobs
-    from platform_tasks.metrics import install as install_metrics
     from platform_tasks.notifications.setup import install as install_notification_rails
-    from platform_tasks.worker_queues import install as install_worker_queues
+    from platform_tasks.observability.event_batching import install as install_task_events
+    from platform_tasks.observability.metrics import install as install_metrics
+    from platform_tasks.publishing.delay_promoter import install as install_delay_promoter
 
     return [
         install_delay_promoter,

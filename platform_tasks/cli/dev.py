@@ -9,7 +9,7 @@ from types import FrameType
 
 import click
 
-from platform_tasks.devserver import DevOptions, DevPlatform, watch_for_changes
+from platform_tasks.cli.devserver import DevOptions, DevPlatform, watch_for_changes
 
 
 @click.command()

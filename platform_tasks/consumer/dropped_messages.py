@@ -33,18 +33,18 @@ from typing import Any
 
 from celery.worker.consumer import Consumer
 
-from platform_tasks.alerts import send_alert
-from platform_tasks.consumer.dead_letter_records import (
+from platform_tasks.consumer.hooks import Hooks, hooks_of
+from platform_tasks.consumer.servers import INFRASTRUCTURE_ERRORS
+from platform_tasks.dead_letters.records import (
     DeadLetterRecord,
     describe_error,
     error_type_name,
     raw_payload,
 )
-from platform_tasks.consumer.hooks import Hooks, hooks_of
-from platform_tasks.consumer.servers import INFRASTRUCTURE_ERRORS
-from platform_tasks.database import Database, require_database_url
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.keys import UNREADABLE_HEADER, UNROUTABLE_HEADER
+from platform_tasks.observability.alerts import send_alert
+from platform_tasks.postgres.database import Database, require_database_url
 
 logger = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from platform_tasks.consumer.dead_letter_records import DeadLetterRecord
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt, ThrottledUntil
+from platform_tasks.dead_letters.records import DeadLetterRecord
 from platform_tasks.envelope import Envelope
 
 logger = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class LogHook(PipelineHook):
 
     def on_retry_scheduled(self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
                            ) -> None:  # fmt: skip
-        from platform_tasks.consumer.dead_letter_records import error_type_name
+        from platform_tasks.dead_letters.records import error_type_name
 
         _log(logging.WARNING, "attempt failed; retry scheduled", "consumer.retry_scheduled",
              envelope, delivery, attempt=verdict.attempt, retry_at=verdict.at.isoformat(),
@@ -140,7 +140,7 @@ def _log(level: int, message: str, event: str, envelope: Envelope[Any], delivery
 
 def install(app: Any) -> None:
     """Structured logs, alerts and metrics on ``app``'s delivery pipeline."""
-    from platform_tasks.metrics import MetricsHook
+    from platform_tasks.observability.metrics import MetricsHook
 
     for hook in (LogHook(), AlertHook(), MetricsHook(app)):
         add_hook(app, hook)

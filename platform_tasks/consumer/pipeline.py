@@ -48,22 +48,14 @@ from typing import Any
 
 from celery.exceptions import Retry
 
-from platform_tasks import idempotency
-from platform_tasks.alerts import configure_alerts
+from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
+from platform_tasks.consumer import idempotency
 from platform_tasks.consumer.attempts import (
     UNTRACKED,
     DeliveryCounter,
     DeliveryState,
     attempt_number,
     delivery_ttl_seconds,
-)
-from platform_tasks.consumer.dead_letter_records import (
-    DeadLetterRecord,
-    describe_error,
-    error_type_name,
-    latest_dead_letter,
-    pending_dead_letter,
-    raw_payload,
 )
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.hooks import Hooks, hooks_of
@@ -80,8 +72,14 @@ from platform_tasks.consumer.verdicts import (
     Verdict,
     Wait,
 )
-from platform_tasks.context import current_correlation_id
-from platform_tasks.database import Database, require_database_url
+from platform_tasks.dead_letters.records import (
+    DeadLetterRecord,
+    describe_error,
+    error_type_name,
+    latest_dead_letter,
+    pending_dead_letter,
+    raw_payload,
+)
 from platform_tasks.envelope import Envelope, parse_envelope
 from platform_tasks.errors import (
     DeadLettered,
@@ -91,8 +89,10 @@ from platform_tasks.errors import (
     Throttled,
 )
 from platform_tasks.keys import delivery_keys
-from platform_tasks.queue_port import QueuePort
-from platform_tasks.redis_client import REDIS_ERRORS, build_redis
+from platform_tasks.observability.alerts import configure_alerts
+from platform_tasks.observability.context import current_correlation_id
+from platform_tasks.postgres.database import Database, require_database_url
+from platform_tasks.publishing.queue_port import QueuePort
 
 logger = logging.getLogger(__name__)
 

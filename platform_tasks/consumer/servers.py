@@ -18,9 +18,9 @@ from typing import TypeVar
 
 import psycopg2
 
-from platform_tasks.database import DatabaseUnavailable
+from platform_tasks.brokers.redis_client import REDIS_ERRORS
 from platform_tasks.errors import ServersUnavailable
-from platform_tasks.redis_client import REDIS_ERRORS
+from platform_tasks.postgres.database import DatabaseUnavailable
 
 logger = logging.getLogger(__name__)
 

@@ -39,11 +39,11 @@ import celery
 from celery import bootsteps
 from pydantic import BaseModel
 
-from platform_tasks.brokers import broker_holds_delays
-from platform_tasks.database import require_database_url
+from platform_tasks.brokers.selection import broker_holds_delays
+from platform_tasks.brokers.transport.selection import broker_scheme
+from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.errors import ConfigurationError, DeadLettered
-from platform_tasks.transport.selection import broker_scheme
-from platform_tasks.worker_queues import add_queue_source
+from platform_tasks.postgres.database import require_database_url
 
 PLATFORM_OPTIONS = frozenset({"data_model", "permanent_errors"})
 """The task options PlatformTask owns."""
@@ -173,7 +173,7 @@ def require_delay_capable_broker(app: Any, names: list[str]) -> None:
     """Retries are stored as delays; a broker that cannot hold them would lose every retry.
 
     Redis brokers hold them in the delay store, RabbitMQ in its native delayed-delivery
-    queues (:func:`platform_tasks.brokers.broker_holds_delays`). Any other broker makes
+    queues (:func:`platform_tasks.brokers.selection.broker_holds_delays`). Any other broker makes
     the worker refuse to start, naming the variable and only the URL's scheme (never its
     password).
     """

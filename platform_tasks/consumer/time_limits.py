@@ -31,11 +31,11 @@ from typing import Any
 
 from celery.exceptions import TimeLimitExceeded
 
+from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
 from platform_tasks.consumer.attempts import DeliveryCounter, delivery_ttl_seconds
 from platform_tasks.consumer.delivery import consumed_queue
 from platform_tasks.consumer.event_redaction import PlatformRequest
 from platform_tasks.keys import delivery_keys
-from platform_tasks.redis_client import REDIS_ERRORS, build_redis
 
 logger = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from psycopg2.extensions import (
     TRANSACTION_STATUS_INTRANS,
 )
 
-from platform_tasks import idempotency
-from platform_tasks.database import Database, is_unavailable
+from platform_tasks.consumer import idempotency
 from platform_tasks.errors import TransactionBroken
+from platform_tasks.postgres.database import Database, is_unavailable
 
 logger = logging.getLogger(__name__)
 

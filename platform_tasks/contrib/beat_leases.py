@@ -32,9 +32,9 @@ from typing import Any
 from celery.signals import task_postrun, task_prerun, task_received, task_revoked
 from celery.worker import state as worker_state
 
-from platform_tasks.leases import JobLeases, LeaseOutcome
-from platform_tasks.redis_client import REDIS_ERRORS, ManagedRedis
-from platform_tasks.scripts import script_source
+from platform_tasks.brokers.redis_client import REDIS_ERRORS, ManagedRedis
+from platform_tasks.brokers.scripts import script_source
+from platform_tasks.jobs.leases import JobLeases, LeaseOutcome
 from platform_tasks.settings import PlatformSettings
 
 __all__ = [

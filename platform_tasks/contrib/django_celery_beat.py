@@ -21,7 +21,7 @@ within a tick), but decides each run the way ``LeaseScheduler`` does:
 * a ``one_off`` task disables itself in the same conditional update that admits it, so it
   is sent once even if two replicas race;
 * a warm stop (SIGTERM/SIGINT) during a tick's admission and sends waits until the
-  admitted points are sent, like ``LeaseScheduler`` (:mod:`platform_tasks.warm_stop`); a
+  admitted points are sent, like ``LeaseScheduler`` (:mod:`platform_tasks.jobs.warm_stop`); a
   stop that cuts them short logs each one not sent and gives back its lease.
 
 Start-up refuses what it cannot honour (a solar schedule without ``ephem``, an unknown
@@ -54,6 +54,7 @@ from django.db.models import F  # type: ignore[import-untyped]
 from django_celery_beat.models import PeriodicTasks  # type: ignore[import-untyped]
 from django_celery_beat.schedulers import DatabaseScheduler  # type: ignore[import-untyped]
 
+from platform_tasks.brokers.redis_client import ManagedRedis, check_redis_safe
 from platform_tasks.contrib.beat_leases import LEASE_HEADER, LeaseGrant
 from platform_tasks.contrib.periodic_points import (
     PeriodicTaskError,
@@ -61,17 +62,16 @@ from platform_tasks.contrib.periodic_points import (
     points_for,
 )
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.jobs.points import from_ms
-from platform_tasks.keys import django_beat_namespace, periodic_task_job
-from platform_tasks.leases import (
+from platform_tasks.jobs.leases import (
     AdmissionOutcome,
     AdmissionRequest,
     JobLeases,
     new_token,
 )
-from platform_tasks.redis_client import ManagedRedis, check_redis_safe
+from platform_tasks.jobs.points import from_ms
+from platform_tasks.jobs.warm_stop import WarmStop
+from platform_tasks.keys import django_beat_namespace, periodic_task_job
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.warm_stop import WarmStop
 
 __all__ = ["LeaseDatabaseScheduler"]
 

@@ -43,7 +43,7 @@ def install(app: Any, port: Any = None, *, start_up_checks: bool = True) -> None
     """Register the fan-out consumer on ``app`` (once) and bind the port ``fan_out`` uses.
 
     ``create_app`` calls it for every app with no port: ``fan_out`` then publishes with
-    the app's own :class:`~platform_tasks.queue_port.QueuePort`. Call it yourself only to
+    the app's own :class:`~platform_tasks.publishing.queue_port.QueuePort`. Call it yourself only to
     make ``fan_out`` use another queue port, or on an app not made by ``create_app``.
     """
     if not getattr(app, _INSTALLED_ATTRIBUTE, False):

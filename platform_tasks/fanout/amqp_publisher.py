@@ -2,9 +2,9 @@
 
 The consumer writes its progress marker after each batch, so a batch must be RabbitMQ's
 responsibility before that: each message is the one ``QueuePort.publish`` would send
-(built by Celery's own ``send_task`` and recorded, :mod:`platform_tasks.amqp_wire`, with
+(built by Celery's own ``send_task`` and recorded, :mod:`platform_tasks.publishing.amqp_wire`, with
 the same derived job id as task id), and the batch goes out on a channel in confirm mode
-(:class:`~platform_tasks.confirmed_publisher.ConfirmedPublisher`), ``mandatory``. A nack,
+(:class:`~platform_tasks.publishing.confirmed_publisher.ConfirmedPublisher`), ``mandatory``. A nack,
 a return or a missing confirm raises: the delivery fails before its marker names the
 batch, and the retry publishes the batch again with the same ids, which the tenants'
 consumers absorb.
@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from platform_tasks.amqp_wire import AmqpMessageBuilder
-from platform_tasks.confirmed_publisher import ConfirmedPublisher
 from platform_tasks.envelope import Envelope
 from platform_tasks.errors import BrokerPublishError
 from platform_tasks.fanout.backpressure import QueueBound
 from platform_tasks.fanout.publisher import send_task_options
+from platform_tasks.publishing.amqp_wire import AmqpMessageBuilder
+from platform_tasks.publishing.confirmed_publisher import ConfirmedPublisher
 
 __all__ = ["AmqpBatchPublisher"]
 

@@ -32,7 +32,8 @@ _BINDING_ATTRIBUTE = "platform_fanout_binding"
 class FanOutBinding:
     """The queue port ``fan_out`` publishes with for one app.
 
-    ``create_app`` binds every app to its own :class:`~platform_tasks.queue_port.QueuePort`,
+    ``create_app`` binds every app to its own
+    :class:`~platform_tasks.publishing.queue_port.QueuePort`,
     created on first use in each process (a port made before a prefork worker forks is
     not shared with its children). ``install(app, port)`` binds another port instead.
     """
@@ -49,7 +50,7 @@ class FanOutBinding:
             return self.port
         with self._lock:
             if self._own is None or self._own_pid != os.getpid():
-                from platform_tasks.queue_port import QueuePort
+                from platform_tasks.publishing.queue_port import QueuePort
 
                 self._own = QueuePort(self.app)
                 self._own_pid = os.getpid()

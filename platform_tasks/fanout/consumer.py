@@ -24,7 +24,7 @@ from typing import Any
 
 from celery import bootsteps
 
-from platform_tasks.database import require_database_url
+from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.envelope import Envelope, parse_envelope
 from platform_tasks.errors import EnvelopeError, Throttled
 from platform_tasks.fanout import metrics
@@ -35,8 +35,8 @@ from platform_tasks.fanout.publisher import open_publisher
 from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FanOutRequest
 from platform_tasks.fanout.sources import TenantSource, check_tenants_query
 from platform_tasks.fanout.tiers import due_tiers
+from platform_tasks.postgres.database import require_database_url
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.worker_queues import add_queue_source
 
 __all__ = ["FanOutResult", "TenantsQueryCheckStep", "install_consumer", "run_fan_out"]
 

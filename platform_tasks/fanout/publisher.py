@@ -3,7 +3,7 @@
 A loop of ``publish`` costs one ``send_task`` (routing, header building, serialization)
 and one round trip per message. A fan-out publishes the same kind to the same queue for
 every tenant, so the first message of a batch is built by Celery's own ``send_task``
-(captured, not sent: :class:`~platform_tasks.wire.WireBuilder`), and the rest are that
+(captured, not sent: :class:`~platform_tasks.publishing.wire.WireBuilder`), and the rest are that
 message with the fields that differ per job replaced: the task id (header ``id``, property
 ``correlation_id``, and ``root_id`` when it is the task's own id), the redacted
 ``argsrepr`` (a header and a property), a fresh delivery tag and the body. One
@@ -30,12 +30,12 @@ from kombu.serialization import dumps as kombu_dumps
 from kombu.utils.json import dumps as json_dumps
 from kombu.utils.json import loads as json_loads
 
-from platform_tasks.brokers import broker_kind
+from platform_tasks.brokers.selection import broker_kind
 from platform_tasks.envelope import Envelope
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.backpressure import QueueBound
-from platform_tasks.queue_port import ATTEMPT_HEADER
-from platform_tasks.wire import WireBuilder, WireMessage
+from platform_tasks.publishing.queue_port import ATTEMPT_HEADER
+from platform_tasks.publishing.wire import WireBuilder, WireMessage
 
 __all__ = ["BatchPublisher", "TenantPublisher", "open_publisher"]
 

@@ -19,7 +19,7 @@ import psycopg2.errors
 
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.tenants_query import SETTING, single_statement
-from platform_tasks.queries import load_queries
+from platform_tasks.postgres.queries import load_queries
 
 __all__ = ["REQUIRED_COLUMNS", "Tenant", "TenantSource", "check_tenants_query"]
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from platform_tasks import alerts
 from platform_tasks.jobs.definition import JobDefinition
+from platform_tasks.observability import alerts
 
 __all__ = ["CheckIn", "monitor_config", "monitor_slug", "run_failed", "run_finished",
            "run_started"]  # fmt: skip

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from platform_tasks.brokers.redis_client import REDIS_ERRORS
 from platform_tasks.jobs import monitoring
 from platform_tasks.jobs.discovery import JobSet
+from platform_tasks.jobs.leases import JobLeases, LeaseOutcome
 from platform_tasks.jobs.points import from_ms
-from platform_tasks.leases import JobLeases, LeaseOutcome
-from platform_tasks.redis_client import REDIS_ERRORS
-from platform_tasks.scheduler_metrics import lease_renewal_failed
+from platform_tasks.observability.scheduler_metrics import lease_renewal_failed
 
 __all__ = ["JobContext", "RunOutcome", "RunRegistry", "run_point"]
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from platform_tasks.brokers.redis_client import ManagedRedis, check_redis_safe
 from platform_tasks.jobs.discovery import JobSet, discover_from_settings
+from platform_tasks.jobs.leases import JobLeases, resolve_namespace
 from platform_tasks.jobs.points import from_ms
-from platform_tasks.leases import JobLeases, resolve_namespace
-from platform_tasks.redis_client import ManagedRedis, check_redis_safe
 from platform_tasks.settings import PlatformSettings
 
 __all__ = ["LIVE", "TEST", "JobRuntime", "runtime_mode", "start_jobs"]

@@ -29,16 +29,16 @@ from enum import StrEnum
 
 import redis
 
+from platform_tasks.brokers.redis_client import REDIS_ERRORS
 from platform_tasks.jobs.discovery import DiscoveredJob, JobSet
-from platform_tasks.jobs.points import from_ms, to_ms
-from platform_tasks.leases import (
+from platform_tasks.jobs.leases import (
     Admission,
     AdmissionOutcome,
     AdmissionRequest,
     JobLeases,
     new_token,
 )
-from platform_tasks.redis_client import REDIS_ERRORS
+from platform_tasks.jobs.points import from_ms, to_ms
 
 __all__ = ["DEFAULT_BATCH_SIZE", "PointOutcome", "PointResult", "TriggerEngine"]
 

@@ -31,9 +31,9 @@ from celery import bootsteps
 from celery.signals import task_received, worker_process_init
 from celery.worker import state as worker_state
 
+from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.jobs.runner import REGISTRY, run_point
 from platform_tasks.jobs.runtime import JobRuntime, app_name, runtime_mode, start_jobs
-from platform_tasks.worker_queues import add_queue_source
 
 __all__ = ["RUN_TASK", "RUN_TIME_LIMIT_SECONDS", "JobsWorkerStep", "install"]
 
@@ -64,7 +64,7 @@ def _runtime(app: Any) -> JobRuntime:
 
 
 def _register_task(app: Any) -> None:
-    from platform_tasks.brokers import broker_kind
+    from platform_tasks.brokers.selection import broker_kind
 
     on_rabbitmq = broker_kind(app.platform_settings.effective_broker_url) == "amqp"
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from platform_tasks.alerts import send_alert
+from platform_tasks.brokers.redis_client import REDIS_ERRORS
 from platform_tasks.errors import PermanentError, ServersUnavailable, Throttled
 from platform_tasks.notifications.limiter import RateLimiter
 from platform_tasks.notifications.message import EmailMessage
@@ -48,7 +48,7 @@ from platform_tasks.notifications.send_records import (
     decode_plan,
     encode_plan,
 )
-from platform_tasks.redis_client import REDIS_ERRORS
+from platform_tasks.observability.alerts import send_alert
 
 __all__ = [
     "LONGEST_TENANT_WAIT_SECONDS",

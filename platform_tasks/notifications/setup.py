@@ -12,14 +12,14 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from platform_tasks.brokers.redis_client import build_redis
+from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.notifications.dispatch import Dispatcher
 from platform_tasks.notifications.limiter import RateLimiter
 from platform_tasks.notifications.marketing_yield import MarketingYield
 from platform_tasks.notifications.provider import Provider
 from platform_tasks.notifications.rails import queue_source
-from platform_tasks.redis_client import build_redis
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.worker_queues import add_queue_source
 
 __all__ = ["ProviderFactory", "dispatcher_for", "install", "register_provider"]
 

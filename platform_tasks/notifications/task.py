@@ -28,8 +28,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from platform_tasks.consumer.dead_letter_records import DeadLetterRecord, error_type_name
 from platform_tasks.consumer.task import PlatformTask
+from platform_tasks.dead_letters.records import DeadLetterRecord, error_type_name
 from platform_tasks.errors import ConfigurationError, PermanentError
 from platform_tasks.notifications.blast_recipients import claim_recipients
 from platform_tasks.notifications.dispatch import Rejection

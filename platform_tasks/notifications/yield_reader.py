@@ -224,8 +224,8 @@ class YieldReader:
         providers = sorted({p for w in self._watched.values() for p in w.providers})
         if not providers or time.monotonic() < self._redis_retry_at:
             return
+        from platform_tasks.brokers.redis_client import build_redis
         from platform_tasks.keys import rate_limit_keys
-        from platform_tasks.redis_client import build_redis
 
         try:
             if self._redis is None:  # a RedisCluster connects right here

@@ -17,7 +17,7 @@ import redis
 from pydantic import BaseModel
 
 from platform_tasks import Envelope, PermanentError, PlatformTask, RetryPolicy, create_app
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 
 QUEUE = "consumer"
 MAX_ATTEMPTS = int(os.environ.get("CONSUMER_TEST_MAX_ATTEMPTS", "3"))

@@ -52,9 +52,9 @@ import redis
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import PostgresServer, RedisServer, wait_until
-from platform_tasks.migrations import migrate
+from platform_tasks.postgres.migrations import migrate
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import PostgresServer, RedisServer, wait_until
 from tests.apps.hosts_app import QUEUE, RUNS_TABLE_SQL, TASK, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
 from tests.support.database import query

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.support.processes import (
     CELERY,
     CeleryProcess,

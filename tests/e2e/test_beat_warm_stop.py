@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 import redis
 
-from platform_tasks.harness import PostgresServer, wait_until
+from platform_tasks.jobs.leases import JobLeases, resolve_namespace
 from platform_tasks.keys import django_beat_namespace
-from platform_tasks.leases import JobLeases, resolve_namespace
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import PostgresServer, wait_until
 from tests.support.django_beat import django_beat_database, periodic_task
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env
 

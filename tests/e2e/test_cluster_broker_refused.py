@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from platform_tasks.harness import RedisClusterServers
+from platform_tasks.testing.servers import RedisClusterServers
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CELERY, platform_env
 

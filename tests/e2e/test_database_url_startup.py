@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 import psycopg2
 import pytest
 
-from platform_tasks.harness import PostgresServer, free_port
-from platform_tasks.migrations import load_migrations, migrate
+from platform_tasks.postgres.migrations import load_migrations, migrate
+from platform_tasks.testing.servers import PostgresServer, free_port
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

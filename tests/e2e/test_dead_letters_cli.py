@@ -19,9 +19,9 @@ import psycopg2
 import pytest
 import redis
 
-from platform_tasks.dead_letters import get_dead_letter, insert_dead_letter
+from platform_tasks.dead_letters.store import get_dead_letter, insert_dead_letter
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -369,7 +369,7 @@ def test_concurrent_replays_publish_each_row_once(
 def test_database_errors_never_print_the_password(
     redis_url: str, command: tuple[str, ...], url: str, code: int, says: str
 ) -> None:
-    from platform_tasks.harness import free_port
+    from platform_tasks.testing.servers import free_port
 
     password = "Op5-pa55word"
     env = platform_env(redis_url=redis_url, database_url=url.format(pw=password, free=free_port()))
@@ -454,7 +454,7 @@ def test_replay_exit_codes_outside_the_application_folder(
     cli: Env, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     """Unknown ids exit 1 before any application is imported or the broker is reached."""
-    from platform_tasks.harness import free_port
+    from platform_tasks.testing.servers import free_port
 
     marker = tmp_path / "imported"
     (tmp_path / "marker_app.py").write_text(

@@ -11,10 +11,10 @@ from pathlib import Path
 import redis
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.delay_store import DelayStore
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import delay_keys
+from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 
-from platform_tasks.harness import PostgresServer, wait_until
+from platform_tasks.testing.servers import PostgresServer, wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.django_beat import django_beat_database, periodic_task
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env

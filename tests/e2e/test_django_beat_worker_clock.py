@@ -24,8 +24,8 @@ import redis
 from celery import Celery
 
 from platform_tasks.contrib.beat_leases import LEASE_HEADER, LeaseGrant
-from platform_tasks.harness import PostgresServer, wait_until
 from platform_tasks.jobs.points import from_ms
+from platform_tasks.testing.servers import PostgresServer, wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.django_beat import django_beat_database, periodic_task
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env

@@ -17,7 +17,7 @@ import redis
 
 from platform_tasks import QueuePort
 from platform_tasks.fanout import FANOUT_QUEUE, fan_out
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.apps.fanout_app import KIND, WORK_QUEUE
 from tests.conftest import REPO_ROOT
 from tests.support.fanout import (

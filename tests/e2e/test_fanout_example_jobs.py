@@ -18,7 +18,7 @@ import psycopg2
 import pytest
 
 from example_maintenance import apply_schema
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.processes import (
     CELERY,

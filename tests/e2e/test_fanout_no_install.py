@@ -14,7 +14,7 @@ from pathlib import Path
 
 import redis
 
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.apps.fanout_plain_app import KIND, WORK_QUEUE
 from tests.conftest import REPO_ROOT
 from tests.support.fanout import make_tenants, sql

@@ -11,7 +11,7 @@ import redis
 
 from platform_tasks import QueuePort
 from platform_tasks.fanout import fan_out
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.apps.fanout_app import GATED_TENANTS_QUERY, KIND, WORK_QUEUE
 from tests.support.fanout import (
     applied,

@@ -13,7 +13,7 @@ import redis
 
 from platform_tasks import QueuePort
 from platform_tasks.fanout import fan_out, fan_out_job_id
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.apps.fanout_app import GATED_TENANTS_QUERY, KIND, WORK_QUEUE
 from tests.conftest import REPO_ROOT
 from tests.support.fanout import (

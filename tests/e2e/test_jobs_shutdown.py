@@ -18,10 +18,10 @@ from pathlib import Path
 import redis
 
 from platform_tasks import create_app
-from platform_tasks.harness import wait_until
+from platform_tasks.jobs.leases import JobLeases, resolve_namespace
 from platform_tasks.jobs.worker import RUN_TASK
-from platform_tasks.leases import JobLeases, resolve_namespace
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.support.processes import (
     CELERY,
     CeleryProcess,

@@ -14,7 +14,7 @@ import redis
 from celery import Celery
 
 from platform_tasks.contrib.beat_leases import LEASE_HEADER, LeaseGrant
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import psycopg2
 import redis
 
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import delay_keys
 from platform_tasks.notifications import publish_blast
+from platform_tasks.testing.servers import wait_until
 from tests.e2e.notifications_support import Rig, rig
 
 ENV = {"PLATFORM_PROVIDER_RATE_LIMITS": "resend=50/s"}

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.e2e.notifications_support import key_of, rig
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import psycopg2
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.dead_letters import ESCAPED_KEY
+from platform_tasks.dead_letters.store import ESCAPED_KEY
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
 

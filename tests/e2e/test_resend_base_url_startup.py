@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
 from tests.support.resend_server import API_KEY
 

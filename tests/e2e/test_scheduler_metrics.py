@@ -12,8 +12,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import free_port, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import free_port, wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env
 

@@ -7,7 +7,7 @@ succeeds, one raises: each run is an ``in_progress`` check-in followed by ``ok``
 configuration comes from the definition. The failing handler's exception is one event.
 
 The worker is started with ``-Q platform.jobs``: on Celery 5.7 a worker without ``-Q``
-does not add the job queue yet (``platform_tasks.worker_queues`` takes
+does not add the job queue yet (``platform_tasks.brokers.worker_queues`` takes
 ``Queues.consume_from``, which Celery 5.7 always returns as a separate dict, for a ``-Q``
 selection). Drop the option once that is fixed.
 """
@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.processes import (
     CELERY,

@@ -21,8 +21,8 @@ from typing import Any
 import redis
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import free_port, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import free_port, wait_until
 from tests.support.processes import (
     CELERY,
     CeleryProcess,

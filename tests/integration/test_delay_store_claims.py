@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import redis
 
-from platform_tasks.delay_store import DelayStore
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import rabbitmq_delay_keys
+from platform_tasks.publishing.delay_store import DelayStore
+from platform_tasks.testing.servers import wait_until
 
 
 def store(client: redis.Redis) -> DelayStore:

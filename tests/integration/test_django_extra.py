@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg2
 from packaging.requirements import Requirement
 
-from platform_tasks.harness import PostgresServer
+from platform_tasks.testing.servers import PostgresServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

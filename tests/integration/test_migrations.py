@@ -8,7 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg2
 
-from platform_tasks.migrations import applied_versions, load_migrations, migrate, migration_sql
+from platform_tasks.postgres.migrations import (
+    applied_versions,
+    load_migrations,
+    migrate,
+    migration_sql,
+)
 
 
 def _tables(url: str) -> set[str]:

@@ -10,10 +10,10 @@ import pytest
 import redis
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.context import current_correlation_id
-from platform_tasks.delay_store import DelayStore
 from platform_tasks.errors import EnvelopeError, NaiveDatetimeError
 from platform_tasks.keys import delay_keys
+from platform_tasks.observability.context import current_correlation_id
+from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
 
 

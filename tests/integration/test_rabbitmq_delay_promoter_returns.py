@@ -18,17 +18,17 @@ import pytest
 import redis
 
 from platform_tasks import create_app
-from platform_tasks.amqp_wire import AmqpMessage
-from platform_tasks.delay_store import DelayStore
-from platform_tasks.harness import RabbitMQServer, wait_until
 from platform_tasks.keys import rabbitmq_delay_keys
-from platform_tasks.rabbitmq_delay_promoter import (
+from platform_tasks.publishing.amqp_wire import AmqpMessage
+from platform_tasks.publishing.delay_store import DelayStore
+from platform_tasks.publishing.rabbitmq_delay_promoter import (
     CONFIRM_WAIT_FRACTION,
     MAX_RETURNS,
     UNROUTABLE_DELAYED,
     RabbitMQDelayPromoter,
 )
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import RabbitMQServer, wait_until
 from tests.support.database import query
 
 QUEUE = "promoter-returns"

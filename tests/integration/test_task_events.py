@@ -18,9 +18,9 @@ import redis
 from kombu.asynchronous import Hub, set_event_loop
 
 from platform_tasks import create_app
-from platform_tasks.event_batching import BatchingEventDispatcher
-from platform_tasks.harness import wait_until
+from platform_tasks.observability.event_batching import BatchingEventDispatcher
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 
 
 class Published:

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg2
 
-from platform_tasks.harness import PostgresServer
+from platform_tasks.testing.servers import PostgresServer
 
 DATABASE = "django_beat"
 SETTINGS_MODULE = "platform_tasks.contrib.django_settings"

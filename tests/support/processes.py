@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 
 VENV_BIN = Path(sys.executable).parent
 CELERY = str(VENV_BIN / "celery")

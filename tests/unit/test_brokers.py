@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from platform_tasks import create_app
-from platform_tasks.brokers import (
+from platform_tasks.brokers.selection import (
     broker_holds_delays,
     check_time_limits,
     delay_countdown_seconds,

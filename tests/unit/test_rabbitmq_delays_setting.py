@@ -8,9 +8,9 @@ import json
 import pytest
 
 from platform_tasks import create_app
-from platform_tasks.amqp_wire import AmqpMessage, AmqpMessageBuilder
-from platform_tasks.brokers import delays_in_store
+from platform_tasks.brokers.selection import delays_in_store
 from platform_tasks.errors import SettingsError
+from platform_tasks.publishing.amqp_wire import AmqpMessage, AmqpMessageBuilder
 from platform_tasks.settings import PlatformSettings
 
 AMQP = "amqp://platform:s3cret@127.0.0.1:1/%2F"  # port 1: nothing may connect
@@ -63,8 +63,8 @@ def test_the_stored_message_is_the_task_message_without_the_sent_event() -> None
 
 
 def test_each_broker_and_mode_gets_its_promoter() -> None:
-    from platform_tasks.delay_promoter import DelayPromoter, delay_promoter_for
-    from platform_tasks.rabbitmq_delay_promoter import RabbitMQDelayPromoter
+    from platform_tasks.publishing.delay_promoter import DelayPromoter, delay_promoter_for
+    from platform_tasks.publishing.rabbitmq_delay_promoter import RabbitMQDelayPromoter
 
     def promoter_of(**values: str) -> object:
         return delay_promoter_for(create_app("promoter_unit", settings=PlatformSettings.build(

@@ -11,11 +11,11 @@ import redis
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.app import PlatformCelery
-from platform_tasks.delay_store import DelayStore
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import delay_keys
+from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.fault_app import EFFECTS_TABLE_SQL, QUEUE, TASK
 from tests.conftest import REPO_ROOT
 from tests.support.database import query

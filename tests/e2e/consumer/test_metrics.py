@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from platform_tasks.harness import free_port, wait_until
+from platform_tasks.testing.servers import free_port, wait_until
 from tests.e2e.consumer.faults import count, effect_payload, prepare_effects, producer, start_worker
 from tests.support.processes import celery_processes
 

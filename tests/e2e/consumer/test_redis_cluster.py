@@ -20,12 +20,12 @@ import redis
 from redis.cluster import RedisCluster
 
 from platform_tasks import QueuePort, create_app
+from platform_tasks.brokers.redis_client import build_redis
 from platform_tasks.consumer.attempts import DeliveryCounter
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import RedisClusterServers, wait_until
 from platform_tasks.keys import delivery_keys
-from platform_tasks.redis_client import build_redis
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import RedisClusterServers, wait_until
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL, runs_key
 from tests.conftest import REPO_ROOT
 from tests.support.database import query

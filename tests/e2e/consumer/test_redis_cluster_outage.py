@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import RedisClusterServers, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import RedisClusterServers, wait_until
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
 from tests.e2e.consumer.test_redis_cluster import payload, query

@@ -15,8 +15,8 @@ import redis
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT, ServerFactory
 from tests.support.database import query

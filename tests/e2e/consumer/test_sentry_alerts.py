@@ -18,8 +18,8 @@ import psycopg2
 import pytest
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv

@@ -12,7 +12,7 @@ import psycopg2
 import pytest
 import redis
 
-from platform_tasks.migrations import migrate
+from platform_tasks.postgres.migrations import migrate
 from tests.apps.fault_app import TASK
 from tests.conftest import ServerFactory
 from tests.e2e.consumer.faults import (

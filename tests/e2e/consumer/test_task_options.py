@@ -19,8 +19,8 @@ import redis
 from platform_tasks import QueuePort, create_app
 from platform_tasks.app import PlatformCelery
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 from tests.e2e.consumer.routing_app import WORK_TABLE_SQL, runs_key
 from tests.support.database import query

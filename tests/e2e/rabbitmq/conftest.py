@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import RabbitMQServer
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import RabbitMQServer
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
 from tests.support.database import query

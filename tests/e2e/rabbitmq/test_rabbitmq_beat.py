@@ -13,8 +13,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from platform_tasks.harness import RabbitMQServer, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import RabbitMQServer, wait_until
 from tests.conftest import REPO_ROOT
 from tests.e2e.rabbitmq.conftest import query, queue_types
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env

@@ -20,9 +20,9 @@ import pytest
 import redis
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import RabbitMQServer, wait_until
 from platform_tasks.keys import rabbitmq_delay_keys
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import RabbitMQServer, wait_until
 from tests.apps.consumer_app import QUEUE, runs_key
 from tests.conftest import REPO_ROOT
 from tests.e2e.rabbitmq.conftest import Workers, applied

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from platform_tasks import QueuePort
 from platform_tasks.fanout import fan_out
-from platform_tasks.harness import RabbitMQServer, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import RabbitMQServer, wait_until
 from tests.apps.fanout_app import GATED_TENANTS_QUERY, KIND, WORK_QUEUE
 from tests.e2e.rabbitmq.conftest import Workers, vhost_of
 from tests.support.fanout import (

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from platform_tasks.harness import RabbitMQServer, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import RabbitMQServer, wait_until
 from tests.conftest import REPO_ROOT
 from tests.e2e.rabbitmq.conftest import query
 from tests.support.processes import (

@@ -18,8 +18,8 @@ import pytest
 import redis
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import RedisServer, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import RedisServer, wait_until
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL, runs_key
 from tests.conftest import REPO_ROOT
 from tests.e2e.rabbitmq.conftest import applied

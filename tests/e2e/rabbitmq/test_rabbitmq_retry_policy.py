@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import RabbitMQServer, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import RabbitMQServer, wait_until
 from tests.apps.ledger_app import (
     DEFAULT_QUEUE,
     LEDGER_MAX_ATTEMPTS,

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import WORK_TABLE_SQL
 from tests.apps.yield_outage_app import QUEUE
 from tests.conftest import REPO_ROOT, ServerFactory

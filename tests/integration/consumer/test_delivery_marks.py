@@ -10,13 +10,13 @@ from typing import Any
 import psycopg2
 import redis
 
-from platform_tasks import idempotency
+from platform_tasks.consumer import idempotency
 from platform_tasks.consumer.marks import DeliveryMarks
-from platform_tasks.database import Database
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import delivery_keys
+from platform_tasks.postgres.database import Database
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.integration.consumer.conftest import Harness
 
 CONSUMER = "tests.it.apply"

@@ -13,7 +13,7 @@ import redis
 from kombu import Connection
 
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
 

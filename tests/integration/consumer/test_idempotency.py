@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.integration.consumer.conftest import Harness
 
 

@@ -26,9 +26,9 @@ from pydantic import BaseModel
 from platform_tasks import PlatformTask, RetryPolicy, create_app
 from platform_tasks.app import PlatformCelery
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import delay_keys
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import ServerFactory
 
 QUEUE = "losses"

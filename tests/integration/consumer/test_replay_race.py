@@ -11,10 +11,10 @@ import threading
 
 import psycopg2
 
-from platform_tasks.consumer.dead_letter_records import latest_dead_letter
-from platform_tasks.dead_letters import insert_dead_letter
+from platform_tasks.dead_letters.records import latest_dead_letter
+from platform_tasks.dead_letters.store import insert_dead_letter
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 
 
 def test_consumer_read_waits_for_the_replay_commit(database_url: str) -> None:

@@ -21,9 +21,9 @@ import psycopg2
 import redis
 from kombu import Connection, Exchange, Queue
 
-from platform_tasks.harness import wait_until
+from platform_tasks.brokers.transport import TRANSPORT_PATH
 from platform_tasks.keys import TRANSPORT_LEGACY_QUARANTINE
-from platform_tasks.transport import TRANSPORT_PATH
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
 from tests.integration.consumer.test_dropped_messages import celery_headers, valid_envelope

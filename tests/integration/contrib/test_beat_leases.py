@@ -11,7 +11,7 @@ from celery import Celery
 
 from platform_tasks.contrib import beat_leases
 from platform_tasks.contrib.beat_leases import LEASE_HEADER, LeaseGrant
-from platform_tasks.leases import AdmissionOutcome, JobLeases
+from platform_tasks.jobs.leases import AdmissionOutcome, JobLeases
 from platform_tasks.settings import PlatformSettings
 
 NAMESPACE = "platform:tests:test:django-celery-beat"

@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from platform_tasks.harness import PostgresServer
 from platform_tasks.jobs.points import to_ms
+from platform_tasks.testing.servers import PostgresServer
 from tests.support.django_beat import django_beat_database, periodic_task
 
 T = "tests.django_beat.record"

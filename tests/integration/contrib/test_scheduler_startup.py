@@ -12,8 +12,8 @@ import pytest
 
 from platform_tasks import create_app
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.harness import PostgresServer
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import PostgresServer
 from tests.support.django_beat import django_beat_database, periodic_task
 
 T = "tests.django_beat.record"

@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 
-from platform_tasks.harness import PostgresServer, wait_until
+from platform_tasks.testing.servers import PostgresServer, wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.django_beat import SETTINGS_MODULE, django_beat_database, periodic_task
 from tests.support.sentry_receiver import SentryReceiver

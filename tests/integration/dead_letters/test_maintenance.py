@@ -11,14 +11,14 @@ import psycopg2
 import pytest
 from psycopg2.extensions import connection as Connection
 
-from platform_tasks.harness import wait_until
-from platform_tasks.maintenance import (
+from platform_tasks.postgres.maintenance import (
     STALE_ALERT_FINGERPRINT,
     purge_expired_processed_jobs,
     purge_processed_jobs,
     report_stale_dead_letters,
 )
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.integration.dead_letters.conftest import AddRow
 
 NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 import redis
 
+from platform_tasks.jobs.leases import Admission, AdmissionOutcome, AdmissionRequest, JobLeases
 from platform_tasks.jobs.points import to_ms
-from platform_tasks.leases import Admission, AdmissionOutcome, AdmissionRequest, JobLeases
 from platform_tasks.testing import JobTestScheduler
 from tests.integration.jobs.conftest import RECORDING_JOB
 

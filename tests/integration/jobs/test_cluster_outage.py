@@ -14,12 +14,12 @@ from datetime import UTC, datetime
 import pytest
 from redis.cluster import RedisCluster
 
+from platform_tasks.brokers.redis_client import build_redis
 from platform_tasks.errors import JobStartupError
-from platform_tasks.harness import RedisClusterServers, free_port
 from platform_tasks.jobs.runtime import start_jobs
-from platform_tasks.redis_client import build_redis
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing import JobTestScheduler
+from platform_tasks.testing.servers import RedisClusterServers, free_port
 from tests.integration.jobs.conftest import RECORDING_JOB
 
 START = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)

@@ -10,13 +10,13 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from platform_tasks.brokers.redis_client import ManagedRedis, build_redis
 from platform_tasks.errors import JobDefinitionError, JobStartupError, UnsafeRedisError
-from platform_tasks.harness import MAX_CLUSTER_PORT, RedisClusterServers, free_port
+from platform_tasks.jobs.leases import AdmissionOutcome, AdmissionRequest
 from platform_tasks.jobs.runtime import TEST, start_jobs
 from platform_tasks.keys import JobKeys
-from platform_tasks.leases import AdmissionOutcome, AdmissionRequest
-from platform_tasks.redis_client import ManagedRedis, build_redis
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import MAX_CLUSTER_PORT, RedisClusterServers, free_port
 from tests.integration.jobs.conftest import RECORDING_JOB
 from tests.support.processes import CELERY, platform_env
 

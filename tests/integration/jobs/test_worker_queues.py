@@ -18,8 +18,8 @@ import pytest
 from kombu import Queue
 
 from platform_tasks import create_app
+from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.worker_queues import add_queue_source
 
 JOB = """
 from datetime import timedelta

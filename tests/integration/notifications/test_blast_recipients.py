@@ -18,10 +18,10 @@ from pydantic import BaseModel
 from platform_tasks import QueuePort, create_app
 from platform_tasks.envelope import parse_envelope, uuid7
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.harness import wait_until
 from platform_tasks.notifications import EmailMessage, NotificationTask, publish_blast
 from platform_tasks.notifications.blast_recipients import claim_recipients
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.support.resend_server import API_KEY, ResendLikeServer
 
 

@@ -17,9 +17,9 @@ import pytest
 import redis
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import wait_until
 from platform_tasks.notifications.marketing_yield import MarketingYield, broker_depth
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 
 TRANSACTIONAL = "notif.email.transactional"
 MARKETING = "notif.email.marketing"

@@ -20,10 +20,10 @@ from platform_tasks import create_app
 from platform_tasks.app import PlatformCelery
 from platform_tasks.envelope import uuid7
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import delay_keys
 from platform_tasks.notifications import EmailMessage, NotificationTask
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import ServerFactory
 from tests.support.connections import established_to
 from tests.support.resend_server import API_KEY, ResendLikeServer

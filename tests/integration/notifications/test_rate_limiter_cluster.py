@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 from redis.cluster import RedisCluster
 
-from platform_tasks.harness import RedisClusterServers
+from platform_tasks.brokers.redis_client import build_redis
 from platform_tasks.notifications.limiter import RateLimiter
 from platform_tasks.notifications.rate_limits import RateLimit
-from platform_tasks.redis_client import build_redis
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import RedisClusterServers
 
 PROVIDERS = [f"provider{i}" for i in range(12)]
 

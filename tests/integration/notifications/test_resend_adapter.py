@@ -11,7 +11,6 @@ import pytest
 from pydantic import SecretStr
 
 from platform_tasks.errors import PermanentError
-from platform_tasks.harness import wait_until
 from platform_tasks.notifications.message import Attachment, EmailMessage
 from platform_tasks.notifications.provider import (
     ProviderBusy,
@@ -22,6 +21,7 @@ from platform_tasks.notifications.provider import (
     ProviderUnavailable,
 )
 from platform_tasks.notifications.resend import ALLOWED_PATHS, ResendProvider
+from platform_tasks.testing.servers import wait_until
 from tests.support.resend_server import API_KEY, ResendLikeServer
 
 FORBIDDEN = (

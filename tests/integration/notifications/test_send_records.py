@@ -18,12 +18,12 @@ import pytest
 import redis
 from pydantic import BaseModel, SecretStr
 
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import send_record_keys
 from platform_tasks.notifications import EmailMessage, NotificationTask, register_provider
 from platform_tasks.notifications.provider import ProviderRateLimited, SendResult
 from platform_tasks.notifications.resend import ResendProvider
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.integration.notifications.test_notification_task import Rails, make_rails, payload
 from tests.support.resend_server import API_KEY, ResendLikeServer
 

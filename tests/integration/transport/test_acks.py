@@ -15,7 +15,7 @@ from pathlib import Path
 import redis
 from kombu import Consumer, Exchange, Producer, Queue
 
-from platform_tasks.transport import TRANSPORT_PATH
+from platform_tasks.brokers.transport import TRANSPORT_PATH
 from tests.integration.transport.conftest import ConnectionFactory
 from tests.integration.transport.helpers import collector, drain_until
 

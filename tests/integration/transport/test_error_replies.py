@@ -21,9 +21,9 @@ import redis
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
 from platform_tasks import create_app
-from platform_tasks.harness import wait_until
+from platform_tasks.brokers.transport import TRANSPORT_PATH
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.transport import TRANSPORT_PATH
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import ServerFactory
 from tests.integration.transport.helpers import collector, drain_until
 from tests.support.processes import CeleryProcess, platform_env, worker_argv

@@ -20,8 +20,8 @@ import pytest
 import redis
 
 from platform_tasks import create_app
-from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.support.processes import CeleryProcess, platform_env, worker_argv
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

@@ -17,8 +17,8 @@ import redis
 from kombu import Consumer, Exchange, Producer, Queue
 
 from platform_tasks import create_app
-from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.integration.transport.conftest import ConnectionFactory
 from tests.integration.transport.helpers import collector, drain_until
 from tests.integration.transport.tls_proxy import SelfSigned, TlsProxy, self_signed_cert
@@ -98,7 +98,7 @@ def test_worker_consumes_over_tls(
     settings = PlatformSettings.build(redis_url=rediss_url, profile="test")
     app = create_app("tls-publisher", settings=settings, task_send_sent_event=False)
     with app.connection_for_write() as conn:
-        assert conn.transport.__module__.startswith("platform_tasks.transport")
+        assert conn.transport.__module__.startswith("platform_tasks.brokers.transport")
         assert conn.ssl, "Celery did not take the ssl_* options from the rediss:// URL"
     with app.producer_or_acquire() as producer:
         for n in range(30):

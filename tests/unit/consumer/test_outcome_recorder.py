@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt
-from platform_tasks.consumer_testing import OutcomeRecorder
 from platform_tasks.envelope import Envelope, uuid7
+from platform_tasks.testing.consumer import OutcomeRecorder
 
 DELIVERY = Delivery(consumer="shop.record_order", queue="default", header_attempt=1,
                     priority=None)  # fmt: skip

@@ -17,7 +17,7 @@ from platform_tasks.fanout import FANOUT_KIND, FANOUT_QUEUE, FanOutRequest, fan_
 from platform_tasks.fanout.call import bound_port
 from platform_tasks.fanout.ids import fan_out_job_id
 from platform_tasks.jobs.runner import JobContext
-from platform_tasks.queue_port import QueuePort
+from platform_tasks.publishing.queue_port import QueuePort
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing import create_test_app
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from platform_tasks.devserver import DevOptions, DevPlatform
+from platform_tasks.cli.devserver import DevOptions, DevPlatform
 from tests.conftest import REPO_ROOT
 
 NARROWING = {"-Q", "--queues", "-X", "--exclude-queues"}

@@ -8,8 +8,8 @@ import re
 
 from prometheus_client import REGISTRY
 
-from platform_tasks import scheduler_metrics
 from platform_tasks.jobs.trigger import PointOutcome, PointResult
+from platform_tasks.observability import scheduler_metrics
 from tests.conftest import REPO_ROOT
 
 DASHBOARD = REPO_ROOT / "docs" / "grafana-scheduler.json"

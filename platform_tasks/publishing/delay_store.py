@@ -18,8 +18,8 @@ from typing import Any, cast
 
 import redis
 
+from platform_tasks.brokers.scripts import script_source
 from platform_tasks.keys import DelayKeys
-from platform_tasks.scripts import script_source
 
 
 @dataclass(frozen=True)

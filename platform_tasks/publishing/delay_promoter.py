@@ -14,9 +14,9 @@ from typing import Any, Protocol
 import redis
 from celery import bootsteps
 
-from platform_tasks.delay_store import DelayStore
 from platform_tasks.keys import delay_keys
-from platform_tasks.scheduler_metrics import delay_promoted, observe_delay_store
+from platform_tasks.observability.scheduler_metrics import delay_promoted, observe_delay_store
+from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
 
 logger = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class DelayPromoter:
             client.close()
 
     def start(self) -> None:
-        from platform_tasks.brokers import broker_kind
+        from platform_tasks.brokers.selection import broker_kind
 
         if self._thread is not None:
             return
@@ -148,17 +148,17 @@ def delay_promoter_for(app: Any, *, name: str = "platform-delay-promoter") -> Pr
 
     A Redis broker: :class:`DelayPromoter` (atomic, onto the broker's lists). RabbitMQ with
     ``PLATFORM_RABBITMQ_DELAYS=delay_store``: a
-    :class:`~platform_tasks.rabbitmq_delay_promoter.RabbitMQDelayPromoter` (publisher
+    :class:`~platform_tasks.publishing.rabbitmq_delay_promoter.RabbitMQDelayPromoter` (publisher
     confirms, at least once). RabbitMQ's native delayed delivery needs none.
     """
-    from platform_tasks.brokers import delays_in_store
+    from platform_tasks.brokers.selection import delays_in_store
 
     settings: PlatformSettings = app.platform_settings
     kind = delays_in_store(settings)
     if kind == "redis":
         return DelayPromoter(settings, name=name)
     if kind == "rabbitmq":
-        from platform_tasks.rabbitmq_delay_promoter import RabbitMQDelayPromoter
+        from platform_tasks.publishing.rabbitmq_delay_promoter import RabbitMQDelayPromoter
 
         return RabbitMQDelayPromoter(app, name=name)
     return None

@@ -36,15 +36,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from platform_tasks.amqp_wire import AmqpMessage
-from platform_tasks.confirmed_publisher import ConfirmedPublisher
-from platform_tasks.consumer.dead_letter_records import DeadLetterRecord, raw_payload
-from platform_tasks.database import Database, require_database_url
-from platform_tasks.delay_store import DelayStore
+from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
+from platform_tasks.dead_letters.records import DeadLetterRecord, raw_payload
 from platform_tasks.errors import BrokerPublishError
 from platform_tasks.keys import rabbitmq_delay_keys
-from platform_tasks.redis_client import REDIS_ERRORS, build_redis
-from platform_tasks.scheduler_metrics import delay_promoted
+from platform_tasks.observability.scheduler_metrics import delay_promoted
+from platform_tasks.postgres.database import Database, require_database_url
+from platform_tasks.publishing.amqp_wire import AmqpMessage
+from platform_tasks.publishing.confirmed_publisher import ConfirmedPublisher
+from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
 
 logger = logging.getLogger(__name__)

@@ -32,6 +32,9 @@ from kombu.utils.json import dumps, loads
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+from platform_tasks.brokers.scripts import script_source
+from platform_tasks.brokers.transport.qos import QoS
+from platform_tasks.brokers.transport.selection import sweep_interval
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.keys import (
     TRANSPORT_BACKOFF_STREAM,
@@ -39,11 +42,8 @@ from platform_tasks.keys import (
     UNREADABLE_HEADER,
     UNROUTABLE_HEADER,
 )
-from platform_tasks.scripts import script_source
-from platform_tasks.transport.qos import QoS
-from platform_tasks.transport.selection import sweep_interval
 
-logger = logging.getLogger("platform_tasks.transport")
+logger = logging.getLogger("platform_tasks.brokers.transport")
 
 MIN_REDIS_VERSION = (6, 2)
 """BLMOVE (the blocking wait) exists since Redis 6.2."""

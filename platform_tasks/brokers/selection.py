@@ -43,7 +43,7 @@ The margin covers the time a delivery waits in the worker before its task starts
 
 def broker_scheme(url: str) -> str:
     """The scheme of the first broker URL, without a ``transport+`` prefix."""
-    from platform_tasks.transport.selection import broker_scheme as scheme
+    from platform_tasks.brokers.transport.selection import broker_scheme as scheme
 
     return scheme(url)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from platform_tasks.database import begin
+from platform_tasks.postgres.database import begin
 
 _CLAIM = (
     "INSERT INTO core.processed_jobs (job_id, consumer) VALUES (%s, %s) "

@@ -17,7 +17,7 @@ import psycopg2
 from psycopg2.extensions import connection as Connection
 
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.migrations import missing_migrations
+from platform_tasks.postgres.migrations import missing_migrations
 from platform_tasks.settings import PlatformSettings, redact_url, variable_name, without_secrets
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Dead-letter records: what a row says about a failure, in a form that can always be stored.
 
-The repository (:mod:`platform_tasks.dead_letters`) owns the table; this module decides
+The repository (:mod:`platform_tasks.dead_letters.store`) owns the table; this module decides
 what goes in it when a consumer gives up on a job: the error as type, message and
 traceback, the raw form of a message that was not a readable envelope, and one alert
 grouped by queue + kind + error type so a storm of one failure is one Sentry issue.
@@ -19,8 +19,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from platform_tasks.alerts import send_alert
-from platform_tasks.dead_letters import insert_dead_letter
+from platform_tasks.dead_letters.store import insert_dead_letter
+from platform_tasks.observability.alerts import send_alert
 
 # FOR SHARE waits for a replay that holds the row (it publishes, then commits the row
 # as replayed): without it a fast consumer of the replayed message could read the row
@@ -49,7 +49,7 @@ class DeadLetterRecord:
     def write(self, cursor: Any) -> int:
         """Insert the row in the cursor's transaction; the caller commits.
 
-        :func:`~platform_tasks.dead_letters.insert_dead_letter` makes every value storable
+        :func:`~platform_tasks.dead_letters.store.insert_dead_letter` makes every value storable
         (NUL and lone surrogates written out as text, the paths recorded), so this write
         cannot fail on what the message carried.
         """

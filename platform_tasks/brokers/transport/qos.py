@@ -21,9 +21,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 if TYPE_CHECKING:
-    from platform_tasks.transport.channel import Channel
+    from platform_tasks.brokers.transport.channel import Channel
 
-logger = logging.getLogger("platform_tasks.transport")
+logger = logging.getLogger("platform_tasks.brokers.transport")
 
 DEFAULT_RESTORE_BATCH = 1000
 """Expired messages restored per sweep when ``unacked_restore_limit`` is not set."""

@@ -3,8 +3,8 @@
 ``create_app`` asks this module for the Celery settings of the broker transport: the
 platform transport for ``redis://`` and ``rediss://`` brokers, kombu's own when the
 operator sets ``PLATFORM_TRANSPORT=stock``, kombu's py-amqp transport with quorum-queue
-defaults for RabbitMQ (``platform_tasks.brokers``), and a start-up error for Redis setups the
-platform transport does not support (Sentinel) instead of a worker that misbehaves.
+defaults for RabbitMQ (``platform_tasks.brokers.selection``), and a start-up error for
+Redis setups the platform transport does not support (Sentinel) instead of a worker that misbehaves.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def transport_conf(settings: PlatformSettings, conf: Mapping[str, Any]) -> dict[
     An explicit ``broker_transport`` in ``conf`` wins. Transport options the caller set
     are kept; only missing sweep options are filled in.
     """
-    from platform_tasks.brokers import amqp_conf, amqp_transport_options, broker_kind
+    from platform_tasks.brokers.selection import amqp_conf, amqp_transport_options, broker_kind
 
     url = str(conf.get("broker_url") or settings.effective_broker_url)
     options = dict(conf.get("broker_transport_options") or {})

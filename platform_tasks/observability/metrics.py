@@ -37,9 +37,9 @@ from prometheus_client import CollectorRegistry, Counter, start_http_server
 from platform_tasks.consumer.hooks import PipelineHook
 
 if TYPE_CHECKING:
-    from platform_tasks.consumer.dead_letter_records import DeadLetterRecord
     from platform_tasks.consumer.delivery import Delivery
     from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt, ThrottledUntil
+    from platform_tasks.dead_letters.records import DeadLetterRecord
     from platform_tasks.envelope import Envelope
 
 logger = logging.getLogger(__name__)
@@ -177,5 +177,7 @@ def install(app: Any) -> None:
     """Serve metrics from every worker of ``app`` and tidy up after exiting pool processes."""
     app.steps["worker"].add(MetricsServerStep)
     signals.worker_process_shutdown.connect(
-        _mark_process_dead, weak=False, dispatch_uid="platform_tasks.metrics.mark_dead"
+        _mark_process_dead,
+        weak=False,
+        dispatch_uid="platform_tasks.observability.metrics.mark_dead",
     )

@@ -1,7 +1,7 @@
 """pytest fixtures for testing a project's consumers against real servers.
 
 A team that declared ``@app.task(base=PlatformTask, ...)`` tests it the way it runs: a
-real Redis and a real PostgreSQL (started from binaries by :mod:`platform_tasks.harness`,
+real Redis and a real PostgreSQL (started from binaries by :mod:`platform_tasks.testing.servers`,
 or the servers the user names), schema ``core`` migrated, the team's app bound to them,
 and Celery's own embedded test worker (``celery.contrib.testing.worker.start_worker``,
 the one ``celery.contrib.pytest`` and pytest-celery build on; no Docker) running the
@@ -46,12 +46,12 @@ import psycopg2.extras
 import pytest
 import redis
 
-from platform_tasks.consumer.dead_letter_records import DeadLetterRecord
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.hooks import PipelineHook, add_hook
 from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt, ThrottledUntil
+from platform_tasks.dead_letters.records import DeadLetterRecord
 from platform_tasks.envelope import Envelope
-from platform_tasks.queries import load_queries
+from platform_tasks.postgres.queries import load_queries
 from platform_tasks.settings import PlatformSettings
 
 REDIS_URL_VARIABLE = "PLATFORM_TEST_REDIS_URL"
@@ -143,7 +143,7 @@ class OutcomeRecorder(PipelineHook):
 
     def on_retry_scheduled(self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
                            ) -> None:  # fmt: skip
-        from platform_tasks.consumer.dead_letter_records import error_type_name
+        from platform_tasks.dead_letters.records import error_type_name
 
         self._record(_Event("retry_scheduled", envelope.job_id, delivery.consumer,
                             verdict.attempt, retry_at=verdict.at,
@@ -196,9 +196,9 @@ class PlatformJobs:
 
     @property
     def port(self) -> Any:
-        """The app's :class:`~platform_tasks.queue_port.QueuePort`."""
+        """The app's :class:`~platform_tasks.publishing.queue_port.QueuePort`."""
         if self._port is None:
-            from platform_tasks.queue_port import QueuePort
+            from platform_tasks.publishing.queue_port import QueuePort
 
             self._port = QueuePort(self.app)
         return self._port
@@ -289,7 +289,7 @@ def platform_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
     if supplied:
         yield supplied
         return
-    from platform_tasks.harness import RedisServer
+    from platform_tasks.testing.servers import RedisServer
 
     base: Path = request.getfixturevalue("platform_servers_dir")
     server = RedisServer(base / "redis", appendonly=False).start()
@@ -303,14 +303,14 @@ def platform_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
 def platform_database_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """``PLATFORM_TEST_DATABASE_URL``, else a PostgreSQL started for the session; migrated
     (``platform-tasks migrate``) either way. Override the fixture to use another server."""
-    from platform_tasks.migrations import migrate
+    from platform_tasks.postgres.migrations import migrate
 
     supplied = os.environ.get(DATABASE_URL_VARIABLE)
     if supplied:
         migrate(supplied)
         yield supplied
         return
-    from platform_tasks.harness import PostgresServer
+    from platform_tasks.testing.servers import PostgresServer
 
     base: Path = request.getfixturevalue("platform_servers_dir")
     server = PostgresServer(base / "postgres" / "data").start()
@@ -435,9 +435,9 @@ def empty_delay_store(settings: PlatformSettings) -> Literal["redis", "rabbitmq"
     on the platform's Redis for ``PLATFORM_RABBITMQ_DELAYS=delay_store``; an ``amqp://``
     broker URL is never opened as a Redis URL.
     """
-    from platform_tasks.brokers import delays_in_store
+    from platform_tasks.brokers.redis_client import build_redis
+    from platform_tasks.brokers.selection import delays_in_store
     from platform_tasks.keys import delay_keys, rabbitmq_delay_keys
-    from platform_tasks.redis_client import build_redis
 
     kind = delays_in_store(settings)
     if kind is None:

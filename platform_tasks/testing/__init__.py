@@ -1,5 +1,5 @@
 """pytest helpers: scheduled jobs driven by explicit ticks, and consumers run by a real
-worker (the ``platform_*`` fixtures of :mod:`platform_tasks.consumer_testing`).
+worker (the ``platform_*`` fixtures of :mod:`platform_tasks.testing.consumer`).
 
 ``JobTestScheduler`` discovers a jobs folder exactly like beat and runs the production
 rule code (points, the admission script, the runner with its start check and lease) with
@@ -26,7 +26,7 @@ Fixtures (registered through the ``pytest11`` entry point):
   two of them behave as two beat replicas.
 * ``platform_*`` (``platform_redis_url``, ``platform_database_url``, ``platform_app``,
   ``platform_worker``, ``platform_jobs``...): consumers run by Celery's embedded test
-  worker against real servers; see :mod:`platform_tasks.consumer_testing`.
+  worker against real servers; see :mod:`platform_tasks.testing.consumer`.
 
 The job scheduler fixtures connect to ``job_scheduler_redis_url`` (override that fixture, default
 ``PLATFORM_REDIS_URL``), use a key namespace of their own per test and delete their keys
@@ -47,7 +47,12 @@ from typing import Any
 import pytest
 import redis
 
-from platform_tasks.consumer_testing import (
+from platform_tasks.jobs.discovery import JobSet, discover_jobs
+from platform_tasks.jobs.leases import JobLeases
+from platform_tasks.jobs.runner import RunOutcome, run_point
+from platform_tasks.jobs.trigger import PointOutcome, PointResult, TriggerEngine
+from platform_tasks.keys import jobs_namespace
+from platform_tasks.testing.consumer import (
     JobOutcome,
     PlatformJobs,
     platform_app,
@@ -63,11 +68,6 @@ from platform_tasks.consumer_testing import (
     platform_worker,
     platform_worker_parameters,
 )
-from platform_tasks.jobs.discovery import JobSet, discover_jobs
-from platform_tasks.jobs.runner import RunOutcome, run_point
-from platform_tasks.jobs.trigger import PointOutcome, PointResult, TriggerEngine
-from platform_tasks.keys import jobs_namespace
-from platform_tasks.leases import JobLeases
 
 __all__ = [
     "JobOutcome",

@@ -24,7 +24,7 @@ from psycopg2.extras import Json
 
 from platform_tasks.envelope import parse_envelope
 from platform_tasks.errors import EnvelopeError, ReplayError
-from platform_tasks.queries import load_queries
+from platform_tasks.postgres.queries import load_queries
 
 logger = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from platform_tasks.harness import PostgresServer, RedisServer, free_port, wait_until
-from platform_tasks.migrations import migrate
+from platform_tasks.postgres.migrations import migrate
 from platform_tasks.settings import PlatformSettings, redact_url
+from platform_tasks.testing.servers import PostgresServer, RedisServer, free_port, wait_until
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from kombu.transport.native_delayed_delivery import (
     declare_native_delayed_delivery_exchanges_and_queues,
 )
 
-from platform_tasks.brokers import delay_countdown_seconds
+from platform_tasks.brokers.selection import delay_countdown_seconds
 
 
 class NativeDelays:

@@ -17,8 +17,8 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError
 
+from platform_tasks.brokers.scripts import script_source
 from platform_tasks.keys import JobKeys, jobs_namespace
-from platform_tasks.scripts import script_source
 from platform_tasks.settings import PlatformSettings
 
 __all__ = [

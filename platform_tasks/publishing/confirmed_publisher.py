@@ -19,8 +19,8 @@ from typing import Any
 import amqp
 from kombu.exceptions import KombuError
 
-from platform_tasks.amqp_wire import AmqpMessage
 from platform_tasks.errors import BrokerPublishError
+from platform_tasks.publishing.amqp_wire import AmqpMessage
 
 logger = logging.getLogger(__name__)
 
