@@ -51,7 +51,8 @@ from bench.rabbitmq_throughput import (  # noqa: E402
     worker_argv,
     worker_env,
 )
-from platform_tasks.testing.servers import RabbitMQServer, wait_until  # noqa: E402
+from platform_tasks.testing.servers import wait_until  # noqa: E402
+from tests.support.servers import RabbitMQServer  # noqa: E402
 
 PLAIN, PLATFORM = "bench.plain", "bench.platform"
 

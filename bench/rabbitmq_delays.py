@@ -39,7 +39,8 @@ import kombu
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import RabbitMQServer, RedisServer, wait_until
+from platform_tasks.testing.servers import RedisServer, wait_until
+from tests.support.servers import RabbitMQServer
 
 QUEUE = "bench"
 MODES = ("native", "delay_store")

@@ -65,12 +65,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from platform_tasks.postgres.migrations import migrate  # noqa: E402
-from platform_tasks.testing.servers import (  # noqa: E402
-    PostgresServer,
-    RabbitMQServer,
-    RedisServer,
-    wait_until,
-)
+from platform_tasks.testing.servers import PostgresServer, RedisServer, wait_until  # noqa: E402
+from tests.support.servers import RabbitMQServer  # noqa: E402
 
 
 def create_bench_schema(db_url: str) -> None:

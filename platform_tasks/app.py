@@ -16,6 +16,7 @@ from celery import Celery
 from platform_tasks.brokers.selection import refuse_cluster_broker
 from platform_tasks.brokers.transport.selection import transport_conf
 from platform_tasks.consumer.retry import DEFAULT_POLICY, RetryPolicy, resolve_policies
+from platform_tasks.publishing.queue_port import QueuePort
 from platform_tasks.settings import PlatformSettings
 
 BEAT_SCHEDULER = "platform_tasks.beat:LeaseScheduler"
@@ -138,3 +139,19 @@ def create_app(
     for installer in _installers():
         installer(app)
     return app
+
+
+PLATFORM_APP_NAME = "platform_tasks"
+
+
+def platform_queue_port(settings: Any) -> QueuePort:
+    """A queue port on an app built from platform settings alone, with no user task.
+
+    For tools that publish on the application's behalf without importing it (replay from
+    an ops box): the broker URL, the transport and the message format come from the
+    settings and the platform's defaults, so the message is the one the application's own
+    ``publish`` of the same envelope to the same queue would send (Celery protocol 2, task
+    id = job id, ``argsrepr`` without ``data``, JSON). Routing is by queue name; an
+    application with its own exchanges or broker transport options replays with its app.
+    """
+    return QueuePort(create_app(PLATFORM_APP_NAME, settings=settings))

@@ -22,7 +22,8 @@ from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import PostgresServer, RabbitMQServer, RedisServer
+from platform_tasks.testing.servers import PostgresServer, RedisServer
+from tests.support.servers import RabbitMQServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

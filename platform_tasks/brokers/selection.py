@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from typing import Any, Literal
+from urllib.parse import urlparse
 
 from celery import bootsteps
 
@@ -43,9 +44,9 @@ The margin covers the time a delivery waits in the worker before its task starts
 
 def broker_scheme(url: str) -> str:
     """The scheme of the first broker URL, without a ``transport+`` prefix."""
-    from platform_tasks.brokers.transport.selection import broker_scheme as scheme
-
-    return scheme(url)
+    first = url.split(";", 1)[0].strip()
+    scheme = urlparse(first).scheme.lower()
+    return scheme.rsplit("+", 1)[-1] if "+" in scheme else scheme
 
 
 def broker_kind(url: str) -> BrokerKind:

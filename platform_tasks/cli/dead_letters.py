@@ -356,7 +356,8 @@ def replay_command(
     def open_publish() -> Publish:
         # Only once a row is to be published: a replay that matches nothing imports no
         # application and opens no broker connection.
-        from platform_tasks.publishing.queue_port import QueuePort, platform_queue_port
+        from platform_tasks.app import platform_queue_port
+        from platform_tasks.publishing.queue_port import QueuePort
 
         port = QueuePort(load_app(app_spec)) if app_spec else platform_queue_port(settings)
         ports.append(port)

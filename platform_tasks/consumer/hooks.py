@@ -11,13 +11,22 @@ a settled delivery into a lost one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt, ThrottledUntil
-from platform_tasks.dead_letters.records import DeadLetterRecord
+from platform_tasks.dead_letters.records import DeadLetterRecord, error_type_name
 from platform_tasks.envelope import Envelope
+from platform_tasks.observability.metrics import (
+    DEAD_LETTERED,
+    DUPLICATE_SKIPPED,
+    POISON,
+    PROCESSED,
+    RETRIED,
+    THROTTLED,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +107,6 @@ class LogHook(PipelineHook):
 
     def on_retry_scheduled(self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
                            ) -> None:  # fmt: skip
-        from platform_tasks.dead_letters.records import error_type_name
-
         _log(logging.WARNING, "attempt failed; retry scheduled", "consumer.retry_scheduled",
              envelope, delivery, attempt=verdict.attempt, retry_at=verdict.at.isoformat(),
              error_type=error_type_name(verdict.error))  # fmt: skip
@@ -138,9 +145,80 @@ def _log(level: int, message: str, event: str, envelope: Envelope[Any], delivery
                       "correlation_id": envelope.correlation_id, **fields})  # fmt: skip
 
 
+UNKNOWN = "unknown"
+POISON_REASONS = frozenset(
+    {"poison", "unknown_task", "undecodable_body", "invalid_message", "missing_celery_headers"}
+)
+"""Dead-letter reasons that also count as poison (never a handler's failure)."""
+
+
+class MetricsHook(PipelineHook):
+    """Prometheus counters for every outcome, labelled only with declared names."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._processed: dict[tuple[str | None, str, int], Any] = {}
+        """``platform_jobs_processed`` children by (queue, task, pid): working the labels
+        out walks the app's queues and tasks, once per job before; only declared pairs
+        are kept, so the dict is as small as the app."""
+
+    def queue_label(self, queue: str | None) -> str:
+        app = self.app
+        if not queue:
+            return UNKNOWN
+        declared = (
+            queue in app.amqp.queues
+            or queue in (getattr(app, "retry_policies", None) or {})
+            or queue == app.conf.task_default_queue
+            or any(getattr(task, "queue", None) == queue for task in self._tasks().values())
+        )
+        return queue if declared else UNKNOWN
+
+    def task_label(self, task: str | None) -> str:
+        return task if task and task in self._tasks() else UNKNOWN
+
+    def _tasks(self) -> Mapping[str, Any]:
+        try:
+            tasks: Mapping[str, Any] = self.app.tasks
+        except Exception:  # a task that fails to build on finalize: label nothing by it
+            return {}
+        return tasks
+
+    def labels(self, queue: str | None, task: str | None) -> dict[str, str]:
+        return {"queue": self.queue_label(queue), "task": self.task_label(task)}
+
+    def on_applied(self, delivery: Delivery, envelope: Envelope[Any], verdict: Applied) -> None:
+        key = (delivery.queue, delivery.consumer, os.getpid())
+        child = self._processed.get(key)
+        if child is None:
+            labels = self.labels(delivery.queue, delivery.consumer)
+            child = PROCESSED.labels(**labels)
+            if UNKNOWN not in labels.values():  # an undeclared name may be declared later
+                self._processed[key] = child
+        child.inc()
+
+    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate
+                     ) -> None:  # fmt: skip
+        DUPLICATE_SKIPPED.labels(**self.labels(delivery.queue, delivery.consumer)).inc()
+
+    def on_retry_scheduled(self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
+                           ) -> None:  # fmt: skip
+        RETRIED.labels(**self.labels(delivery.queue, delivery.consumer)).inc()
+
+    def on_throttled(self, delivery: Delivery, envelope: Envelope[Any],
+                     verdict: ThrottledUntil) -> None:  # fmt: skip
+        THROTTLED.labels(reason=verdict.reason,
+                         **self.labels(delivery.queue, delivery.consumer)).inc()  # fmt: skip
+
+    def on_dead_lettered(self, record: DeadLetterRecord, dead_letter_id: int,
+                         error: BaseException | None) -> None:  # fmt: skip
+        labels = self.labels(record.queue, record.kind)
+        if record.reason in POISON_REASONS:
+            POISON.labels(**labels).inc()
+        DEAD_LETTERED.labels(reason=record.reason, **labels).inc()
+
+
 def install(app: Any) -> None:
     """Structured logs, alerts and metrics on ``app``'s delivery pipeline."""
-    from platform_tasks.observability.metrics import MetricsHook
-
     for hook in (LogHook(), AlertHook(), MetricsHook(app)):
         add_hook(app, hook)

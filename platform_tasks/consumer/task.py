@@ -39,8 +39,7 @@ import celery
 from celery import bootsteps
 from pydantic import BaseModel
 
-from platform_tasks.brokers.selection import broker_holds_delays
-from platform_tasks.brokers.transport.selection import broker_scheme
+from platform_tasks.brokers.selection import broker_holds_delays, broker_scheme
 from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.errors import ConfigurationError, DeadLettered
 from platform_tasks.postgres.database import require_database_url

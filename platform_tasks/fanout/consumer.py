@@ -24,14 +24,16 @@ from typing import Any
 
 from celery import bootsteps
 
+from platform_tasks.brokers.selection import broker_kind
 from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.envelope import Envelope, parse_envelope
 from platform_tasks.errors import EnvelopeError, Throttled
 from platform_tasks.fanout import metrics
+from platform_tasks.fanout.amqp_publisher import AmqpBatchPublisher
 from platform_tasks.fanout.backpressure import RETRY_AFTER_SECONDS, QueueBound, QueueFull
 from platform_tasks.fanout.ids import tenant_job_id
 from platform_tasks.fanout.progress import Progress, ProgressStore
-from platform_tasks.fanout.publisher import open_publisher
+from platform_tasks.fanout.publisher import BatchPublisher, TenantPublisher
 from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FanOutRequest
 from platform_tasks.fanout.sources import TenantSource, check_tenants_query
 from platform_tasks.fanout.tiers import due_tiers
@@ -55,6 +57,15 @@ class FanOutResult:
     resumed_after: str | None
     invalid: int
     already_finished: bool = False
+
+
+def open_publisher(app: Any, *, queue: str, bound: QueueBound | None = None) -> TenantPublisher:
+    """The batch publisher for ``app``'s broker: one ``LPUSH`` per batch on Redis, a
+    confirmed batch on RabbitMQ (:mod:`.amqp_publisher`); each batch waits for room under
+    ``bound`` first (:mod:`.backpressure`)."""
+    if broker_kind(app.platform_settings.effective_broker_url) == "amqp":
+        return AmqpBatchPublisher(app, queue=queue, bound=bound)
+    return BatchPublisher(app, queue=queue, bound=bound)
 
 
 def _log_fields(envelope: Envelope[Any], request: FanOutRequest) -> dict[str, Any]:

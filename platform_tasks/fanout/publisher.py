@@ -30,14 +30,13 @@ from kombu.serialization import dumps as kombu_dumps
 from kombu.utils.json import dumps as json_dumps
 from kombu.utils.json import loads as json_loads
 
-from platform_tasks.brokers.selection import broker_kind
 from platform_tasks.envelope import Envelope
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.backpressure import QueueBound
 from platform_tasks.publishing.queue_port import ATTEMPT_HEADER
 from platform_tasks.publishing.wire import WireBuilder, WireMessage
 
-__all__ = ["BatchPublisher", "TenantPublisher", "open_publisher"]
+__all__ = ["BatchPublisher", "TenantPublisher"]
 
 logger = logging.getLogger("platform_tasks.fanout")
 
@@ -60,17 +59,6 @@ class TenantPublisher(Protocol):
     def publish(self, envelopes: Sequence[Envelope[Any]]) -> None: ...
 
     def close(self) -> None: ...
-
-
-def open_publisher(app: Any, *, queue: str, bound: QueueBound | None = None) -> TenantPublisher:
-    """The batch publisher for ``app``'s broker: one ``LPUSH`` per batch on Redis, a
-    confirmed batch on RabbitMQ (:mod:`.amqp_publisher`); each batch waits for room under
-    ``bound`` first (:mod:`.backpressure`)."""
-    if broker_kind(app.platform_settings.effective_broker_url) == "amqp":
-        from platform_tasks.fanout.amqp_publisher import AmqpBatchPublisher
-
-        return AmqpBatchPublisher(app, queue=queue, bound=bound)
-    return BatchPublisher(app, queue=queue, bound=bound)
 
 
 class _Template:

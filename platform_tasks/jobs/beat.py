@@ -45,7 +45,7 @@ from platform_tasks.publishing.delay_promoter import Promoter, delay_promoter_fo
 
 __all__ = ["LeaseScheduler"]
 
-logger = logging.getLogger("platform_tasks.jobs.beat")
+logger = logging.getLogger("platform_tasks.beat")
 
 _MIN_SLEEP = 0.001
 # Reconnect after a broker restart, but give up quickly: the trigger is only worth

@@ -30,7 +30,7 @@ from typing import Any
 
 __all__ = ["WarmStop"]
 
-logger = logging.getLogger("platform_tasks.jobs.warm_stop")
+logger = logging.getLogger("platform_tasks.warm_stop")
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

@@ -40,7 +40,6 @@ from platform_tasks.notifications.provider import (
     SendResult,
 )
 from platform_tasks.notifications.rails import MARKETING, TRANSACTIONAL
-from platform_tasks.notifications.rate_limits import LEARNED_WINDOW_SECONDS
 from platform_tasks.notifications.send_records import (
     KEY_TRUSTED_MS,
     SendProgress,
@@ -49,6 +48,7 @@ from platform_tasks.notifications.send_records import (
     encode_plan,
 )
 from platform_tasks.observability.alerts import send_alert
+from platform_tasks.settings.rate_limits import LEARNED_WINDOW_SECONDS
 
 __all__ = [
     "LONGEST_TENANT_WAIT_SECONDS",

@@ -26,7 +26,7 @@ from redis.exceptions import NoScriptError
 
 from platform_tasks.brokers.scripts import script_source
 from platform_tasks.keys import RateLimitKeys, rate_limit_keys
-from platform_tasks.notifications.rate_limits import RateLimit
+from platform_tasks.settings.rate_limits import RateLimit
 
 __all__ = [
     "LEARNED_RATE_TTL_MS",

@@ -40,7 +40,7 @@ __all__ = [
     "sentry_enabled",
 ]
 
-ALERT_LOGGER = "platform_tasks.observability.alerts"
+ALERT_LOGGER = "platform_tasks.alerts"
 """The logger every alert is written to; Sentry's logging integration ignores it."""
 
 REPORTED_LOG_EVENTS = frozenset(

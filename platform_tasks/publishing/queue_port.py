@@ -15,7 +15,7 @@ from typing import Any
 import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from platform_tasks.brokers.selection import broker_kind, delays_in_store
+from platform_tasks.brokers.selection import broker_holds_delays, broker_kind, delays_in_store
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7, validation_errors
 from platform_tasks.errors import ConfigurationError, NaiveDatetimeError
 from platform_tasks.keys import delay_keys, rabbitmq_delay_keys
@@ -226,24 +226,6 @@ class QueuePort:
             self._store = None
 
 
-PLATFORM_APP_NAME = "platform_tasks"
-
-
-def platform_queue_port(settings: Any) -> QueuePort:
-    """A queue port on an app built from platform settings alone, with no user task.
-
-    For tools that publish on the application's behalf without importing it (replay from
-    an ops box): the broker URL, the transport and the message format come from the
-    settings and the platform's defaults, so the message is the one the application's own
-    ``publish`` of the same envelope to the same queue would send (Celery protocol 2, task
-    id = job id, ``argsrepr`` without ``data``, JSON). Routing is by queue name; an
-    application with its own exchanges or broker transport options replays with its app.
-    """
-    from platform_tasks.app import create_app
-
-    return QueuePort(create_app(PLATFORM_APP_NAME, settings=settings))
-
-
 def _require_aware(run_at: datetime) -> None:
     if not isinstance(run_at, datetime):
         raise TypeError(f"run_at must be a datetime, got {type(run_at).__name__}")
@@ -259,8 +241,6 @@ def require_redis_broker(app: Any) -> None:
 
     Redis (the delay store) and RabbitMQ (native delayed delivery) both hold delays.
     """
-    from platform_tasks.brokers.selection import broker_holds_delays
-
     if not broker_holds_delays(app.platform_settings):
         url = app.platform_settings.effective_broker_url
         raise ConfigurationError(

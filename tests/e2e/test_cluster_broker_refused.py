@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from platform_tasks.testing.servers import RedisClusterServers
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CELERY, platform_env
+from tests.support.servers import RedisClusterServers
 
 APP = "tests.apps.basic_app"
 

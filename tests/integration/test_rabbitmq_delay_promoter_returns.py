@@ -28,8 +28,9 @@ from platform_tasks.publishing.rabbitmq_delay_promoter import (
     RabbitMQDelayPromoter,
 )
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import RabbitMQServer, wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.support.database import query
+from tests.support.servers import RabbitMQServer
 
 QUEUE = "promoter-returns"
 BACKOFF = 0.5

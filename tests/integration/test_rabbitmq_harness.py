@@ -10,7 +10,7 @@ import kombu
 import pytest
 from amqp.exceptions import NotFound  # type: ignore[import-untyped]
 
-from platform_tasks.testing.servers import RabbitMQServer, find_epmd
+from tests.support.servers import RabbitMQServer, find_epmd
 
 
 def test_the_node_keeps_to_its_own_ports_and_folder(

@@ -43,7 +43,7 @@ from platform_tasks.keys import (
     UNROUTABLE_HEADER,
 )
 
-logger = logging.getLogger("platform_tasks.brokers.transport")
+logger = logging.getLogger("platform_tasks.transport")
 
 MIN_REDIS_VERSION = (6, 2)
 """BLMOVE (the blocking wait) exists since Redis 6.2."""

@@ -23,7 +23,7 @@ from redis.exceptions import ResponseError
 if TYPE_CHECKING:
     from platform_tasks.brokers.transport.channel import Channel
 
-logger = logging.getLogger("platform_tasks.brokers.transport")
+logger = logging.getLogger("platform_tasks.transport")
 
 DEFAULT_RESTORE_BATCH = 1000
 """Expired messages restored per sweep when ``unacked_restore_limit`` is not set."""

@@ -11,8 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlparse
 
+from platform_tasks.brokers.selection import (
+    amqp_conf,
+    amqp_transport_options,
+    broker_kind,
+    broker_scheme,
+)
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.settings import PlatformSettings
 
@@ -52,21 +57,12 @@ def in_flight_interval(visibility_timeout: float) -> float:
     return float(min(MAX_IN_FLIGHT_INTERVAL, visibility_timeout / 4))
 
 
-def broker_scheme(url: str) -> str:
-    """The scheme of the first broker URL, without a ``transport+`` prefix."""
-    first = url.split(";", 1)[0].strip()
-    scheme = urlparse(first).scheme.lower()
-    return scheme.rsplit("+", 1)[-1] if "+" in scheme else scheme
-
-
 def transport_conf(settings: PlatformSettings, conf: Mapping[str, Any]) -> dict[str, Any]:
     """Celery settings for the broker transport, given the app's merged settings.
 
     An explicit ``broker_transport`` in ``conf`` wins. Transport options the caller set
     are kept; only missing sweep options are filled in.
     """
-    from platform_tasks.brokers.selection import amqp_conf, amqp_transport_options, broker_kind
-
     url = str(conf.get("broker_url") or settings.effective_broker_url)
     options = dict(conf.get("broker_transport_options") or {})
     if broker_kind(url) == "amqp":

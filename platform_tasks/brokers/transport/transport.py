@@ -11,7 +11,7 @@ from redis.exceptions import ReadOnlyError, ResponseError
 from platform_tasks.brokers.transport.channel import Channel
 from platform_tasks.brokers.transport.selection import in_flight_interval, sweep_interval
 
-logger = logging.getLogger("platform_tasks.brokers.transport")
+logger = logging.getLogger("platform_tasks.transport")
 
 
 class Transport(RedisTransport):  # type: ignore[misc]

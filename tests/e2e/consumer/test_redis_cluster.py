@@ -25,11 +25,12 @@ from platform_tasks.consumer.attempts import DeliveryCounter
 from platform_tasks.envelope import uuid7
 from platform_tasks.keys import delivery_keys
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import RedisClusterServers, wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL, runs_key
 from tests.conftest import REPO_ROOT
 from tests.support.database import query
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
+from tests.support.servers import RedisClusterServers
 
 MAX_ATTEMPTS = 3
 CONSUMER = "tests.consumer.apply"

@@ -19,7 +19,7 @@ import pytest
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import RedisClusterServers, wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
 from tests.e2e.consumer.test_redis_cluster import payload, query
@@ -30,6 +30,7 @@ from tests.support.processes import (
     start_worker,
     worker_argv,
 )
+from tests.support.servers import RedisClusterServers
 
 CLUSTER_DOWN_WAITING = "database or Redis unavailable (RedisCluster"
 """The warning of a delivery that waits for the cluster: the error's class name follows

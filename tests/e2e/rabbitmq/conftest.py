@@ -15,11 +15,11 @@ import pytest
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import RabbitMQServer
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
 from tests.support.database import query
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
+from tests.support.servers import RabbitMQServer
 
 
 def applied(database_url: str, job_id: object) -> int:

@@ -14,10 +14,11 @@ from collections import Counter
 from pathlib import Path
 
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import RabbitMQServer, wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 from tests.e2e.rabbitmq.conftest import query, queue_types
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env
+from tests.support.servers import RabbitMQServer
 
 APP = "tests.apps.jobs_app"
 JOBS = ("every_second_a", "every_second_b", "every_two_seconds")

@@ -18,9 +18,10 @@ import redis
 from platform_tasks import QueuePort
 from platform_tasks.envelope import uuid7
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import RabbitMQServer, wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, runs_key
 from tests.e2e.rabbitmq.conftest import Workers, applied, query, queue_types, vhost_of
+from tests.support.servers import RabbitMQServer
 
 
 def job(key: str, **data: Any) -> dict[str, Any]:

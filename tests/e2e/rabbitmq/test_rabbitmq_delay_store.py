@@ -22,7 +22,7 @@ import redis
 from platform_tasks import QueuePort, create_app
 from platform_tasks.keys import rabbitmq_delay_keys
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import RabbitMQServer, wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, runs_key
 from tests.conftest import REPO_ROOT
 from tests.e2e.rabbitmq.conftest import Workers, applied
@@ -30,6 +30,7 @@ from tests.e2e.rabbitmq.test_rabbitmq_broker import job
 from tests.support.database import query
 from tests.support.processes import CeleryProcess, celery_processes
 from tests.support.rabbitmq_promoter_main import CONFIRMED_KEY
+from tests.support.servers import RabbitMQServer
 
 DELAY_STORE = {"PLATFORM_RABBITMQ_DELAYS": "delay_store"}
 KEYS = rabbitmq_delay_keys("test")

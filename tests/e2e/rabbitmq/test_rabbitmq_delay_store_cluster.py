@@ -21,10 +21,11 @@ from redis.cluster import RedisCluster
 from platform_tasks import QueuePort, create_app
 from platform_tasks.keys import rabbitmq_delay_keys
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import RedisClusterServers, wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, runs_key
 from tests.e2e.rabbitmq.conftest import Workers, applied
 from tests.e2e.rabbitmq.test_rabbitmq_broker import job
+from tests.support.servers import RedisClusterServers
 
 KEYS = rabbitmq_delay_keys("test")
 

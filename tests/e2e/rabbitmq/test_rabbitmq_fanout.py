@@ -9,7 +9,7 @@ from collections.abc import Callable
 from platform_tasks import QueuePort
 from platform_tasks.fanout import fan_out
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import RabbitMQServer, wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.apps.fanout_app import GATED_TENANTS_QUERY, KIND, WORK_QUEUE
 from tests.e2e.rabbitmq.conftest import Workers, vhost_of
 from tests.support.fanout import (
@@ -20,6 +20,7 @@ from tests.support.fanout import (
     progress,
     sql,
 )
+from tests.support.servers import RabbitMQServer
 
 __all__ = ["make_tenants"]  # fixtures
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import RabbitMQServer, wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 from tests.e2e.rabbitmq.conftest import query
 from tests.support.processes import (
@@ -25,6 +25,7 @@ from tests.support.processes import (
     platform_env,
     worker_argv,
 )
+from tests.support.servers import RabbitMQServer
 
 APP = "tests.apps.jobs_app"
 CONSUMER_TIMEOUT_SECONDS = 8

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from platform_tasks.notifications import publish_blast
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import RabbitMQServer, wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.e2e.notifications_support import key_of, rig
 from tests.e2e.rabbitmq.conftest import queue_types
+from tests.support.servers import RabbitMQServer
 
 TRANSACTIONAL = "notif.email.transactional"
 MARKETING = "notif.email.marketing"

@@ -18,7 +18,7 @@ import redis
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import RabbitMQServer, wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.apps.ledger_app import (
     DEFAULT_QUEUE,
     LEDGER_MAX_ATTEMPTS,
@@ -28,6 +28,7 @@ from tests.apps.ledger_app import (
     runs_key,
 )
 from tests.e2e.rabbitmq.conftest import Workers, applied, query, queue_types, vhost_of
+from tests.support.servers import RabbitMQServer
 
 APP = "tests.apps.ledger_app"
 

@@ -19,8 +19,9 @@ from platform_tasks.errors import JobStartupError
 from platform_tasks.jobs.runtime import start_jobs
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing import JobTestScheduler
-from platform_tasks.testing.servers import RedisClusterServers, free_port
+from platform_tasks.testing.servers import free_port
 from tests.integration.jobs.conftest import RECORDING_JOB
+from tests.support.servers import RedisClusterServers
 
 START = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 

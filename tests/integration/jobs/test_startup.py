@@ -16,9 +16,10 @@ from platform_tasks.jobs.leases import AdmissionOutcome, AdmissionRequest
 from platform_tasks.jobs.runtime import TEST, start_jobs
 from platform_tasks.keys import JobKeys
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import MAX_CLUSTER_PORT, RedisClusterServers, free_port
+from platform_tasks.testing.servers import free_port
 from tests.integration.jobs.conftest import RECORDING_JOB
 from tests.support.processes import CELERY, platform_env
+from tests.support.servers import MAX_CLUSTER_PORT, RedisClusterServers
 
 REPO = Path(__file__).resolve().parents[3]
 

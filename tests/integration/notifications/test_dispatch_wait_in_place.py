@@ -14,8 +14,8 @@ from platform_tasks.errors import Throttled
 from platform_tasks.notifications.dispatch import WAIT_IN_PLACE_MS, Dispatcher
 from platform_tasks.notifications.limiter import RateLimiter
 from platform_tasks.notifications.message import EmailMessage
-from platform_tasks.notifications.rate_limits import RateLimit
 from platform_tasks.notifications.resend import ResendProvider
+from platform_tasks.settings.rate_limits import RateLimit
 from tests.support.resend_server import API_KEY, ResendLikeServer
 
 

@@ -15,9 +15,9 @@ from redis.cluster import RedisCluster
 
 from platform_tasks.brokers.redis_client import build_redis
 from platform_tasks.notifications.limiter import RateLimiter
-from platform_tasks.notifications.rate_limits import RateLimit
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import RedisClusterServers
+from platform_tasks.settings.rate_limits import RateLimit
+from tests.support.servers import RedisClusterServers
 
 PROVIDERS = [f"provider{i}" for i in range(12)]
 

@@ -17,7 +17,9 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from platform_tasks.errors import SettingsError
-from platform_tasks.notifications.rate_limits import RateLimit, parse_rate_limits
+from platform_tasks.settings.provider_urls import check_base_url
+from platform_tasks.settings.rate_limits import RateLimit, parse_rate_limits
+from platform_tasks.settings.tenants_query import single_statement
 
 ENV_PREFIX = "PLATFORM_"
 SECRET_MASK = "***"
@@ -287,8 +289,6 @@ class PlatformSettings(BaseSettings):
     @field_validator("resend_base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        from platform_tasks.notifications.provider_urls import check_base_url
-
         return check_base_url(value)
 
     @field_validator("rabbitmq_delays")
@@ -348,8 +348,6 @@ class PlatformSettings(BaseSettings):
             return None
         if not value.strip().lower().startswith(("select", "with", "values", "table")):
             raise ValueError("must be a SELECT returning tenant_id, freshness_tier")
-        from platform_tasks.fanout.tenants_query import single_statement
-
         single_statement(value)  # ValueError: more than one statement
         return value
 
