@@ -111,8 +111,7 @@ def cluster_node_problem(settings: PlatformSettings) -> str | None:
     import redis
 
     try:
-        client = redis.Redis.from_url(url.split(";")[0], socket_timeout=3,
-                                      socket_connect_timeout=3)  # fmt: skip
+        client = redis.Redis.from_url(url.split(";")[0], socket_timeout=3, socket_connect_timeout=3)
     except ValueError:
         return None
     try:
@@ -211,8 +210,9 @@ def time_limit_problems(app: Any, prefetch_multiplier: int | None = None) -> lis
         return []
     timeout = settings.rabbitmq_consumer_timeout_seconds
     default = app.conf.task_time_limit
-    multiplier = int(app.conf.worker_prefetch_multiplier if prefetch_multiplier is None
-                     else prefetch_multiplier)  # fmt: skip
+    multiplier = int(
+        app.conf.worker_prefetch_multiplier if prefetch_multiplier is None else prefetch_multiplier
+    )
     problems = []
     if multiplier < 1:
         problems.append(

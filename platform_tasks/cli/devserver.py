@@ -139,8 +139,9 @@ class DevPlatform:
         return [str(celery), "-A", self.options.app, *args]
 
     def _process(self, name: str, argv: list[str]) -> ManagedProcess:
-        process = ManagedProcess(name, argv, self.logs_dir / f"{name}.log", self.env,
-                                 self.options.project_dir)  # fmt: skip
+        process = ManagedProcess(
+            name, argv, self.logs_dir / f"{name}.log", self.env, self.options.project_dir
+        )
         process.start()
         return process
 
@@ -201,9 +202,14 @@ class DevPlatform:
             "    print(job_id)\n"
         )
         out = subprocess.run(
-            [sys.executable, "-c", code], env=self.env, cwd=self.options.project_dir,
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            [sys.executable, "-c", code],
+            env=self.env,
+            cwd=self.options.project_dir,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         if out.returncode != 0:
             self.say(f"Samples     not published: {out.stderr.strip().splitlines()[-1:]}")
             return []
@@ -234,20 +240,23 @@ def definition_changes(paths: Iterable[str]) -> set[str]:
     out; otherwise adding a job would restart everything twice. Editor backups too.
     """
     return {
-        path for path in paths
+        path
+        for path in paths
         if not path.endswith((".pyc", "~")) and "__pycache__" not in Path(path).parts
-    }  # fmt: skip
+    }
 
 
-def watch_for_changes(jobs_dir: Path, on_change: Callable[[set[str]], None],
-                      stop: threading.Event) -> None:  # fmt: skip
+def watch_for_changes(
+    jobs_dir: Path, on_change: Callable[[set[str]], None], stop: threading.Event
+) -> None:
     """Call ``on_change`` with changed paths whenever a file under ``jobs_dir`` changes."""
     from watchfiles import watch
 
     if not jobs_dir.exists():
         return
-    for changes in watch(jobs_dir, stop_event=stop, debounce=400, step=100,
-                         raise_interrupt=False, rust_timeout=500):  # fmt: skip
+    for changes in watch(
+        jobs_dir, stop_event=stop, debounce=400, step=100, raise_interrupt=False, rust_timeout=500
+    ):
         paths = definition_changes(path for _, path in changes)
         if paths:
             on_change(paths)

@@ -39,20 +39,22 @@ class PipelineHook:
     def on_applied(self, delivery: Delivery, envelope: Envelope[Any], verdict: Applied) -> None:
         """The handler's work committed."""
 
-    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate
-                     ) -> None:  # fmt: skip
+    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate) -> None:
         """The delivery was skipped: applied or dead-lettered before."""
 
-    def on_retry_scheduled(self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
-                           ) -> None:  # fmt: skip
+    def on_retry_scheduled(
+        self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
+    ) -> None:
         """A failed attempt was rescheduled through the delay store."""
 
-    def on_throttled(self, delivery: Delivery, envelope: Envelope[Any],
-                     verdict: ThrottledUntil) -> None:  # fmt: skip
+    def on_throttled(
+        self, delivery: Delivery, envelope: Envelope[Any], verdict: ThrottledUntil
+    ) -> None:
         """The job was rescheduled without spending an attempt."""
 
-    def on_dead_lettered(self, record: DeadLetterRecord, dead_letter_id: int,
-                         error: BaseException | None) -> None:  # fmt: skip
+    def on_dead_lettered(
+        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+    ) -> None:
         """A row was written to ``core.dead_letters`` (by the pipeline or for a dropped message)."""
 
     def on_waiting(self, delivery: Delivery | None, cause: str) -> None:
@@ -70,8 +72,12 @@ class Hooks:
             try:
                 getattr(hook, method)(*args)
             except Exception:
-                logger.exception("pipeline hook %s.%s failed", type(hook).__name__, method,
-                                 extra={"event": "consumer.hook_failed"})  # fmt: skip
+                logger.exception(
+                    "pipeline hook %s.%s failed",
+                    type(hook).__name__,
+                    method,
+                    extra={"event": "consumer.hook_failed"},
+                )
 
 
 def add_hook(app: Any, hook: PipelineHook) -> None:
@@ -92,57 +98,111 @@ class LogHook(PipelineHook):
 
     def on_applied(self, delivery: Delivery, envelope: Envelope[Any], verdict: Applied) -> None:
         if logger.isEnabledFor(logging.DEBUG):
-            _log(logging.DEBUG, "job applied", "consumer.applied", envelope, delivery,
-                 attempt=verdict.attempt)  # fmt: skip
+            _log(
+                logging.DEBUG,
+                "job applied",
+                "consumer.applied",
+                envelope,
+                delivery,
+                attempt=verdict.attempt,
+            )
 
-    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate
-                     ) -> None:  # fmt: skip
+    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate) -> None:
         if verdict.reason == "dead_lettered":
-            _log(logging.INFO, "job already dead-lettered; delivery dropped",
-                 "consumer.already_dead_lettered", envelope, delivery,
-                 dead_letter_id=verdict.dead_letter_id)  # fmt: skip
+            _log(
+                logging.INFO,
+                "job already dead-lettered; delivery dropped",
+                "consumer.already_dead_lettered",
+                envelope,
+                delivery,
+                dead_letter_id=verdict.dead_letter_id,
+            )
         else:
-            _log(logging.INFO, "duplicate delivery skipped", "consumer.duplicate_skipped",
-                 envelope, delivery, reason=verdict.reason)  # fmt: skip
+            _log(
+                logging.INFO,
+                "duplicate delivery skipped",
+                "consumer.duplicate_skipped",
+                envelope,
+                delivery,
+                reason=verdict.reason,
+            )
 
-    def on_retry_scheduled(self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
-                           ) -> None:  # fmt: skip
-        _log(logging.WARNING, "attempt failed; retry scheduled", "consumer.retry_scheduled",
-             envelope, delivery, attempt=verdict.attempt, retry_at=verdict.at.isoformat(),
-             error_type=error_type_name(verdict.error))  # fmt: skip
+    def on_retry_scheduled(
+        self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
+    ) -> None:
+        _log(
+            logging.WARNING,
+            "attempt failed; retry scheduled",
+            "consumer.retry_scheduled",
+            envelope,
+            delivery,
+            attempt=verdict.attempt,
+            retry_at=verdict.at.isoformat(),
+            error_type=error_type_name(verdict.error),
+        )
 
-    def on_throttled(self, delivery: Delivery, envelope: Envelope[Any],
-                     verdict: ThrottledUntil) -> None:  # fmt: skip
-        _log(logging.INFO, "job throttled; rescheduled without spending an attempt",
-             "consumer.throttled", envelope, delivery, attempt=verdict.attempt,
-             retry_at=verdict.at.isoformat(), reason=verdict.reason)  # fmt: skip
+    def on_throttled(
+        self, delivery: Delivery, envelope: Envelope[Any], verdict: ThrottledUntil
+    ) -> None:
+        _log(
+            logging.INFO,
+            "job throttled; rescheduled without spending an attempt",
+            "consumer.throttled",
+            envelope,
+            delivery,
+            attempt=verdict.attempt,
+            retry_at=verdict.at.isoformat(),
+            reason=verdict.reason,
+        )
 
-    def on_dead_lettered(self, record: DeadLetterRecord, dead_letter_id: int,
-                         error: BaseException | None) -> None:  # fmt: skip
+    def on_dead_lettered(
+        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+    ) -> None:
         logger.error(
-            "job dead-lettered (%s) as row %s", record.reason, dead_letter_id,
-            extra={"event": "consumer.dead_lettered",
-                   "job_id": str(record.job_id) if record.job_id else None,
-                   "queue": record.queue, "kind": record.kind, "tenant_id": record.tenant_id,
-                   "correlation_id": record.correlation_id, "attempts": record.attempts,
-                   "reason": record.reason, "dead_letter_id": dead_letter_id},
-        )  # fmt: skip
+            "job dead-lettered (%s) as row %s",
+            record.reason,
+            dead_letter_id,
+            extra={
+                "event": "consumer.dead_lettered",
+                "job_id": str(record.job_id) if record.job_id else None,
+                "queue": record.queue,
+                "kind": record.kind,
+                "tenant_id": record.tenant_id,
+                "correlation_id": record.correlation_id,
+                "attempts": record.attempts,
+                "reason": record.reason,
+                "dead_letter_id": dead_letter_id,
+            },
+        )
 
 
 class AlertHook(PipelineHook):
     """One alert per dead letter, grouped by queue + kind + error type."""
 
-    def on_dead_lettered(self, record: DeadLetterRecord, dead_letter_id: int,
-                         error: BaseException | None) -> None:  # fmt: skip
+    def on_dead_lettered(
+        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+    ) -> None:
         record.alert(dead_letter_id, error)
 
 
-def _log(level: int, message: str, event: str, envelope: Envelope[Any], delivery: Delivery,
-         **fields: Any) -> None:  # fmt: skip
-    logger.log(level, "%s: %s", message, envelope.redacted(),
-               extra={"event": event, "job_id": str(envelope.job_id), "queue": delivery.queue,
-                      "kind": envelope.kind, "tenant_id": envelope.tenant_id,
-                      "correlation_id": envelope.correlation_id, **fields})  # fmt: skip
+def _log(
+    level: int, message: str, event: str, envelope: Envelope[Any], delivery: Delivery, **fields: Any
+) -> None:
+    logger.log(
+        level,
+        "%s: %s",
+        message,
+        envelope.redacted(),
+        extra={
+            "event": event,
+            "job_id": str(envelope.job_id),
+            "queue": delivery.queue,
+            "kind": envelope.kind,
+            "tenant_id": envelope.tenant_id,
+            "correlation_id": envelope.correlation_id,
+            **fields,
+        },
+    )
 
 
 UNKNOWN = "unknown"
@@ -197,21 +257,24 @@ class MetricsHook(PipelineHook):
                 self._processed[key] = child
         child.inc()
 
-    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate
-                     ) -> None:  # fmt: skip
+    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate) -> None:
         DUPLICATE_SKIPPED.labels(**self.labels(delivery.queue, delivery.consumer)).inc()
 
-    def on_retry_scheduled(self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
-                           ) -> None:  # fmt: skip
+    def on_retry_scheduled(
+        self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
+    ) -> None:
         RETRIED.labels(**self.labels(delivery.queue, delivery.consumer)).inc()
 
-    def on_throttled(self, delivery: Delivery, envelope: Envelope[Any],
-                     verdict: ThrottledUntil) -> None:  # fmt: skip
-        THROTTLED.labels(reason=verdict.reason,
-                         **self.labels(delivery.queue, delivery.consumer)).inc()  # fmt: skip
+    def on_throttled(
+        self, delivery: Delivery, envelope: Envelope[Any], verdict: ThrottledUntil
+    ) -> None:
+        THROTTLED.labels(
+            reason=verdict.reason, **self.labels(delivery.queue, delivery.consumer)
+        ).inc()
 
-    def on_dead_lettered(self, record: DeadLetterRecord, dead_letter_id: int,
-                         error: BaseException | None) -> None:  # fmt: skip
+    def on_dead_lettered(
+        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+    ) -> None:
         labels = self.labels(record.queue, record.kind)
         if record.reason in POISON_REASONS:
             POISON.labels(**labels).inc()

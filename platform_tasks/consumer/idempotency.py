@@ -23,8 +23,9 @@ _CLAIM_AND_LOOK = "SELECT claimed, marked FROM core.claim_delivery(%(job)s, %(co
 _RELEASE = "DELETE FROM core.processed_jobs WHERE job_id = %s AND consumer = %s"
 
 
-def claim(cursor: Any, job_id: uuid.UUID, consumer: str, *, begin_transaction: bool = False
-          ) -> bool:  # fmt: skip
+def claim(
+    cursor: Any, job_id: uuid.UUID, consumer: str, *, begin_transaction: bool = False
+) -> bool:
     """Insert the row in the cursor's transaction; ``False`` means already applied.
 
     One round trip; with ``begin_transaction`` (an autocommit connection) the ``BEGIN``

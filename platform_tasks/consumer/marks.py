@@ -46,8 +46,9 @@ class DeliveryMarks:
     @classmethod
     def beside(cls, database: Database) -> DeliveryMarks:
         """Marks on a second connection to the same database as ``database``."""
-        return cls(Database(database.url, connect_timeout=database.connect_timeout,
-                            autocommit=True))  # fmt: skip
+        return cls(
+            Database(database.url, connect_timeout=database.connect_timeout, autocommit=True)
+        )
 
     def mark(self, consumer: str, job_id: str) -> None:
         """Commit the mark of ``(job_id, consumer)``; raises when PostgreSQL cannot."""

@@ -48,22 +48,52 @@ PLATFORM_OPTIONS = frozenset({"data_model", "permanent_errors"})
 """The task options PlatformTask owns."""
 
 CELERY_RETRY_OPTIONS = frozenset(
-    {"autoretry_for", "dont_autoretry_for", "retry_backoff", "retry_backoff_max",
-     "retry_jitter", "retry_kwargs", "max_retries", "default_retry_delay"}
-)  # fmt: skip
+    {
+        "autoretry_for",
+        "dont_autoretry_for",
+        "retry_backoff",
+        "retry_backoff_max",
+        "retry_jitter",
+        "retry_kwargs",
+        "max_retries",
+        "default_retry_delay",
+    }
+)
 """Celery retry options refused on a PlatformTask; use ``retry_policies`` instead."""
 
 CELERY_ROUTING_OPTIONS = frozenset(
-    {"queue", "routing_key", "exchange", "exchange_type", "delivery_mode", "compression",
-     "shadow", "store_eager_result", "immediate", "mandatory"}
-)  # fmt: skip
+    {
+        "queue",
+        "routing_key",
+        "exchange",
+        "exchange_type",
+        "delivery_mode",
+        "compression",
+        "shadow",
+        "store_eager_result",
+        "immediate",
+        "mandatory",
+    }
+)
 """Celery task options read through ``getattr`` (``apply_async`` defaults, routing), not
 attributes of ``celery.Task`` itself; every other Celery option is a ``celery.Task`` attribute."""
 
 _DECORATOR_KEYS = frozenset(
-    {"app", "name", "run", "_decorated", "_dump_pydantic_arguments", "__doc__", "__module__",
-     "__annotations__", "__header__", "__wrapped__", "_decorated_fun", "__qualname__"}
-)  # fmt: skip
+    {
+        "app",
+        "name",
+        "run",
+        "_decorated",
+        "_dump_pydantic_arguments",
+        "__doc__",
+        "__module__",
+        "__annotations__",
+        "__header__",
+        "__wrapped__",
+        "_decorated_fun",
+        "__qualname__",
+    }
+)
 
 
 class PlatformTask(celery.Task):  # type: ignore[misc]
@@ -163,9 +193,12 @@ def platform_tasks_of(app: Any) -> list[str]:
 def own_queues(app: Any) -> list[str]:
     """Queues PlatformTasks name with their own ``queue`` option (consumed without ``-Q``)."""
     return sorted(
-        {task.queue for task in app.tasks.values()
-         if isinstance(task, PlatformTask) and isinstance(getattr(task, "queue", None), str)}
-    )  # fmt: skip
+        {
+            task.queue
+            for task in app.tasks.values()
+            if isinstance(task, PlatformTask) and isinstance(getattr(task, "queue", None), str)
+        }
+    )
 
 
 def require_delay_capable_broker(app: Any, names: list[str]) -> None:

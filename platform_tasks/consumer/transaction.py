@@ -113,6 +113,9 @@ class JobTransaction:
             if self.conn.info.transaction_status != 0:  # TRANSACTION_STATUS_IDLE
                 raise ConnectionError("still in a transaction after ROLLBACK")
         except Exception:
-            logger.debug("rollback failed; discarding the connection", exc_info=True,
-                         extra={"event": "consumer.connection_discarded"})  # fmt: skip
+            logger.debug(
+                "rollback failed; discarding the connection",
+                exc_info=True,
+                extra={"event": "consumer.connection_discarded"},
+            )
             self.database.discard()

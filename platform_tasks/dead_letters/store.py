@@ -75,8 +75,9 @@ def storable_text(text: str) -> tuple[str, str | None]:
             out.append(f"\\u{ord(char):04x}")
         else:
             out.append(char)
-    what = " and ".join(name for name, found in (("NUL", nul), ("lone surrogate", surrogate))
-                        if found)  # fmt: skip
+    what = " and ".join(
+        name for name, found in (("NUL", nul), ("lone surrogate", surrogate)) if found
+    )
     return "".join(out), what
 
 

@@ -28,8 +28,14 @@ __all__ = ["AmqpBatchPublisher"]
 class AmqpBatchPublisher:
     """Publishes batches of envelopes of one kind to one RabbitMQ queue, with confirms."""
 
-    def __init__(self, app: Any, *, queue: str, bound: QueueBound | None = None,
-                 confirm_timeout: float = 30.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        app: Any,
+        *,
+        queue: str,
+        bound: QueueBound | None = None,
+        confirm_timeout: float = 30.0,
+    ) -> None:
         self.queue = queue
         self.bound = bound
         self._messages = AmqpMessageBuilder(app)
@@ -44,8 +50,10 @@ class AmqpBatchPublisher:
         """Publish every envelope; return once RabbitMQ confirmed each of them."""
         if not envelopes:
             return
-        messages = [self._messages.build(envelope.kind, **send_task_options(self.queue, envelope))
-                    for envelope in envelopes]  # fmt: skip
+        messages = [
+            self._messages.build(envelope.kind, **send_task_options(self.queue, envelope))
+            for envelope in envelopes
+        ]
         if self.bound is not None:
             self.bound.wait_for_room(self.queue, self.depth, len(messages))
         confirmed = self._publisher.publish(messages)

@@ -135,18 +135,31 @@ def fan_out(
         "data": dict(data or {}),
         "tiers": tiers,
     }
-    publisher.publish(FANOUT_QUEUE, {
-        "job_id": str(job_id),
-        "tenant_id": FANOUT_TENANT,
-        "correlation_id": f"fanout-{job_id}",
-        "kind": FANOUT_KIND,
-        "data": request,
-    })  # fmt: skip
+    publisher.publish(
+        FANOUT_QUEUE,
+        {
+            "job_id": str(job_id),
+            "tenant_id": FANOUT_TENANT,
+            "correlation_id": f"fanout-{job_id}",
+            "kind": FANOUT_KIND,
+            "data": request,
+        },
+    )
     logger.info(
-        "fan-out %s of %s at %s to %s handed to %s", job_id, ctx.name,
-        ctx.scheduled_for.isoformat(), kind, FANOUT_QUEUE,
-        extra={"event": "fanout.requested", "fanout_job_id": str(job_id), "job": ctx.name,
-               "point": ctx.scheduled_for.isoformat(), "kind": kind, "queue": queue,
-               "tiers": tiers},
-    )  # fmt: skip
+        "fan-out %s of %s at %s to %s handed to %s",
+        job_id,
+        ctx.name,
+        ctx.scheduled_for.isoformat(),
+        kind,
+        FANOUT_QUEUE,
+        extra={
+            "event": "fanout.requested",
+            "fanout_job_id": str(job_id),
+            "job": ctx.name,
+            "point": ctx.scheduled_for.isoformat(),
+            "kind": kind,
+            "queue": queue,
+            "tiers": tiers,
+        },
+    )
     return job_id

@@ -84,8 +84,12 @@ class _Template:
         ):
             raise ValueError("message shape differs from the JSON/base64 wire format")
         body = json_loads(base64.b64decode(message["body"]))
-        if not (isinstance(body, list) and len(body) == 3 and body[0] == [envelope.to_message()]
-                and body[1] == {}):  # fmt: skip
+        if not (
+            isinstance(body, list)
+            and len(body) == 3
+            and body[0] == [envelope.to_message()]
+            and body[1] == {}
+        ):
             raise ValueError("message body differs from [[envelope], {}, embed]")
         self.embed = body[2]
         self.id_headers = [key for key, value in headers.items() if value == job_id]
@@ -168,9 +172,10 @@ class BatchPublisher:
                 self._fallback = True
                 logger.warning(
                     "fan-out to %s builds every message through send_task (slower): %s",
-                    self.queue, exc,
+                    self.queue,
+                    exc,
                     extra={"event": "fanout.unbatched", "queue": self.queue},
-                )  # fmt: skip
+                )
         for envelope in envelopes[start:]:
             if self._template is not None:
                 by_list.setdefault(self._template.list_key, []).append(

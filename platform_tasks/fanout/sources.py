@@ -86,8 +86,9 @@ def check_tenants_query(database_url: str, query: str | None) -> None:
                 cur.execute(sql)
             except psycopg2.Error as exc:
                 hint = " (run `platform-tasks migrate`)" if not query else ""
-                raise ConfigurationError(f"{origin}: the query failed: {_first_line(exc)}{hint}"
-                                         ) from None  # fmt: skip
+                raise ConfigurationError(
+                    f"{origin}: the query failed: {_first_line(exc)}{hint}"
+                ) from None
             columns = [column.name for column in cur.description or ()]
     finally:
         conn.close()

@@ -51,8 +51,12 @@ _MIN_SLEEP = 0.001
 # Reconnect after a broker restart, but give up quickly: the trigger is only worth
 # sending within its period (the worker's start check drops it otherwise). Applies when
 # the transport cannot batch (each trigger is then published on its own).
-_PUBLISH_RETRY = {"max_retries": 3, "interval_start": 0.1, "interval_step": 0.2,
-                  "interval_max": 0.5}  # fmt: skip
+_PUBLISH_RETRY = {
+    "max_retries": 3,
+    "interval_start": 0.1,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
 # Redis commands per trigger in a publish batch: the message, its task-sent event and
 # possibly a queue expiry; sized so a batch never flushes half-way.
 _COMMANDS_PER_TRIGGER = 4
@@ -97,23 +101,28 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
             self.metrics_server = serve(port, role="beat")
         if self.runtime.leases is not None:
             self.engine = TriggerEngine(
-                self.runtime.jobs, self.runtime.leases, owner=self.owner,
+                self.runtime.jobs,
+                self.runtime.leases,
+                owner=self.owner,
                 started_at=self.runtime.ready_at,
                 on_result=BeatMetrics(self.owner).observe if port is not None else None,
-            )  # fmt: skip
+            )
             self._clock_seen_ms = _local_ms()
             self._offset_ms = to_ms(self.runtime.ready_at) - self._clock_seen_ms
             self._queues = {name: job.definition.queue for name, job in self.engine.jobs.items()}
-        self._warm_stop = WarmStop(timeout_seconds=settings.beat_stop_timeout_seconds,
-                                   owner=self.owner)  # fmt: skip
+        self._warm_stop = WarmStop(
+            timeout_seconds=settings.beat_stop_timeout_seconds, owner=self.owner
+        )
         self.promoter = delay_promoter_for(self.app, name="platform-beat-delay-promoter")
         if self.promoter is not None:
             self.promoter.start()
         logger.info(
-            "beat scheduler ready owner=%s ready_at_ms=%d active_jobs=%d", self.owner,
-            to_ms(self.runtime.ready_at), len(self.engine.jobs) if self.engine else 0,
+            "beat scheduler ready owner=%s ready_at_ms=%d active_jobs=%d",
+            self.owner,
+            to_ms(self.runtime.ready_at),
+            len(self.engine.jobs) if self.engine else 0,
             extra={"event": "beat.ready"},
-        )  # fmt: skip
+        )
 
     def now(self) -> datetime:
         """Our best estimate of the Redis clock (local clock plus the measured offset)."""
@@ -203,9 +212,11 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
                     except Exception as exc:
                         failed.append(result)
                         logger.error(
-                            "could not send trigger of %s: %s", result.job, exc,
+                            "could not send trigger of %s: %s",
+                            result.job,
+                            exc,
                             extra={"event": "beat.dispatch_failed", "job": result.job},
-                        )  # fmt: skip
+                        )
                     else:
                         sent.append(result)
         except Exception as exc:
@@ -213,9 +224,11 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
             # is safe either way: a delivered trigger takes its free lease back at its
             # start check, and the marker already stops every other replica.
             logger.error(
-                "could not send %d trigger(s): %s", len(sent), exc,
+                "could not send %d trigger(s): %s",
+                len(sent),
+                exc,
                 extra={"event": "beat.dispatch_failed"},
-            )  # fmt: skip
+            )
             failed.extend(sent)
             sent = []
         for result in sent:
@@ -253,9 +266,10 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
             self.runtime.leases.release_many(pairs)
         except Exception as exc:
             logger.warning(
-                "lease release failed (the leases expire by themselves): %s", exc,
+                "lease release failed (the leases expire by themselves): %s",
+                exc,
                 extra={"event": "beat.release_failed"},
-            )  # fmt: skip
+            )
 
     def sync(self) -> None:
         """Nothing to persist: Redis holds all shared state."""
@@ -272,10 +286,16 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
             for result in self._unsent.values():
                 logger.error(
                     "trigger of %s at point_ms=%d not sent (beat stopped); its lease is "
-                    "released owner=%s", result.job, result.point_ms, self.owner,
-                    extra={"event": "beat.trigger_not_sent", "job": result.job,
-                           "point_ms": result.point_ms},
-                )  # fmt: skip
+                    "released owner=%s",
+                    result.job,
+                    result.point_ms,
+                    self.owner,
+                    extra={
+                        "event": "beat.trigger_not_sent",
+                        "job": result.job,
+                        "point_ms": result.point_ms,
+                    },
+                )
             self._release(list(self._unsent))
         if self.promoter is not None:
             self.promoter.stop()
@@ -285,8 +305,9 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
             self.metrics_server = None
         if self.runtime is not None and not self.runtime.closed:
             self.runtime.close()
-            logger.info("beat scheduler closed owner=%s", self.owner,
-                        extra={"event": "beat.closed"})  # fmt: skip
+            logger.info(
+                "beat scheduler closed owner=%s", self.owner, extra={"event": "beat.closed"}
+            )
         super().close()
         if self._dispatching:
             return  # a signal handler interrupted a publish: closed on the next call

@@ -73,9 +73,11 @@ def new_token(owner: str) -> str:
 def resolve_namespace(settings: PlatformSettings, *, app_name: str, mode: str) -> tuple[str, str]:
     """``(namespace, key_prefix)`` of the job keys for an app in ``mode`` (live/test)."""
     namespace = jobs_namespace(
-        app_name=app_name, profile=settings.profile, mode=mode,
+        app_name=app_name,
+        profile=settings.profile,
+        mode=mode,
         namespace=settings.jobs_namespace,
-    )  # fmt: skip
+    )
     return namespace, settings.jobs_key_prefix or ""
 
 
@@ -111,9 +113,15 @@ class JobLeases:
         return keys
 
     def admit(
-        self, job: str, *, point_ms: int, period_end_ms: int, token: str, lease_ttl_ms: int,
+        self,
+        job: str,
+        *,
+        point_ms: int,
+        period_end_ms: int,
+        token: str,
+        lease_ttl_ms: int,
         now_ms: int | None = None,
-    ) -> Admission:  # fmt: skip
+    ) -> Admission:
         """One round trip: admit ``point_ms`` of ``job`` or say why not.
 
         ``now_ms`` replaces Redis ``TIME``; only the explicit-tick test scheduler sets it.
@@ -138,17 +146,20 @@ class JobLeases:
         replies = self._pipeline(
             self._admit,
             [
-                ((keys.marker, keys.lease),
-                 (r.point_ms, r.period_end_ms, r.token, r.lease_ttl_ms, now_arg))
+                (
+                    (keys.marker, keys.lease),
+                    (r.point_ms, r.period_end_ms, r.token, r.lease_ttl_ms, now_arg),
+                )
                 for r in requests
                 for keys in (self.keys(r.job),)
             ],
-        )  # fmt: skip
+        )
         return [
-            reply if isinstance(reply, RedisError)
+            reply
+            if isinstance(reply, RedisError)
             else Admission(AdmissionOutcome(_text(reply[0])), int(reply[1]))
             for reply in replies
-        ]  # fmt: skip
+        ]
 
     def release_many(self, pairs: Sequence[tuple[str, str]]) -> list[bool | RedisError]:
         """:meth:`release` for many ``(job, token)`` pairs in one pipeline."""
@@ -189,15 +200,26 @@ class JobLeases:
         return replies
 
     def renew(
-        self, job: str, *, token: str, lease_ttl_ms: int, deadline_ms: int = 0,
-        reacquire: bool = False, now_ms: int | None = None,
-    ) -> tuple[LeaseOutcome, int]:  # fmt: skip
+        self,
+        job: str,
+        *,
+        token: str,
+        lease_ttl_ms: int,
+        deadline_ms: int = 0,
+        reacquire: bool = False,
+        now_ms: int | None = None,
+    ) -> tuple[LeaseOutcome, int]:
         """Extend the lease when ``token`` owns it; refuse from ``deadline_ms`` on."""
         outcome, now = self._renew(
             keys=[self.keys(job).lease],
-            args=[token, lease_ttl_ms, deadline_ms, "1" if reacquire else "0",
-                  "" if now_ms is None else now_ms],
-        )  # fmt: skip
+            args=[
+                token,
+                lease_ttl_ms,
+                deadline_ms,
+                "1" if reacquire else "0",
+                "" if now_ms is None else now_ms,
+            ],
+        )
         return LeaseOutcome(_text(outcome)), int(now)
 
     def release(self, job: str, *, token: str) -> bool:

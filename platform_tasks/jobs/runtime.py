@@ -83,9 +83,11 @@ def start_jobs(
     namespace, prefix = resolve_namespace(settings, app_name=app_name, mode=mode)
     if not jobs.active:
         logger.info(
-            "%s: %d job(s), none active; Redis not needed", role, len(jobs),
+            "%s: %d job(s), none active; Redis not needed",
+            role,
+            len(jobs),
             extra={"event": "jobs.none_active"},
-        )  # fmt: skip
+        )
         return JobRuntime(jobs, datetime.now(UTC), namespace=namespace)
     managed = ManagedRedis(settings, client)
     try:
@@ -100,7 +102,11 @@ def start_jobs(
         managed.close()
         raise
     logger.info(
-        "%s ready: %d job(s), %d active, namespace %s", role, len(jobs), len(jobs.active),
-        namespace, extra={"event": "jobs.ready", "role": role},
-    )  # fmt: skip
+        "%s ready: %d job(s), %d active, namespace %s",
+        role,
+        len(jobs),
+        len(jobs.active),
+        namespace,
+        extra={"event": "jobs.ready", "role": role},
+    )
     return JobRuntime(jobs, ready_at, managed, leases, namespace)

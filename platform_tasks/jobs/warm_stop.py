@@ -72,9 +72,10 @@ class WarmStop:
         if self._requested is not None or self._expired:
             logger.warning(
                 "stop forced (%s) while a tick sends its triggers owner=%s",
-                "stop timeout" if self._expired else "second signal", self.owner,
+                "stop timeout" if self._expired else "second signal",
+                self.owner,
                 extra={"event": "beat.stop_forced"},
-            )  # fmt: skip
+            )
             self._requested = signum
             self._deliver()
             return
@@ -82,8 +83,10 @@ class WarmStop:
         logger.warning(
             "stop requested while a tick sends its triggers: finishing them first "
             "(at most %.1f s; a second signal stops at once) owner=%s",
-            self.timeout_seconds, self.owner, extra={"event": "beat.stop_deferred"},
-        )  # fmt: skip
+            self.timeout_seconds,
+            self.owner,
+            extra={"event": "beat.stop_deferred"},
+        )
         main = threading.main_thread().ident
         assert main is not None
         timer = threading.Timer(self.timeout_seconds, self._expire, args=(main, signum))

@@ -69,20 +69,32 @@ def _register_task(app: Any) -> None:
     on_rabbitmq = broker_kind(app.platform_settings.effective_broker_url) == "amqp"
 
     @app.task(  # type: ignore[untyped-decorator]
-        name=RUN_TASK, acks_late=False, reject_on_worker_lost=False, ignore_result=True,
-        max_retries=0, shared=False,
+        name=RUN_TASK,
+        acks_late=False,
+        reject_on_worker_lost=False,
+        ignore_result=True,
+        max_retries=0,
+        shared=False,
         time_limit=RUN_TIME_LIMIT_SECONDS if on_rabbitmq else None,
-    )  # fmt: skip
+    )
     def run_job(job: str, point_ms: int, period_end_ms: int, token: str, lease_ttl_ms: int) -> None:
         runtime = _runtime(app)
         if runtime.leases is None:
-            logger.error("job %s triggered but no job is active in this worker", job,
-                         extra={"event": "jobs.run_unknown", "job": job})  # fmt: skip
+            logger.error(
+                "job %s triggered but no job is active in this worker",
+                job,
+                extra={"event": "jobs.run_unknown", "job": job},
+            )
             return
         run_point(
-            runtime.jobs, runtime.leases, job=job, point_ms=point_ms,
-            period_end_ms=period_end_ms, token=token, lease_ttl_ms=lease_ttl_ms,
-        )  # fmt: skip
+            runtime.jobs,
+            runtime.leases,
+            job=job,
+            point_ms=point_ms,
+            period_end_ms=period_end_ms,
+            token=token,
+            lease_ttl_ms=lease_ttl_ms,
+        )
 
 
 def _on_cancel_signal(signum: int, frame: Any) -> None:
@@ -154,8 +166,11 @@ class JobsWorkerStep(bootsteps.StartStopStep):  # type: ignore[misc]
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, _CANCEL_SIGNAL)
         if requests:
-            logger.info("cancellation requested for %d running job(s)", len(requests),
-                        extra={"event": "jobs.shutdown_cancel"})  # fmt: skip
+            logger.info(
+                "cancellation requested for %d running job(s)",
+                len(requests),
+                extra={"event": "jobs.shutdown_cancel"},
+            )
         deadline = time.monotonic() + self.budget
         while self._job_requests() and time.monotonic() < deadline:
             time.sleep(0.05)  # polling the worker's own state, bounded by the budget
@@ -166,8 +181,10 @@ class JobsWorkerStep(bootsteps.StartStopStep):  # type: ignore[misc]
     def _abandon(self, request: Any, why: str = "after the shutdown budget") -> None:
         pid = request.worker_pid
         if not pid or pid == os.getpid():
-            logger.warning("job still running past the shutdown budget",
-                           extra={"event": "jobs.shutdown_overrun"})  # fmt: skip
+            logger.warning(
+                "job still running past the shutdown budget",
+                extra={"event": "jobs.shutdown_overrun"},
+            )
             return
         if _is_child(pid):  # never a process that took a dead pool process's pid
             with contextlib.suppress(ProcessLookupError):
@@ -178,9 +195,11 @@ class JobsWorkerStep(bootsteps.StartStopStep):  # type: ignore[misc]
             with contextlib.suppress(Exception):
                 leases.release(kwargs["job"], token=kwargs["token"])
         logger.warning(
-            "job %s killed %s; lease released", kwargs.get("job"), why,
+            "job %s killed %s; lease released",
+            kwargs.get("job"),
+            why,
             extra={"event": "jobs.shutdown_killed", "job": kwargs.get("job")},
-        )  # fmt: skip
+        )
 
 
 def _is_child(pid: int) -> bool:
@@ -202,5 +221,6 @@ def install(app: Any) -> None:
     _register_task(app)
     add_queue_source(app, _job_queues)
     app.steps["worker"].add(JobsWorkerStep)
-    worker_process_init.connect(_install_child_handler, weak=False,
-                                dispatch_uid="platform_tasks.jobs.cancel_signal")  # fmt: skip
+    worker_process_init.connect(
+        _install_child_handler, weak=False, dispatch_uid="platform_tasks.jobs.cancel_signal"
+    )

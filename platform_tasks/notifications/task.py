@@ -106,9 +106,12 @@ class NotificationTask(PlatformTask):
         first_taken = False
         if planned:
             first_taken = dispatcher.take_first(
-                provider=self.provider, rail=self.rail, tenant_id=envelope.tenant_id,
-                planned=planned, progress=progress,
-            )  # fmt: skip
+                provider=self.provider,
+                rail=self.rail,
+                tenant_id=envelope.tenant_id,
+                planned=planned,
+                progress=progress,
+            )
         rendered = self.run(envelope, tx)
         messages = _as_messages(rendered, self.name)
         if not messages and progress.plan is None:

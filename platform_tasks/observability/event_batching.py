@@ -80,12 +80,20 @@ class BatchingEventDispatcher(EventDispatcher):  # type: ignore[misc]
             self.buffer_limit = self.max_batch
             self.on_send_buffered = self._schedule_flush
 
-    def _publish(self, event: Any, producer: Any, routing_key: str, retry: bool = False,
-                 retry_policy: Any = None, **kwargs: Any) -> Any:  # fmt: skip
+    def _publish(
+        self,
+        event: Any,
+        producer: Any,
+        routing_key: str,
+        retry: bool = False,
+        retry_policy: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         if retry and not retry_policy:
             retry_policy = WORKER_EVENT_RETRY_POLICY
-        return super()._publish(event, producer, routing_key, retry=retry,
-                                retry_policy=retry_policy, **kwargs)  # fmt: skip
+        return super()._publish(
+            event, producer, routing_key, retry=retry, retry_policy=retry_policy, **kwargs
+        )
 
     def _schedule_flush(self) -> None:
         if self._immediate:

@@ -51,9 +51,10 @@ POISON = Counter(
 
 
 THROTTLED = Counter(
-    "platform_jobs_throttled", "Jobs rescheduled without spending an attempt.",
+    "platform_jobs_throttled",
+    "Jobs rescheduled without spending an attempt.",
     (*_LABELS, "reason"),
-)  # fmt: skip
+)
 
 
 def registry_for_exposition() -> CollectorRegistry | None:
@@ -81,8 +82,9 @@ class MetricsServerStep(bootsteps.StartStopStep):  # type: ignore[misc]
             start_http_server(port)
         else:
             start_http_server(port, registry=registry)
-        logger.info("serving metrics on port %s", port,
-                    extra={"event": "metrics.serving", "port": port})  # fmt: skip
+        logger.info(
+            "serving metrics on port %s", port, extra={"event": "metrics.serving", "port": port}
+        )
 
 
 def _mark_process_dead(pid: int | None = None, **_: Any) -> None:

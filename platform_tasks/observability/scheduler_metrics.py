@@ -167,10 +167,17 @@ def serve(port: int, *, role: str) -> MetricsServer | None:
         server, thread = start_http_server(port)
     except OSError as exc:
         logger.warning(
-            "%s: cannot serve metrics on port %d (%s); running without", role, port, exc,
+            "%s: cannot serve metrics on port %d (%s); running without",
+            role,
+            port,
+            exc,
             extra={"event": "metrics.port_unavailable", "port": port, "role": role},
-        )  # fmt: skip
+        )
         return None
-    logger.info("%s: serving metrics on port %d", role, port,
-                extra={"event": "metrics.serving", "port": port, "role": role})  # fmt: skip
+    logger.info(
+        "%s: serving metrics on port %d",
+        role,
+        port,
+        extra={"event": "metrics.serving", "port": port, "role": role},
+    )
     return MetricsServer(server, thread)

@@ -155,8 +155,11 @@ class Database:
             try:
                 conn.close()
             except Exception:  # already broken; closing is best effort
-                logger.debug("closing a broken connection failed", exc_info=True,
-                             extra={"event": "db.close_failed"})  # fmt: skip
+                logger.debug(
+                    "closing a broken connection failed",
+                    exc_info=True,
+                    extra={"event": "db.close_failed"},
+                )
 
     def reachable(self) -> bool:
         """Whether a trivial query succeeds now (used while waiting for the database)."""

@@ -36,16 +36,26 @@ class AmqpMessage:
     def encode(self) -> str:
         """Compact JSON for the delay store's entry hash."""
         return json.dumps(
-            {"q": self.queue, "e": self.exchange, "r": self.routing_key, "b": self.body,
-             "p": self.properties},
+            {
+                "q": self.queue,
+                "e": self.exchange,
+                "r": self.routing_key,
+                "b": self.body,
+                "p": self.properties,
+            },
             separators=(",", ":"),
-        )  # fmt: skip
+        )
 
     @classmethod
     def decode(cls, raw: str | bytes) -> AmqpMessage:
         data = json.loads(raw)
-        return cls(queue=str(data["q"]), exchange=str(data["e"]), routing_key=str(data["r"]),
-                   body=str(data["b"]), properties=dict(data["p"]))  # fmt: skip
+        return cls(
+            queue=str(data["q"]),
+            exchange=str(data["e"]),
+            routing_key=str(data["r"]),
+            body=str(data["b"]),
+            properties=dict(data["p"]),
+        )
 
 
 _BASIC_PROPERTIES = frozenset(name for name, _ in Message.PROPERTIES)
@@ -87,9 +97,14 @@ class _RecordingProducer(Producer):  # type: ignore[misc]
         props["application_headers"] = dict(headers or {})
         text = body.decode(content_encoding or "utf-8") if isinstance(body, bytes) else str(body)
         self.recorded.append(
-            AmqpMessage(queue=self.queue_name, exchange=str(exchange or ""),
-                        routing_key=str(routing_key or ""), body=text, properties=props)
-        )  # fmt: skip
+            AmqpMessage(
+                queue=self.queue_name,
+                exchange=str(exchange or ""),
+                routing_key=str(routing_key or ""),
+                body=text,
+                properties=props,
+            )
+        )
 
 
 class AmqpMessageBuilder:

@@ -70,9 +70,12 @@ class ConfirmedPublisher:
         connection = self._connection or self.app.connection_for_write()
         try:
             return (
-                *connection.connection_errors, *connection.channel_errors,
-                OSError, amqp.exceptions.AMQPError, KombuError,
-            )  # fmt: skip
+                *connection.connection_errors,
+                *connection.channel_errors,
+                OSError,
+                amqp.exceptions.AMQPError,
+                KombuError,
+            )
         finally:
             if self._connection is None:
                 connection.release()
@@ -92,8 +95,10 @@ class ConfirmedPublisher:
             try:
                 connection.release()
             except Exception:  # closing a broken connection may fail again
-                logger.debug("closing a failed RabbitMQ connection raised",
-                             extra={"event": "delay.publisher_close_failed"})  # fmt: skip
+                logger.debug(
+                    "closing a failed RabbitMQ connection raised",
+                    extra={"event": "delay.publisher_close_failed"},
+                )
 
     # -- confirms ------------------------------------------------------------------
 
@@ -117,8 +122,10 @@ class ConfirmedPublisher:
             self._returned.add(index)
         logger.warning(
             "RabbitMQ returned a delayed job no queue would take (exchange %s, routing key %s)",
-            exchange, routing_key, extra={"event": "delay.publish_returned"},
-        )  # fmt: skip
+            exchange,
+            routing_key,
+            extra={"event": "delay.publish_returned"},
+        )
 
     # -- publishing ----------------------------------------------------------------
 
@@ -172,8 +179,10 @@ class ConfirmedPublisher:
                 self._pending[self._seq] = index
                 channel.basic_publish(
                     amqp.Message(message.body.encode(), **message.properties),
-                    exchange=message.exchange, routing_key=message.routing_key, mandatory=True,
-                )  # fmt: skip
+                    exchange=message.exchange,
+                    routing_key=message.routing_key,
+                    mandatory=True,
+                )
             deadline = time.monotonic() + self.confirm_timeout
             while self._pending:
                 remaining = deadline - time.monotonic()

@@ -39,8 +39,9 @@ def wait_until_next_due(next_due_in_ms: int | None, interval: float) -> float:
 class DelayPromoter:
     """A background thread that promotes due entries until stopped."""
 
-    def __init__(self, settings: PlatformSettings, *, name: str = "platform-delay-promoter"
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self, settings: PlatformSettings, *, name: str = "platform-delay-promoter"
+    ) -> None:
         self.settings = settings
         self.name = name
         self._stop = threading.Event()
@@ -99,18 +100,23 @@ class DelayPromoter:
                     failures = 0
                     if moved:
                         self.moved_total += moved
-                        logger.debug("promoted delayed jobs", extra={"event": "delay.promoted",
-                                                                    "count": moved})  # fmt: skip
+                        logger.debug(
+                            "promoted delayed jobs",
+                            extra={"event": "delay.promoted", "count": moved},
+                        )
                 except redis.RedisError as exc:
                     failures += 1
                     logger.warning(
-                        "delay promotion failed (%s); retrying", exc,
+                        "delay promotion failed (%s); retrying",
+                        exc,
                         extra={"event": "delay.promote_failed"},
-                    )  # fmt: skip
+                    )
                 except Exception:  # never end the thread: this worker's delays would stall
                     failures += 1
-                    logger.exception("delay promotion failed unexpectedly; retrying",
-                                     extra={"event": "delay.promote_failed"})  # fmt: skip
+                    logger.exception(
+                        "delay promotion failed unexpectedly; retrying",
+                        extra={"event": "delay.promote_failed"},
+                    )
                 if failures:
                     wait = min(30.0, interval * 2 ** min(failures, 6))
                 self._stop.wait(wait)

@@ -74,8 +74,11 @@ class DelayStore:
         """Store many ``(entry id, due ms, encoded entry)`` with one pipelined round trip."""
         with self.client.pipeline(transaction=False) as pipe:
             for entry_id, due_ms, entry in entries:
-                self._add(keys=[self.keys.schedule, self.keys.entries],
-                          args=[entry_id, due_ms, entry], client=pipe)  # fmt: skip
+                self._add(
+                    keys=[self.keys.schedule, self.keys.entries],
+                    args=[entry_id, due_ms, entry],
+                    client=pipe,
+                )
             pipe.execute()
 
     def add_many(self, entries: list[tuple[str, int, str, str]]) -> None:
@@ -92,21 +95,26 @@ class DelayStore:
 
     def promote_due(self, limit: int = 500) -> PromotionResult:
         """Move up to ``limit`` due entries onto their lists; Redis ``TIME`` decides due-ness."""
-        raw = cast(list[Any], self._promote(keys=[self.keys.schedule, self.keys.entries],
-                                            args=[limit]))  # fmt: skip
+        raw = cast(
+            list[Any], self._promote(keys=[self.keys.schedule, self.keys.entries], args=[limit])
+        )
         wait = int(raw[2])
-        return PromotionResult(moved=int(raw[0]), more_due=bool(int(raw[1])),
-                               next_due_in_ms=None if wait < 0 else wait)  # fmt: skip
+        return PromotionResult(
+            moved=int(raw[0]), more_due=bool(int(raw[1])), next_due_in_ms=None if wait < 0 else wait
+        )
 
     def claim_due(self, limit: int, lease_ms: int) -> Claim:
         """Claim up to ``limit`` due entries for ``lease_ms``; they stay stored until
         :meth:`remove`, and become due again when the lease ends."""
-        raw = cast(list[Any], self._claim(keys=[self.keys.schedule, self.keys.entries],
-                                          args=[limit, lease_ms]))  # fmt: skip
+        raw = cast(
+            list[Any],
+            self._claim(keys=[self.keys.schedule, self.keys.entries], args=[limit, lease_ms]),
+        )
         pairs = [(_text(raw[i]), bytes(raw[i + 1])) for i in range(2, len(raw), 2)]
         wait = int(raw[1])
-        return Claim(entries=pairs, more_due=bool(int(raw[0])),
-                     next_due_in_ms=None if wait < 0 else wait)  # fmt: skip
+        return Claim(
+            entries=pairs, more_due=bool(int(raw[0])), next_due_in_ms=None if wait < 0 else wait
+        )
 
     def remove(self, entry_ids: list[str]) -> int:
         """Remove entries (their publish was confirmed); returns how many were still there."""
@@ -127,8 +135,12 @@ class DelayStore:
     def record_return(self, entry_id: str, backoff_ms: int, max_returns: int) -> int:
         """Count a return of a claimed entry; under ``max_returns`` it is due again after
         ``backoff_ms`` doubled per earlier return (Redis clock). Returns the count."""
-        return int(self._record_return(keys=[self.keys.schedule, self.keys.returns],
-                                       args=[entry_id, backoff_ms, max_returns]))  # fmt: skip
+        return int(
+            self._record_return(
+                keys=[self.keys.schedule, self.keys.returns],
+                args=[entry_id, backoff_ms, max_returns],
+            )
+        )
 
     def forget_returns(self, entry_ids: list[str]) -> None:
         """Drop the return counts of entries that were published or dead-lettered."""
@@ -140,8 +152,9 @@ class DelayStore:
         return int(self.client.zcard(self.keys.schedule))
 
     def next_due_ms(self) -> int | None:
-        first = cast(list[tuple[bytes, float]],
-                     self.client.zrange(self.keys.schedule, 0, 0, withscores=True))  # fmt: skip
+        first = cast(
+            list[tuple[bytes, float]], self.client.zrange(self.keys.schedule, 0, 0, withscores=True)
+        )
         return int(first[0][1]) if first else None
 
 

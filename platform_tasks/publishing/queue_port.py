@@ -93,8 +93,9 @@ class QueuePort:
                 self._store = DelayStore(self._redis, delay_keys(self.settings.profile))
         return self._store
 
-    def _store_amqp(self, kind: str, send: dict[str, Any], run_at: datetime
-                    ) -> tuple[str, int, str]:  # fmt: skip
+    def _store_amqp(
+        self, kind: str, send: dict[str, Any], run_at: datetime
+    ) -> tuple[str, int, str]:
         """An entry of the RabbitMQ delay store: a fresh id, the due time, the message."""
         assert self._amqp_messages is not None
         message = self._amqp_messages.build(kind, **send)
@@ -111,8 +112,9 @@ class QueuePort:
             complete["correlation_id"] = current_correlation_id.get() or uuid.uuid4().hex
         return parse_envelope(complete, dict, max_bytes=self.settings.max_payload_bytes)
 
-    def _send_options(self, queue: str, envelope: Envelope[Any], options: PublishOptions
-                      ) -> dict[str, Any]:  # fmt: skip
+    def _send_options(
+        self, queue: str, envelope: Envelope[Any], options: PublishOptions
+    ) -> dict[str, Any]:
         if not queue:
             raise ValueError("queue must be a non-empty queue name")
         headers = dict(options.headers)

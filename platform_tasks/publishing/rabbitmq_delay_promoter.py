@@ -133,8 +133,11 @@ class RabbitMQDelayPromoter:
             done = [entry_id for entry_id, ok in zip(ids, confirmed, strict=True) if ok]
             returned = [(ids[i], claim.entries[i][1]) for i in sorted(publisher.returned)]
             returned_ids = {entry_id for entry_id, _ in returned}
-            failed = [entry_id for entry_id, ok in zip(ids, confirmed, strict=True)
-                      if not ok and entry_id not in returned_ids]  # fmt: skip
+            failed = [
+                entry_id
+                for entry_id, ok in zip(ids, confirmed, strict=True)
+                if not ok and entry_id not in returned_ids
+            ]
             if done and self.after_confirm is not None:
                 self.after_confirm(done)
             store.remove(done)
@@ -144,9 +147,10 @@ class RabbitMQDelayPromoter:
             if failed:
                 store.release(failed)
                 logger.warning(
-                    "%d delayed jobs were not confirmed by RabbitMQ; retrying", len(failed),
+                    "%d delayed jobs were not confirmed by RabbitMQ; retrying",
+                    len(failed),
                     extra={"event": "delay.publish_unconfirmed"},
-                )  # fmt: skip
+                )
             moved += len(done)
             if done:
                 delay_promoted(len(done))
@@ -165,8 +169,11 @@ class RabbitMQDelayPromoter:
             if time.monotonic() - started > MAX_CONFIRM_LEASES * self.settings.delay_lease_seconds:
                 return False
             store.extend(ids, self.lease_ms)
-            logger.warning("RabbitMQ has not confirmed %d delayed jobs yet; lease renewed",
-                           len(ids), extra={"event": "delay.confirm_slow"})  # fmt: skip
+            logger.warning(
+                "RabbitMQ has not confirmed %d delayed jobs yet; lease renewed",
+                len(ids),
+                extra={"event": "delay.confirm_slow"},
+            )
             return True
 
         return renew
@@ -180,10 +187,17 @@ class RabbitMQDelayPromoter:
             delay = self.return_backoff_seconds * 2 ** (returns - 1)
             logger.warning(
                 "RabbitMQ returned delayed job %s as unroutable (%d of %d); retrying in %.1fs",
-                entry_id, returns, MAX_RETURNS, delay,
-                extra={"event": "delay.publish_returned_backoff", "entry_id": entry_id,
-                       "returns": returns, "delay_seconds": delay},
-            )  # fmt: skip
+                entry_id,
+                returns,
+                MAX_RETURNS,
+                delay,
+                extra={
+                    "event": "delay.publish_returned_backoff",
+                    "entry_id": entry_id,
+                    "returns": returns,
+                    "delay_seconds": delay,
+                },
+            )
             return
         message = AmqpMessage.decode(raw)
         record = unroutable_delayed_record(message, returns)
@@ -201,10 +215,16 @@ class RabbitMQDelayPromoter:
         record.alert(dead_letter_id)
         logger.error(
             "delayed job %s was returned %d times as unroutable; dead-lettered as row %s",
-            entry_id, returns, dead_letter_id,
-            extra={"event": "delay.dead_lettered_unroutable", "entry_id": entry_id,
-                   "dead_letter_id": dead_letter_id, "queue": record.queue},
-        )  # fmt: skip
+            entry_id,
+            returns,
+            dead_letter_id,
+            extra={
+                "event": "delay.dead_lettered_unroutable",
+                "entry_id": entry_id,
+                "dead_letter_id": dead_letter_id,
+                "queue": record.queue,
+            },
+        )
 
     def _dead_letter_database(self) -> Database:
         if self._database is None:
@@ -225,18 +245,23 @@ class RabbitMQDelayPromoter:
                     failures = 0
                     if moved:
                         self.moved_total += moved
-                        logger.debug("published delayed jobs to RabbitMQ",
-                                     extra={"event": "delay.promoted", "count": moved})  # fmt: skip
+                        logger.debug(
+                            "published delayed jobs to RabbitMQ",
+                            extra={"event": "delay.promoted", "count": moved},
+                        )
                 except PROMOTION_ERRORS as exc:
                     failures += 1
                     logger.warning(
-                        "delay promotion to RabbitMQ failed (%s); retrying", exc,
+                        "delay promotion to RabbitMQ failed (%s); retrying",
+                        exc,
                         extra={"event": "delay.promote_failed"},
-                    )  # fmt: skip
+                    )
                 except Exception:  # the promoter must outlive any surprise; entries stay
                     failures += 1
-                    logger.exception("delay promotion to RabbitMQ failed unexpectedly; retrying",
-                                     extra={"event": "delay.promote_failed"})  # fmt: skip
+                    logger.exception(
+                        "delay promotion to RabbitMQ failed unexpectedly; retrying",
+                        extra={"event": "delay.promote_failed"},
+                    )
                 if failures:
                     wait = min(30.0, interval * 2 ** min(failures, 6))
                 self._stop.wait(wait)

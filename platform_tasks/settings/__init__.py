@@ -31,14 +31,23 @@ _LIBPQ_CHOICES: dict[str, tuple[str, ...]] = {
     "gssencmode": ("disable", "prefer", "require"),
     "channel_binding": ("disable", "prefer", "require"),
     "target_session_attrs": (
-        "any", "read-write", "read-only", "primary", "standby", "prefer-standby",
+        "any",
+        "read-write",
+        "read-only",
+        "primary",
+        "standby",
+        "prefer-standby",
     ),
     "load_balance_hosts": ("disable", "random"),
-}  # fmt: skip
+}
 _LIBPQ_INTEGERS = (
-    "connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval",
-    "keepalives_count", "tcp_user_timeout",
-)  # fmt: skip
+    "connect_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "tcp_user_timeout",
+)
 
 
 def redact_url(url: str) -> str:
@@ -293,8 +302,7 @@ class PlatformSettings(BaseSettings):
 
     @field_validator("rabbitmq_delays")
     @classmethod
-    def _rabbitmq_delays_need_rabbitmq(cls, value: str | None, info: ValidationInfo
-                                       ) -> str | None:  # fmt: skip
+    def _rabbitmq_delays_need_rabbitmq(cls, value: str | None, info: ValidationInfo) -> str | None:
         """Set on another broker it would silently mean nothing (a Redis broker's delays
         always wait in the delay store), so it is refused there."""
         if value is None:

@@ -145,9 +145,13 @@ class JobTestScheduler:
         ns = namespace or jobs_namespace(app_name="tests", profile="test", mode="test")
         self.leases = JobLeases(redis, namespace=ns, prefix=key_prefix)
         self.engine = TriggerEngine(
-            self.jobs, self.leases, owner=owner, started_at=start, explicit_now=True,
+            self.jobs,
+            self.leases,
+            owner=owner,
+            started_at=start,
+            explicit_now=True,
             reconsider_current=True,
-        )  # fmt: skip
+        )
         self.started_at = start
         self.held: list[PointResult] = []
         self._last: datetime = start
@@ -163,8 +167,9 @@ class JobTestScheduler:
         if at.tzinfo is None:
             raise ValueError("at must be timezone-aware")
         if at < self._last:
-            raise ValueError(f"ticks move forward: {at.isoformat()} is before "
-                             f"{self._last.isoformat()}")  # fmt: skip
+            raise ValueError(
+                f"ticks move forward: {at.isoformat()} is before {self._last.isoformat()}"
+            )
         self._last = at
         results: list[TickResult] = []
         for result in self.engine.tick(at):
@@ -174,8 +179,14 @@ class JobTestScheduler:
                     outcome = self._run(result, at)
                 else:
                     self.held.append(result)
-            results.append(TickResult(result.job, result.point, result.outcome.value,
-                                      outcome.value if outcome else None))  # fmt: skip
+            results.append(
+                TickResult(
+                    result.job,
+                    result.point,
+                    result.outcome.value,
+                    outcome.value if outcome else None,
+                )
+            )
         return results
 
     def finish(self, *, at: datetime | None = None) -> list[TickResult]:
@@ -187,11 +198,15 @@ class JobTestScheduler:
     def _run(self, result: PointResult, at: datetime) -> RunOutcome:
         assert result.token is not None
         return run_point(
-            self.jobs, self.leases, job=result.job, point_ms=result.point_ms,
-            period_end_ms=result.period_end_ms, token=result.token,
+            self.jobs,
+            self.leases,
+            job=result.job,
+            point_ms=result.point_ms,
+            period_end_ms=result.period_end_ms,
+            token=result.token,
             lease_ttl_ms=result.lease_ttl // timedelta(milliseconds=1),
             now_ms=int(at.timestamp() * 1000),
-        )  # fmt: skip
+        )
 
     def next_point(self, job: str) -> datetime:
         """The job's next point not yet considered (the first after start-up, at first)."""
@@ -265,9 +280,13 @@ def job_scheduler(
 
     settings = PlatformSettings.from_env()
     if not settings.jobs_dir.is_dir():
-        pytest.fail(f"job_scheduler: jobs folder {settings.jobs_dir} not found (the working "
-                    "directory is the project root, or set PLATFORM_JOBS_DIR)")  # fmt: skip
+        pytest.fail(
+            f"job_scheduler: jobs folder {settings.jobs_dir} not found (the working "
+            "directory is the project root, or set PLATFORM_JOBS_DIR)"
+        )
     return job_scheduler_factory(
-        settings.jobs_dir, started_at=job_scheduler_started_at,
-        include=tuple(settings.jobs_include), exclude=tuple(settings.jobs_exclude),
-    )  # fmt: skip
+        settings.jobs_dir,
+        started_at=job_scheduler_started_at,
+        include=tuple(settings.jobs_include),
+        exclude=tuple(settings.jobs_exclude),
+    )

@@ -136,29 +136,61 @@ class OutcomeRecorder(PipelineHook):
     def on_applied(self, delivery: Delivery, envelope: Envelope[Any], verdict: Applied) -> None:
         self._record(_Event("applied", envelope.job_id, delivery.consumer, verdict.attempt))
 
-    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate
-                     ) -> None:  # fmt: skip
-        self._record(_Event("duplicate", envelope.job_id, delivery.consumer, reason=verdict.reason,
-                            dead_letter_id=verdict.dead_letter_id))  # fmt: skip
+    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate) -> None:
+        self._record(
+            _Event(
+                "duplicate",
+                envelope.job_id,
+                delivery.consumer,
+                reason=verdict.reason,
+                dead_letter_id=verdict.dead_letter_id,
+            )
+        )
 
-    def on_retry_scheduled(self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
-                           ) -> None:  # fmt: skip
+    def on_retry_scheduled(
+        self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
+    ) -> None:
         from platform_tasks.dead_letters.records import error_type_name
 
-        self._record(_Event("retry_scheduled", envelope.job_id, delivery.consumer,
-                            verdict.attempt, retry_at=verdict.at,
-                            error_type=error_type_name(verdict.error)))  # fmt: skip
+        self._record(
+            _Event(
+                "retry_scheduled",
+                envelope.job_id,
+                delivery.consumer,
+                verdict.attempt,
+                retry_at=verdict.at,
+                error_type=error_type_name(verdict.error),
+            )
+        )
 
-    def on_throttled(self, delivery: Delivery, envelope: Envelope[Any],
-                     verdict: ThrottledUntil) -> None:  # fmt: skip
-        self._record(_Event("throttled", envelope.job_id, delivery.consumer, verdict.attempt,
-                            reason=verdict.reason, retry_at=verdict.at))  # fmt: skip
+    def on_throttled(
+        self, delivery: Delivery, envelope: Envelope[Any], verdict: ThrottledUntil
+    ) -> None:
+        self._record(
+            _Event(
+                "throttled",
+                envelope.job_id,
+                delivery.consumer,
+                verdict.attempt,
+                reason=verdict.reason,
+                retry_at=verdict.at,
+            )
+        )
 
-    def on_dead_lettered(self, record: DeadLetterRecord, dead_letter_id: int,
-                         error: BaseException | None) -> None:  # fmt: skip
-        self._record(_Event("dead_lettered", record.job_id, record.kind, record.attempts,
-                            reason=record.reason, error_type=record.error_type,
-                            dead_letter_id=dead_letter_id))  # fmt: skip
+    def on_dead_lettered(
+        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+    ) -> None:
+        self._record(
+            _Event(
+                "dead_lettered",
+                record.job_id,
+                record.kind,
+                record.attempts,
+                reason=record.reason,
+                error_type=record.error_type,
+                dead_letter_id=dead_letter_id,
+            )
+        )
 
 
 _RECORDER_ATTRIBUTE = "platform_test_outcomes"
@@ -203,8 +235,9 @@ class PlatformJobs:
             self._port = QueuePort(self.app)
         return self._port
 
-    def publish(self, queue: str, payload: Mapping[str, Any],
-                opts: Mapping[str, Any] | None = None) -> uuid.UUID:  # fmt: skip
+    def publish(
+        self, queue: str, payload: Mapping[str, Any], opts: Mapping[str, Any] | None = None
+    ) -> uuid.UUID:
         """``QueuePort.publish``: validate, publish now, return the job id."""
         job_id: uuid.UUID = self.port.publish(queue, payload, opts)
         return job_id
@@ -217,8 +250,10 @@ class PlatformJobs:
         limit = self.default_timeout if timeout is None else timeout
         event = self.recorder.wait_for(key, index, time.monotonic() + limit)
         if event is None:
-            raise TimeoutError(f"no delivery of job {key} settled within {limit:.1f}s "
-                               f"({index} settled before; {self._state(key)})")  # fmt: skip
+            raise TimeoutError(
+                f"no delivery of job {key} settled within {limit:.1f}s "
+                f"({index} settled before; {self._state(key)})"
+            )
         self._seen[key] = index + 1
         return self._outcome(event)
 
@@ -235,10 +270,16 @@ class PlatformJobs:
         if event.dead_letter_id is not None:
             dead_letter = self._one("dead_letter_row", id=event.dead_letter_id)
         return JobOutcome(
-            status=event.status, job_id=event.job_id, attempt=event.attempt,
-            reason=event.reason, retry_at=event.retry_at, error_type=event.error_type,
-            processed_at=processed_at, dead_letter=dead_letter, consumer=event.consumer,
-        )  # fmt: skip
+            status=event.status,
+            job_id=event.job_id,
+            attempt=event.attempt,
+            reason=event.reason,
+            retry_at=event.retry_at,
+            error_type=event.error_type,
+            processed_at=processed_at,
+            dead_letter=dead_letter,
+            consumer=event.consumer,
+        )
 
     def _one(self, query: str, **params: Any) -> dict[str, Any] | None:
         conn = psycopg2.connect(self.database_url)
@@ -255,11 +296,13 @@ class PlatformJobs:
         conn = psycopg2.connect(self.database_url)
         try:
             with conn, conn.cursor() as cur:
-                cur.execute("SELECT count(*) FROM core.processed_jobs WHERE job_id = %s",
-                            (str(job_id),))  # fmt: skip
+                cur.execute(
+                    "SELECT count(*) FROM core.processed_jobs WHERE job_id = %s", (str(job_id),)
+                )
                 processed = cur.fetchone()[0]
-                cur.execute("SELECT count(*) FROM core.dead_letters WHERE job_id = %s",
-                            (str(job_id),))  # fmt: skip
+                cur.execute(
+                    "SELECT count(*) FROM core.dead_letters WHERE job_id = %s", (str(job_id),)
+                )
                 dead = cur.fetchone()[0]
         finally:
             conn.close()
@@ -322,15 +365,18 @@ def platform_database_url(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def platform_environment(platform_redis_url: str, platform_database_url: str
-                         ) -> Iterator[dict[str, str]]:  # fmt: skip
+def platform_environment(
+    platform_redis_url: str, platform_database_url: str
+) -> Iterator[dict[str, str]]:
     """Sets ``PLATFORM_REDIS_URL``, ``PLATFORM_DATABASE_URL`` (and clears
     ``PLATFORM_BROKER_URL``) to the test servers for the session, and
     ``PLATFORM_PROFILE=test``, ``PLATFORM_DELAY_POLL_INTERVAL_SECONDS=0.1`` unless set.
     An app module imported after this fixture (``create_app`` reads the environment)
     is bound to the test servers. The previous values come back at the end."""
-    values = {"PLATFORM_REDIS_URL": platform_redis_url,
-              "PLATFORM_DATABASE_URL": platform_database_url}  # fmt: skip
+    values = {
+        "PLATFORM_REDIS_URL": platform_redis_url,
+        "PLATFORM_DATABASE_URL": platform_database_url,
+    }
     defaults = {"PLATFORM_PROFILE": "test", "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1"}
     names = [*values, *defaults, "PLATFORM_BROKER_URL"]
     saved = {name: os.environ.get(name) for name in names}
@@ -373,8 +419,9 @@ def platform_celery_app() -> Any:
 
 
 @pytest.fixture(scope="session")
-def platform_app(platform_celery_app: Any, platform_redis_url: str,
-                 platform_database_url: str) -> Any:  # fmt: skip
+def platform_app(
+    platform_celery_app: Any, platform_redis_url: str, platform_database_url: str
+) -> Any:
     """``platform_celery_app``, checked to point at the test servers, with the outcome
     recorder installed and no scheduled jobs run by its workers (``job_scheduler``
     tests those)."""
@@ -384,10 +431,14 @@ def platform_app(platform_celery_app: Any, platform_redis_url: str,
     settings = getattr(app, "platform_settings", None)
     if settings is None:
         pytest.fail("platform_celery_app must return an app built with platform_tasks.create_app")
-    wrong = [name for name, have, want in (
-        ("PLATFORM_REDIS_URL", settings.redis_url, platform_redis_url),
-        ("PLATFORM_DATABASE_URL", settings.database_url, platform_database_url),
-    ) if have != want]  # fmt: skip
+    wrong = [
+        name
+        for name, have, want in (
+            ("PLATFORM_REDIS_URL", settings.redis_url, platform_redis_url),
+            ("PLATFORM_DATABASE_URL", settings.database_url, platform_database_url),
+        )
+        if have != want
+    ]
     if settings.broker_url not in (None, platform_redis_url):
         wrong.append("PLATFORM_BROKER_URL")  # the test worker consumes the test Redis
     if wrong:
@@ -410,8 +461,9 @@ def platform_worker_parameters() -> Mapping[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def platform_worker(platform_app: Any, platform_worker_parameters: Mapping[str, Any]
-                    ) -> Iterator[Any]:  # fmt: skip
+def platform_worker(
+    platform_app: Any, platform_worker_parameters: Mapping[str, Any]
+) -> Iterator[Any]:
     """Celery's embedded test worker (``start_worker``: solo pool, a thread of the test
     process) consuming every queue a plain ``celery -A app worker`` would.
 
@@ -419,8 +471,12 @@ def platform_worker(platform_app: Any, platform_worker_parameters: Mapping[str, 
     """
     from celery.contrib.testing.worker import start_worker
 
-    options: dict[str, Any] = {"pool": "solo", "concurrency": 1, "loglevel": "WARNING",
-                               "shutdown_timeout": 30.0}  # fmt: skip
+    options: dict[str, Any] = {
+        "pool": "solo",
+        "concurrency": 1,
+        "loglevel": "WARNING",
+        "shutdown_timeout": 30.0,
+    }
     options.update(platform_worker_parameters)
     with start_worker(platform_app, perform_ping_check=False, **options) as worker:
         yield worker
@@ -463,8 +519,9 @@ def platform_truncate_tables() -> Sequence[str]:
 
 
 @pytest.fixture
-def platform_db(platform_app: Any, platform_database_url: str,
-                platform_truncate_tables: Sequence[str]) -> Iterator[Any]:  # fmt: skip
+def platform_db(
+    platform_app: Any, platform_database_url: str, platform_truncate_tables: Sequence[str]
+) -> Iterator[Any]:
     """A connection (autocommit) to the test database, after emptying the ``core`` tables,
     the tables of ``platform_truncate_tables`` and the delay store."""
     conn = psycopg2.connect(platform_database_url)
@@ -482,8 +539,9 @@ def platform_db(platform_app: Any, platform_database_url: str,
 
 
 @pytest.fixture
-def platform_jobs(platform_app: Any, platform_worker: Any, platform_db: Any,
-                  platform_database_url: str) -> Iterator[PlatformJobs]:  # fmt: skip
+def platform_jobs(
+    platform_app: Any, platform_worker: Any, platform_db: Any, platform_database_url: str
+) -> Iterator[PlatformJobs]:
     """:class:`PlatformJobs` for the running worker: ``publish(queue, payload)`` and
     ``wait(job_id, timeout=30)``; the test starts with empty platform tables."""
     recorder = install_recorder(platform_app)

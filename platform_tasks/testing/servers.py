@@ -107,8 +107,14 @@ def in_network_namespace(
         return list(argv)
     prefix = ["ip", "netns", "exec", netns]
     if ids is not None:
-        prefix += ["setpriv", f"--reuid={ids[0]}", f"--regid={ids[1]}", "--clear-groups",
-                   "--pdeathsig", "TERM"]  # fmt: skip
+        prefix += [
+            "setpriv",
+            f"--reuid={ids[0]}",
+            f"--regid={ids[1]}",
+            "--clear-groups",
+            "--pdeathsig",
+            "TERM",
+        ]
     return [*prefix, *argv]
 
 
@@ -248,19 +254,30 @@ class RedisServer:
     def argv(self) -> list[str]:
         return [
             str(find_redis_server()),
-            "--port", str(self.port),
-            "--bind", self.host,
-            "--dir", str(self.data_dir),
-            "--dbfilename", "dump.rdb",
-            "--save", "",
-            "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", self.appendfsync,
-            "--maxmemory-policy", self.maxmemory_policy,
-            "--protected-mode", "no",
-            "--daemonize", "no",
-            "--loglevel", "warning",
+            "--port",
+            str(self.port),
+            "--bind",
+            self.host,
+            "--dir",
+            str(self.data_dir),
+            "--dbfilename",
+            "dump.rdb",
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--appendfsync",
+            self.appendfsync,
+            "--maxmemory-policy",
+            self.maxmemory_policy,
+            "--protected-mode",
+            "no",
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
             *self.extra_args,
-        ]  # fmt: skip
+        ]
 
     def start(self, timeout: float = 20.0) -> RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -398,14 +415,25 @@ class PostgresServer:
         self._chown(self.data_dir)
         self._chown(self.data_dir.parent)
         result = subprocess.run(
-            [str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
-             "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions"],
+            [
+                str(self.bin_dir / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--no-instructions",
+            ],
             capture_output=True,
             user=self._ids[0] if self._ids else None,
             group=self._ids[1] if self._ids else None,
             timeout=120,
             check=False,
-        )  # fmt: skip
+        )
         if result.returncode != 0:
             raise ServerStartError(
                 f"initdb failed in {self.data_dir}: {result.stderr.decode(errors='replace')}"

@@ -32,8 +32,11 @@ def test_a_claim_hides_the_entry_until_its_lease_ends(redis_client: redis.Redis)
     assert second.claim_due(10, lease_ms=500).entries == [], "leased to the first promoter"
     assert redis_client.hexists(first.keys.entries, "e1"), "still stored while leased"
     # the first promoter died without removing it: the entry comes back after the lease
-    wait_until(lambda: second.claim_due(10, lease_ms=60_000).entries == [("e1", b'{"m": 1}')],
-               timeout=30, message="entry claimable again after the lease")  # fmt: skip
+    wait_until(
+        lambda: second.claim_due(10, lease_ms=60_000).entries == [("e1", b'{"m": 1}')],
+        timeout=30,
+        message="entry claimable again after the lease",
+    )
     assert second.remove(["e1"]) == 1
     assert second.pending() == 1 and not redis_client.hexists(second.keys.entries, "e1")
     assert first.remove(["e1"]) == 0, "a late removal of a removed entry changes nothing"

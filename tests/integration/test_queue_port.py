@@ -59,8 +59,10 @@ def test_correlation_id_is_inherited_inside_a_job(port: QueuePort, redis_client)
     finally:
         current_correlation_id.reset(token)
     port.publish("q", payload())
-    bodies = [json.loads(__import__("base64").b64decode(m["body"]))[0][0]
-              for m in reversed(_messages(redis_client, "q"))]  # fmt: skip
+    bodies = [
+        json.loads(__import__("base64").b64decode(m["body"]))[0][0]
+        for m in reversed(_messages(redis_client, "q"))
+    ]
     assert bodies[0]["correlation_id"] == "parent-corr"
     assert bodies[1]["correlation_id"] not in ("parent-corr", "")
 

@@ -65,11 +65,17 @@ class RedisClusterServers:
                 self.data_dir / f"node{i}",
                 free_cluster_port(),
                 appendonly=False,
-                extra_args=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                            "--cluster-node-timeout", "5000"],
+                extra_args=[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                ],
             )
             for i in range(nodes)
-        ]  # fmt: skip
+        ]
 
     @property
     def startup_nodes(self) -> list[tuple[str, int]]:
@@ -84,10 +90,19 @@ class RedisClusterServers:
             server.start()
         addresses = [f"127.0.0.1:{server.port}" for server in self.servers]
         subprocess.run(
-            [str(find_redis_cli()), "--cluster", "create", *addresses,
-             "--cluster-replicas", "0", "--cluster-yes"],
-            check=True, capture_output=True, timeout=timeout,
-        )  # fmt: skip
+            [
+                str(find_redis_cli()),
+                "--cluster",
+                "create",
+                *addresses,
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=timeout,
+        )
         wait_until(self.cluster_ok, timeout=timeout, message="redis cluster state ok")
         return self
 
@@ -309,8 +324,12 @@ class RabbitMQServer:
                     f"rabbitmq-server exited at start-up:\n{self._process.log_tail(40)}"
                 )
             # The AMQP listener opens last in the boot sequence; a login proves it serves.
-            connection = amqp.Connection(f"127.0.0.1:{self.port}", userid=self.user,
-                                         password=self.password, connect_timeout=2)  # fmt: skip
+            connection = amqp.Connection(
+                f"127.0.0.1:{self.port}",
+                userid=self.user,
+                password=self.password,
+                connect_timeout=2,
+            )
             try:
                 connection.connect()
             finally:
@@ -318,8 +337,12 @@ class RabbitMQServer:
             return True
 
         try:
-            wait_until(ready, timeout=timeout, interval=0.25,
-                       message=f"rabbitmq-server on port {self.port}")  # fmt: skip
+            wait_until(
+                ready,
+                timeout=timeout,
+                interval=0.25,
+                message=f"rabbitmq-server on port {self.port}",
+            )
         except ServerStartError:
             raise
         except TimeoutError as exc:
@@ -371,8 +394,9 @@ class RabbitMQServer:
 
     def queue_depths(self, vhost: str = "/") -> dict[str, int]:
         """Ready plus unacknowledged messages of every queue in ``vhost``."""
-        out = self.ctl("list_queues", "-p", vhost, "--quiet", "--no-table-headers",
-                       "name", "messages")  # fmt: skip
+        out = self.ctl(
+            "list_queues", "-p", vhost, "--quiet", "--no-table-headers", "name", "messages"
+        )
         depths: dict[str, int] = {}
         for line in out.splitlines():
             parts = line.split("\t")

@@ -319,8 +319,11 @@ class Channel(RedisChannel):  # type: ignore[misc]
                         num=self.unacked_restore_limit, interval=self.unacked_restore_throttle
                     )
                 except self.connection_errors:
-                    logger.debug("sweep skipped: broker connection error", exc_info=True,
-                                 extra={"event": "transport.sweep_skipped"})  # fmt: skip
+                    logger.debug(
+                        "sweep skipped: broker connection error",
+                        exc_info=True,
+                        extra={"event": "transport.sweep_skipped"},
+                    )
             raise Empty()
         return self._deliver_fetched(reply)
 
@@ -397,8 +400,9 @@ class Channel(RedisChannel):  # type: ignore[misc]
 
     # --- restoring --------------------------------------------------------------------
 
-    def restore_record(self, tag: str, record: bytes | str, *, leftmost: bool,
-                       unroutable_here: bool = False) -> bool:  # fmt: skip
+    def restore_record(
+        self, tag: str, record: bytes | str, *, leftmost: bool, unroutable_here: bool = False
+    ) -> bool:
         """Push one unacked record back onto its queues (once); True if this call did.
 
         Routing (exchange lookup, priority list) is kombu's, computed here; the script
@@ -425,8 +429,12 @@ class Channel(RedisChannel):  # type: ignore[misc]
             except self.connection_errors:
                 raise
             except Exception:
-                logger.warning("no route for unacked message %s", tag, exc_info=True,
-                               extra={"event": "transport.route_lookup_failed"})  # fmt: skip
+                logger.warning(
+                    "no route for unacked message %s",
+                    tag,
+                    exc_info=True,
+                    extra={"event": "transport.route_lookup_failed"},
+                )
                 queues = []
             if not queues and unroutable_here and self._active_queues:
                 queues = [self._active_queues[0]]
@@ -434,10 +442,17 @@ class Channel(RedisChannel):  # type: ignore[misc]
                 logger.error(
                     "unacked message %s has no queue bound for exchange %r, routing key %r "
                     "any more; handed to queue %s to be dead-lettered",
-                    tag, exchange, routing_key, queues[0],
-                    extra={"event": "transport.unroutable", "delivery_tag": tag,
-                           "exchange": exchange, "routing_key": routing_key},
-                )  # fmt: skip
+                    tag,
+                    exchange,
+                    routing_key,
+                    queues[0],
+                    extra={
+                        "event": "transport.unroutable",
+                        "delivery_tag": tag,
+                        "exchange": exchange,
+                        "routing_key": routing_key,
+                    },
+                )
             targets = [self.prefixed(self._q_for_pri(queue, priority)) for queue in queues]
         except self.connection_errors:
             raise
@@ -451,9 +466,10 @@ class Channel(RedisChannel):  # type: ignore[misc]
         if not targets:
             logger.warning(
                 "unacked message %s has no queue to go back to; it stays unacked until a "
-                "sweep hands it over", tag,
+                "sweep hands it over",
+                tag,
                 extra={"event": "transport.restore_unroutable", "delivery_tag": tag},
-            )  # fmt: skip
+            )
             return False
         flag = "1" if leftmost else "0"
         return bool(self.run_script("transport_restore", targets, [tag, dumps(message), flag]))
@@ -479,14 +495,14 @@ def _log_if_unreadable(message: dict[str, Any], queue: str) -> None:
     why = (message.get("headers") or {}).get(UNREADABLE_HEADER)
     if why is not None:
         logger.error(
-            "unreadable broker message on queue %s (%s); delivered wrapped, to be "
-            "dead-lettered", queue, why,
+            "unreadable broker message on queue %s (%s); delivered wrapped, to be dead-lettered",
+            queue,
+            why,
             extra={"event": "transport.message_unreadable", "queue": queue, "why": why},
-        )  # fmt: skip
+        )
 
 
-def _mark_unroutable(message: dict[str, Any], exchange: str, routing_key: str, queue: str
-                     ) -> None:  # fmt: skip
+def _mark_unroutable(message: dict[str, Any], exchange: str, routing_key: str, queue: str) -> None:
     """Mark a message for the dead-letter path and route it to ``queue`` from now on.
 
     The original exchange and routing key go into the header; the delivery info names the

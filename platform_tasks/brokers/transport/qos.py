@@ -55,9 +55,10 @@ class QoS(RedisQoS):  # type: ignore[misc]
                 # PUB/SUB): Redis holds no copy to lose, so deliver it unrecorded.
                 logger.warning(
                     "could not record message %s as unacked (%s); delivering it unrecorded",
-                    delivery_tag, exc,
+                    delivery_tag,
+                    exc,
                     extra={"event": "transport.record_failed", "delivery_tag": delivery_tag},
-                )  # fmt: skip
+                )
         virtual.QoS.append(self, message, delivery_tag)
 
     def ack(self, delivery_tag: str) -> None:
@@ -73,9 +74,11 @@ class QoS(RedisQoS):  # type: ignore[misc]
             except ResponseError as exc:
                 logger.warning(
                     "broker refused to requeue message %s (%s); it stays unacked until "
-                    "the visibility sweep", delivery_tag, exc,
+                    "the visibility sweep",
+                    delivery_tag,
+                    exc,
                     extra={"event": "transport.requeue_failed", "delivery_tag": delivery_tag},
-                )  # fmt: skip
+                )
         else:
             self._send_ack(delivery_tag)
         virtual.QoS.ack(self, delivery_tag)
@@ -93,9 +96,10 @@ class QoS(RedisQoS):  # type: ignore[misc]
             self.unsent_acks.add(delivery_tag)
             logger.warning(
                 "broker refused the ack of message %s (%s); resending it shortly",
-                delivery_tag, exc,
+                delivery_tag,
+                exc,
                 extra={"event": "transport.ack_deferred", "delivery_tag": delivery_tag},
-            )  # fmt: skip
+            )
         else:
             self.unsent_acks.discard(delivery_tag)
 
@@ -132,9 +136,11 @@ class QoS(RedisQoS):  # type: ignore[misc]
                 # the transport (no client to reconnect with). Raising here would end the
                 # worker; the unacked record stays in Redis and the sweep restores it.
                 logger.warning(
-                    "could not restore message %s on close; the visibility sweep will", tag,
-                    exc_info=True, extra={"event": "transport.restore_deferred"},
-                )  # fmt: skip
+                    "could not restore message %s on close; the visibility sweep will",
+                    tag,
+                    exc_info=True,
+                    extra={"event": "transport.restore_deferred"},
+                )
         self._delivered.clear()
 
     def restore_by_tag(self, tag: str, client: Any = None, leftmost: bool = False) -> bool:
@@ -160,9 +166,10 @@ class QoS(RedisQoS):  # type: ignore[misc]
             self._sweep(num)
         except ResponseError as exc:
             logger.warning(
-                "visibility sweep refused by the broker (%s); retrying at the next call", exc,
+                "visibility sweep refused by the broker (%s); retrying at the next call",
+                exc,
                 extra={"event": "transport.sweep_failed"},
-            )  # fmt: skip
+            )
             return
         # Only a sweep that ran counts: after a failed one (error reply, connection
         # error) the next call sweeps again instead of waiting a whole interval.

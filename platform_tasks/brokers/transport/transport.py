@@ -60,9 +60,10 @@ class Transport(RedisTransport):  # type: ignore[misc]
                 channel.extend_unacked(channel.in_flight_tags())
             except ResponseError as exc:
                 logger.warning(
-                    "broker refused to refresh in-flight messages (%s); retrying at the "
-                    "next tick", exc, extra={"event": "transport.extend_failed"},
-                )  # fmt: skip
+                    "broker refused to refresh in-flight messages (%s); retrying at the next tick",
+                    exc,
+                    extra={"event": "transport.extend_failed"},
+                )
             except channel.connection_errors:
                 logger.debug(
                     "in-flight upkeep skipped: broker connection error",

@@ -37,10 +37,16 @@ def test_processed_counter_is_summed_across_prefork_processes(
     payloads = [effect_payload(hold_ms=50) for _ in range(JOBS)]
 
     with celery_processes() as started:
-        worker = start_worker(started, redis_url=redis_url, database_url=database_url,
-                              log_path=tmp_path / "worker.log", extra_env={
-                                  "PROMETHEUS_MULTIPROC_DIR": str(multiproc_dir),
-                                  "PLATFORM_METRICS_PORT": str(port)})  # fmt: skip
+        worker = start_worker(
+            started,
+            redis_url=redis_url,
+            database_url=database_url,
+            log_path=tmp_path / "worker.log",
+            extra_env={
+                "PROMETHEUS_MULTIPROC_DIR": str(multiproc_dir),
+                "PLATFORM_METRICS_PORT": str(port),
+            },
+        )
         pool = worker.children()
         assert len(pool) == 2
         with producer(redis_url, database_url) as (_, queue_port):

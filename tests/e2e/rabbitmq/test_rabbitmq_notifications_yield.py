@@ -30,8 +30,13 @@ def test_marketing_pauses_while_the_transactional_quorum_queue_is_deep_and_resum
         "PLATFORM_MARKETING_PAUSE_DEPTH": "20",
         "PLATFORM_MARKETING_RESUME_DEPTH": "5",
     }
-    with rig(broker_settings.redis_url, str(broker_settings.database_url), tmp_path, env=env,
-             broker_url=str(broker_settings.broker_url)) as r:  # fmt: skip
+    with rig(
+        broker_settings.redis_url,
+        str(broker_settings.database_url),
+        tmp_path,
+        env=env,
+        broker_url=str(broker_settings.broker_url),
+    ) as r:
         worker = r.workers[0]
         r.server.gate.clear()
         marketing = publish_blast(
@@ -44,8 +49,9 @@ def test_marketing_pauses_while_the_transactional_quorum_queue_is_deep_and_resum
         )
         transactional = [r.receipt("acme", n) for n in range(100)]
         worker.wait_for_log("marketing paused on email", timeout=60)
-        paused_line = next(line for line in worker.log().splitlines()
-                           if "marketing paused on email" in line)  # fmt: skip
+        paused_line = next(
+            line for line in worker.log().splitlines() if "marketing paused on email" in line
+        )
         r.server.gate.set()
         transactional_keys = {key_of(job) for job in transactional}
         marketing_keys = {key_of(job) for job in marketing}

@@ -101,8 +101,11 @@ def race(harness: Harness, payload: dict[str, Any]) -> dict[str, Any]:
     assert harness.started.wait(10)
     second = threading.Thread(target=deliver, args=("second",))
     second.start()
-    wait_until(lambda: claims_waiting(harness) == 1, timeout=10,
-               message="second delivery blocked on the claim")  # fmt: skip
+    wait_until(
+        lambda: claims_waiting(harness) == 1,
+        timeout=10,
+        message="second delivery blocked on the claim",
+    )
     harness.release.set()
     first.join(15)
     second.join(15)

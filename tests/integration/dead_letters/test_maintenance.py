@@ -111,8 +111,11 @@ def test_purge_never_waits_for_a_row_a_consumer_holds(
             purger.start()
             # The lock is still held while this waits: a purge that waited for it would
             # never finish, and the deadline turns that into a failure instead of a hang.
-            wait_until(lambda: bool(outcome), timeout=30,
-                       message="the purge to finish while a consumer holds a row")  # fmt: skip
+            wait_until(
+                lambda: bool(outcome),
+                timeout=30,
+                message="the purge to finish while a consumer holds a row",
+            )
         holder.rollback()
     finally:
         holder.close()

@@ -36,9 +36,12 @@ FORBIDDEN = (
 
 def email(n: int = 0, to: str | None = None, **extra: object) -> EmailMessage:
     return EmailMessage(
-        "Shop <shop@example.com>", to or f"user{n}@example.org", f"Hello {n}", text=f"body {n}",
+        "Shop <shop@example.com>",
+        to or f"user{n}@example.org",
+        f"Hello {n}",
+        text=f"body {n}",
         **extra,
-    )  # fmt: skip
+    )
 
 
 def provider(server: ResendLikeServer, key: str = API_KEY) -> ResendProvider:
