@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
 from celery import bootsteps
 
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.settings import PlatformSettings, redact_url
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 BrokerKind = Literal["redis", "amqp", "other"]
 
@@ -190,7 +193,7 @@ def delay_countdown_seconds(seconds: float) -> int:
     return max(1, math.ceil(seconds))
 
 
-def time_limit_problems(app: Any, prefetch_multiplier: int | None = None) -> list[str]:
+def time_limit_problems(app: PlatformCelery, prefetch_multiplier: int | None = None) -> list[str]:
     """Tasks whose delivery can stay unacknowledged as long as RabbitMQ's ``consumer_timeout``.
 
     RabbitMQ closes the channel of a delivery left unacknowledged longer than
@@ -247,7 +250,7 @@ def time_limit_problems(app: Any, prefetch_multiplier: int | None = None) -> lis
     ]
 
 
-def check_time_limits(app: Any, prefetch_multiplier: int | None = None) -> None:
+def check_time_limits(app: PlatformCelery, prefetch_multiplier: int | None = None) -> None:
     """Raise :class:`ConfigurationError` listing every task whose limit RabbitMQ would cut."""
     problems = time_limit_problems(app, prefetch_multiplier)
     if problems:
@@ -281,7 +284,7 @@ class ClusterBrokerCheckStep(bootsteps.Step):  # type: ignore[misc]
         refuse_cluster_node_broker(worker.app.platform_settings)
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """When a worker starts: refuse a Redis Cluster node as the broker, and check task
     time limits against RabbitMQ's ``consumer_timeout``."""
     app.steps["worker"].add(ClusterBrokerCheckStep)

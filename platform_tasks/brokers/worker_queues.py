@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["QueueSource", "WorkerQueuesStep", "add_queue_source", "install", "platform_queues"]
 
@@ -28,7 +31,7 @@ QueueSource = Callable[[Any], Iterable[str]]
 _SOURCES_ATTRIBUTE = "platform_queue_sources"
 
 
-def add_queue_source(app: Any, source: QueueSource) -> None:
+def add_queue_source(app: PlatformCelery, source: QueueSource) -> None:
     """Register ``source``: its queues are consumed by every worker started without ``-Q``."""
     sources: list[QueueSource] | None = getattr(app, _SOURCES_ATTRIBUTE, None)
     if sources is None:
@@ -37,7 +40,7 @@ def add_queue_source(app: Any, source: QueueSource) -> None:
     sources.append(source)
 
 
-def platform_queues(app: Any) -> list[str]:
+def platform_queues(app: PlatformCelery) -> list[str]:
     """The default queue and every queue a registered source names, in a stable order."""
     names: dict[str, None] = {app.conf.task_default_queue or "default": None}
     for source in getattr(app, _SOURCES_ATTRIBUTE, None) or ():
@@ -87,6 +90,6 @@ class WorkerQueuesStep(bootsteps.Step):  # type: ignore[misc]
             )
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """Let every worker of ``app`` consume the platform's queues unless ``-Q`` says otherwise."""
     app.steps["worker"].add(WorkerQueuesStep)

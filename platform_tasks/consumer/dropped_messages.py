@@ -29,7 +29,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.worker.consumer import Consumer
 
@@ -45,6 +45,9 @@ from platform_tasks.errors import ConfigurationError
 from platform_tasks.keys import UNREADABLE_HEADER, UNROUTABLE_HEADER
 from platform_tasks.observability.alerts import send_alert
 from platform_tasks.postgres.database import Database, require_database_url
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 logger = logging.getLogger(__name__)
 
@@ -355,7 +358,7 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """Make :class:`PlatformConsumer` the worker's consumer unless the caller chose one."""
     current = app.conf.get("worker_consumer")
     if current in (None, "celery.worker.consumer:Consumer"):

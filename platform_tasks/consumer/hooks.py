@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt, ThrottledUntil
@@ -27,6 +27,9 @@ from platform_tasks.observability.metrics import (
     RETRIED,
     THROTTLED,
 )
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +83,12 @@ class Hooks:
                 )
 
 
-def add_hook(app: Any, hook: PipelineHook) -> None:
+def add_hook(app: PlatformCelery, hook: PipelineHook) -> None:
     """Install ``hook`` on ``app``'s delivery pipeline (after the hooks already there)."""
     hooks_of(app).append(hook)
 
 
-def hooks_of(app: Any) -> list[PipelineHook]:
+def hooks_of(app: PlatformCelery) -> list[PipelineHook]:
     hooks: list[PipelineHook] | None = getattr(app, _HOOKS_ATTRIBUTE, None)
     if hooks is None:
         hooks = []
@@ -215,7 +218,7 @@ POISON_REASONS = frozenset(
 class MetricsHook(PipelineHook):
     """Prometheus counters for every outcome, labelled only with declared names."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: PlatformCelery) -> None:
         self.app = app
         self._processed: dict[tuple[str | None, str, int], Any] = {}
         """``platform_jobs_processed`` children by (queue, task, pid): working the labels
@@ -281,7 +284,7 @@ class MetricsHook(PipelineHook):
         DEAD_LETTERED.labels(reason=record.reason, **labels).inc()
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """Structured logs, alerts and metrics on ``app``'s delivery pipeline."""
     for hook in (LogHook(), AlertHook(), MetricsHook(app)):
         add_hook(app, hook)

@@ -44,7 +44,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Retry
 
@@ -94,6 +94,9 @@ from platform_tasks.observability.context import current_correlation_id
 from platform_tasks.postgres.database import Database, require_database_url
 from platform_tasks.publishing.queue_port import QueuePort
 
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
+
 logger = logging.getLogger(__name__)
 
 
@@ -102,7 +105,7 @@ class DeliveryPipeline:
 
     def __init__(
         self,
-        app: Any,
+        app: PlatformCelery,
         database: Database,
         deliveries: DeliveryCounter,
         *,
@@ -127,7 +130,7 @@ class DeliveryPipeline:
         )
 
     @classmethod
-    def for_app(cls, app: Any, database_url: str) -> DeliveryPipeline:
+    def for_app(cls, app: PlatformCelery, database_url: str) -> DeliveryPipeline:
         settings = app.platform_settings
         return cls(
             app,
@@ -665,7 +668,7 @@ kept as it is without a call per value."""
 _pipelines: dict[tuple[int, int], DeliveryPipeline] = {}
 
 
-def pipeline_for(app: Any) -> DeliveryPipeline:
+def pipeline_for(app: PlatformCelery) -> DeliveryPipeline:
     """This process's pipeline for ``app`` (created on first use, again after a fork).
 
     Raises :class:`~platform_tasks.errors.ConfigurationError` naming
@@ -680,7 +683,7 @@ def pipeline_for(app: Any) -> DeliveryPipeline:
     return pipeline
 
 
-def close_pipeline(app: Any) -> None:
+def close_pipeline(app: PlatformCelery) -> None:
     """Close this process's pipeline for ``app``, if it has one.
 
     Called by ``app.close()``. A worker's app lives as long as its process, but an app made

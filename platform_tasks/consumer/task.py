@@ -33,7 +33,7 @@ platform replaces.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import celery
 from celery import bootsteps
@@ -43,6 +43,9 @@ from platform_tasks.brokers.selection import broker_holds_delays, broker_scheme
 from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.errors import ConfigurationError, DeadLettered
 from platform_tasks.postgres.database import require_database_url
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 PLATFORM_OPTIONS = frozenset({"data_model", "permanent_errors"})
 """The task options PlatformTask owns."""
@@ -176,7 +179,7 @@ def check_declaration(cls: type[Any]) -> None:
         )
 
 
-def platform_tasks_of(app: Any) -> list[str]:
+def platform_tasks_of(app: PlatformCelery) -> list[str]:
     """Names of the app's PlatformTasks that make a worker check its database at start-up.
 
     A task the platform registered by itself on every app (``start_up_checks = False``:
@@ -190,7 +193,7 @@ def platform_tasks_of(app: Any) -> list[str]:
     )
 
 
-def own_queues(app: Any) -> list[str]:
+def own_queues(app: PlatformCelery) -> list[str]:
     """Queues PlatformTasks name with their own ``queue`` option (consumed without ``-Q``)."""
     return sorted(
         {
@@ -201,7 +204,7 @@ def own_queues(app: Any) -> list[str]:
     )
 
 
-def require_delay_capable_broker(app: Any, names: list[str]) -> None:
+def require_delay_capable_broker(app: PlatformCelery, names: list[str]) -> None:
     """Retries are stored as delays; a broker that cannot hold them would lose every retry.
 
     Redis brokers hold them in the delay store, RabbitMQ in its native delayed-delivery
@@ -238,7 +241,7 @@ class RequireDatabaseStep(bootsteps.Step):  # type: ignore[misc]
             require_delay_capable_broker(app, names)
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """Refuse to start a worker whose PlatformTasks cannot work; consume their own queues."""
     app.steps["worker"].add(RequireDatabaseStep)
     add_queue_source(app, own_queues)

@@ -13,7 +13,7 @@ consumers absorb.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from platform_tasks.envelope import Envelope
 from platform_tasks.errors import BrokerPublishError
@@ -21,6 +21,9 @@ from platform_tasks.fanout.backpressure import QueueBound
 from platform_tasks.fanout.publisher import send_task_options
 from platform_tasks.publishing.amqp_wire import AmqpMessageBuilder
 from platform_tasks.publishing.confirmed_publisher import ConfirmedPublisher
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["AmqpBatchPublisher"]
 
@@ -30,7 +33,7 @@ class AmqpBatchPublisher:
 
     def __init__(
         self,
-        app: Any,
+        app: PlatformCelery,
         *,
         queue: str,
         bound: QueueBound | None = None,

@@ -14,13 +14,16 @@ import os
 import threading
 import uuid
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from celery._state import get_current_app, get_current_task
 
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.ids import fan_out_job_id
 from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FANOUT_TENANT
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["FanOutBinding", "bind", "bound_port", "fan_out"]
 
@@ -38,7 +41,7 @@ class FanOutBinding:
     not shared with its children). ``install(app, port)`` binds another port instead.
     """
 
-    def __init__(self, app: Any, port: Any = None) -> None:
+    def __init__(self, app: PlatformCelery, port: Any = None) -> None:
         self.app = app
         self.port = port
         self._own: Any = None
@@ -64,7 +67,7 @@ class FanOutBinding:
                 own.close()
 
 
-def bind(app: Any, port: Any = None) -> None:
+def bind(app: PlatformCelery, port: Any = None) -> None:
     """Make ``port`` (default: the app's own queue port) the one ``fan_out`` uses for ``app``."""
     previous: FanOutBinding | None = getattr(app, _BINDING_ATTRIBUTE, None)
     if previous is not None:

@@ -20,7 +20,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
 
@@ -39,6 +39,9 @@ from platform_tasks.fanout.sources import TenantSource, check_tenants_query
 from platform_tasks.fanout.tiers import due_tiers
 from platform_tasks.postgres.database import require_database_url
 from platform_tasks.settings import PlatformSettings
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["FanOutResult", "TenantsQueryCheckStep", "install_consumer", "run_fan_out"]
 
@@ -59,7 +62,9 @@ class FanOutResult:
     already_finished: bool = False
 
 
-def open_publisher(app: Any, *, queue: str, bound: QueueBound | None = None) -> TenantPublisher:
+def open_publisher(
+    app: PlatformCelery, *, queue: str, bound: QueueBound | None = None
+) -> TenantPublisher:
     """The batch publisher for ``app``'s broker: one ``LPUSH`` per batch on Redis, a
     confirmed batch on RabbitMQ (:mod:`.amqp_publisher`); each batch waits for room under
     ``bound`` first (:mod:`.backpressure`)."""
@@ -79,7 +84,7 @@ def _log_fields(envelope: Envelope[Any], request: FanOutRequest) -> dict[str, An
 
 
 def run_fan_out(
-    app: Any,
+    app: PlatformCelery,
     envelope: Envelope[FanOutRequest],
     *,
     settings: PlatformSettings,
@@ -205,7 +210,7 @@ def run_fan_out(
 
 
 def _publish_all(
-    app: Any,
+    app: PlatformCelery,
     envelope: Envelope[FanOutRequest],
     request: FanOutRequest,
     tiers: tuple[str, ...] | None,
@@ -291,7 +296,7 @@ class TenantsQueryCheckStep(bootsteps.Step):  # type: ignore[misc]
             check_tenants_query(settings.database_url, settings.tenants_query)
 
 
-def install_consumer(app: Any, *, start_up_checks: bool = True) -> None:
+def install_consumer(app: PlatformCelery, *, start_up_checks: bool = True) -> None:
     """Register the fan-out consumer task, its queue and the tenant source check.
 
     ``start_up_checks=False`` (what ``create_app`` installs for every app) registers the

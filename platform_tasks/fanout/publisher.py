@@ -23,7 +23,7 @@ import base64
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 from kombu.serialization import dumps as kombu_dumps
@@ -35,6 +35,9 @@ from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.backpressure import QueueBound
 from platform_tasks.publishing.queue_port import ATTEMPT_HEADER
 from platform_tasks.publishing.wire import WireBuilder, WireMessage
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["BatchPublisher", "TenantPublisher"]
 
@@ -134,7 +137,7 @@ def _argsrepr(envelope: Envelope[Any]) -> str:
 class BatchPublisher:
     """Publishes batches of envelopes of one kind to one queue over one connection."""
 
-    def __init__(self, app: Any, *, queue: str, bound: QueueBound | None = None) -> None:
+    def __init__(self, app: PlatformCelery, *, queue: str, bound: QueueBound | None = None) -> None:
         self.app = app
         self.queue = queue
         self.bound = bound

@@ -31,7 +31,7 @@ import socket
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import beat
 
@@ -42,6 +42,9 @@ from platform_tasks.jobs.warm_stop import WarmStop
 from platform_tasks.jobs.worker import RUN_TASK
 from platform_tasks.observability.scheduler_metrics import BeatMetrics, MetricsServer, serve
 from platform_tasks.publishing.delay_promoter import Promoter, delay_promoter_for
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["LeaseScheduler"]
 
@@ -72,7 +75,7 @@ class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
     #: the longest beat sleeps between ticks when no point is due sooner
     max_interval = 5.0
 
-    def __init__(self, app: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, app: PlatformCelery, *args: Any, **kwargs: Any) -> None:
         self.runtime: JobRuntime | None = None
         self.engine: TriggerEngine | None = None
         self.promoter: Promoter | None = None

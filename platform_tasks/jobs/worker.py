@@ -25,7 +25,7 @@ import signal
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
 from celery.signals import task_received, worker_process_init
@@ -34,6 +34,9 @@ from celery.worker import state as worker_state
 from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.jobs.runner import REGISTRY, run_point
 from platform_tasks.jobs.runtime import JobRuntime, app_name, runtime_mode, start_jobs
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["RUN_TASK", "RUN_TIME_LIMIT_SECONDS", "JobsWorkerStep", "install"]
 
@@ -53,7 +56,7 @@ _RUNTIME_ATTRIBUTE = "platform_jobs_runtime"
 _CANCEL_SIGNAL = signal.SIGUSR2
 
 
-def _runtime(app: Any) -> JobRuntime:
+def _runtime(app: PlatformCelery) -> JobRuntime:
     runtime: JobRuntime | None = getattr(app, _RUNTIME_ATTRIBUTE, None)
     if runtime is None:
         runtime = start_jobs(
@@ -63,7 +66,7 @@ def _runtime(app: Any) -> JobRuntime:
     return runtime
 
 
-def _register_task(app: Any) -> None:
+def _register_task(app: PlatformCelery) -> None:
     from platform_tasks.brokers.selection import broker_kind
 
     on_rabbitmq = broker_kind(app.platform_settings.effective_broker_url) == "amqp"
@@ -211,12 +214,12 @@ def _is_child(pid: int) -> bool:
     return fields[0] != "Z" and int(fields[1]) == os.getpid()
 
 
-def _job_queues(app: Any) -> list[str]:
+def _job_queues(app: PlatformCelery) -> list[str]:
     """The queues active job definitions send their triggers to."""
     return [job.definition.queue for job in _runtime(app).jobs.active]
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """Register the runner task; validate jobs and handle shutdown in every worker."""
     _register_task(app)
     add_queue_source(app, _job_queues)

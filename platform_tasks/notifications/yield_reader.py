@@ -33,9 +33,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from platform_tasks.settings import PlatformSettings
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = [
     "ONE_ATTEMPT",
@@ -108,7 +111,7 @@ class YieldReader:
 
     def __init__(
         self,
-        app: Any,
+        app: PlatformCelery,
         settings: PlatformSettings,
         watched: Mapping[str, Watched],
         *,

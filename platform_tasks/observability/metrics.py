@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps, signals
 from prometheus_client import CollectorRegistry, Counter, start_http_server
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +97,7 @@ def _mark_process_dead(pid: int | None = None, **_: Any) -> None:
         multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """Serve metrics from every worker of ``app`` and tidy up after exiting pool processes."""
     app.steps["worker"].add(MetricsServerStep)
     signals.worker_process_shutdown.connect(

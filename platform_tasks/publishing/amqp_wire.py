@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amqp import Message
 from kombu import Producer
 
 from platform_tasks.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ class _RecordingProducer(Producer):  # type: ignore[misc]
 class AmqpMessageBuilder:
     """Turns ``send_task`` arguments into an :class:`AmqpMessage`."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: PlatformCelery) -> None:
         self.app = app
         self._local = threading.local()
 

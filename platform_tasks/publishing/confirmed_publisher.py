@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import amqp
 from kombu.exceptions import KombuError
@@ -22,13 +22,16 @@ from kombu.exceptions import KombuError
 from platform_tasks.errors import BrokerPublishError
 from platform_tasks.publishing.amqp_wire import AmqpMessage
 
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
+
 logger = logging.getLogger(__name__)
 
 
 class ConfirmedPublisher:
     """One connection and one confirm-mode channel, reopened after any failure."""
 
-    def __init__(self, app: Any, *, confirm_timeout: float = 30.0) -> None:
+    def __init__(self, app: PlatformCelery, *, confirm_timeout: float = 30.0) -> None:
         self.app = app
         self.confirm_timeout = confirm_timeout
         self._connection: Any = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 from celery import bootsteps
@@ -18,6 +18,9 @@ from platform_tasks.keys import delay_keys
 from platform_tasks.observability.scheduler_metrics import delay_promoted, observe_delay_store
 from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +152,9 @@ class Promoter(Protocol):
     def stop(self, timeout: float = 10.0) -> None: ...
 
 
-def delay_promoter_for(app: Any, *, name: str = "platform-delay-promoter") -> Promoter | None:
+def delay_promoter_for(
+    app: PlatformCelery, *, name: str = "platform-delay-promoter"
+) -> Promoter | None:
     """The promoter this app's broker needs, or ``None`` when RabbitMQ holds delays itself.
 
     A Redis broker: :class:`DelayPromoter` (atomic, onto the broker's lists). RabbitMQ with
@@ -197,6 +202,6 @@ class DelayPromoterStep(bootsteps.StartStopStep):  # type: ignore[misc]
         self.stop(worker)
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """Run a promoter in every worker of ``app``."""
     app.steps["worker"].add(DelayPromoterStep)

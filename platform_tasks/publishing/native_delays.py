@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kombu.transport.native_delayed_delivery import (
     bind_queue_to_native_delayed_delivery_exchange,
@@ -24,11 +24,14 @@ from kombu.transport.native_delayed_delivery import (
 
 from platform_tasks.brokers.selection import delay_countdown_seconds
 
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
+
 
 class NativeDelays:
     """Publish jobs with a countdown through RabbitMQ's delayed-delivery queues."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: PlatformCelery) -> None:
         self.app = app
         self._lock = threading.Lock()
         self._topology_declared = False

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -24,6 +24,9 @@ from platform_tasks.publishing.amqp_wire import AmqpMessageBuilder
 from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.publishing.native_delays import NativeDelays
 from platform_tasks.publishing.wire import WireBuilder
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 ATTEMPT_HEADER = "platform_attempt"
 
@@ -58,7 +61,7 @@ class QueuePort:
 
     def __init__(
         self,
-        app: Any,
+        app: PlatformCelery,
         *,
         redis_client: redis.Redis | None = None,
         clock: Callable[[], datetime] | None = None,
@@ -238,7 +241,7 @@ def _require_aware(run_at: datetime) -> None:
         )
 
 
-def require_redis_broker(app: Any) -> None:
+def require_redis_broker(app: PlatformCelery) -> None:
     """Durable delays need a broker that holds them; refuse another with a clear error.
 
     Redis (the delay store) and RabbitMQ (native delayed delivery) both hold delays.

@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
 from platform_tasks.dead_letters.records import DeadLetterRecord, raw_payload
@@ -46,6 +46,9 @@ from platform_tasks.publishing.amqp_wire import AmqpMessage
 from platform_tasks.publishing.confirmed_publisher import ConfirmedPublisher
 from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +84,7 @@ class RabbitMQDelayPromoter:
 
     def __init__(
         self,
-        app: Any,
+        app: PlatformCelery,
         *,
         name: str = "platform-rabbitmq-delay-promoter",
         after_confirm: AfterConfirm | None = None,

@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kombu import Producer
 
 from platform_tasks.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ class _CapturingProducer(Producer):  # type: ignore[misc]
 class WireBuilder:
     """Turns ``send_task`` arguments into :class:`WireMessage` using a real kombu channel."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: PlatformCelery) -> None:
         self.app = app
         self._local = threading.local()
 

@@ -39,7 +39,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg2
 import psycopg2.extras
@@ -53,6 +53,9 @@ from platform_tasks.dead_letters.records import DeadLetterRecord
 from platform_tasks.envelope import Envelope
 from platform_tasks.postgres.queries import load_queries
 from platform_tasks.settings import PlatformSettings
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 REDIS_URL_VARIABLE = "PLATFORM_TEST_REDIS_URL"
 DATABASE_URL_VARIABLE = "PLATFORM_TEST_DATABASE_URL"
@@ -196,7 +199,7 @@ class OutcomeRecorder(PipelineHook):
 _RECORDER_ATTRIBUTE = "platform_test_outcomes"
 
 
-def install_recorder(app: Any) -> OutcomeRecorder:
+def install_recorder(app: PlatformCelery) -> OutcomeRecorder:
     """The app's :class:`OutcomeRecorder`, installed as a pipeline hook on first call.
 
     Install it before the app's first delivery in this process: the pipeline reads its
@@ -219,7 +222,7 @@ class PlatformJobs:
     ``duplicate``.
     """
 
-    app: Any
+    app: PlatformCelery
     database_url: str
     recorder: OutcomeRecorder
     default_timeout: float = 30.0
