@@ -40,7 +40,11 @@ import kombu
 from platform_tasks import QueuePort, create_app
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing.servers import RedisServer, wait_until
-from tests.support.servers import RabbitMQServer
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the suite's RabbitMQ server lives in tests/support
+
+from tests.support.servers import RabbitMQServer  # noqa: E402
 
 QUEUE = "bench"
 MODES = ("native", "delay_store")
