@@ -35,7 +35,7 @@ from psycopg2 import sql
 
 from platform_tasks import PlatformTask
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.worker_queues import add_queue_source
+from platform_tasks.brokers.worker_queues import add_queue_source
 
 logger = logging.getLogger(__name__)
 

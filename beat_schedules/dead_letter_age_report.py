@@ -13,7 +13,7 @@ from platform_tasks.settings import PlatformSettings
 
 
 def run(ctx: Any) -> None:
-    from platform_tasks.maintenance import report_stale_dead_letters
+    from platform_tasks.postgres.maintenance import report_stale_dead_letters
 
     stale = report_stale_dead_letters(PlatformSettings.from_env())
     ctx.logger.info(

@@ -13,7 +13,7 @@ from platform_tasks.settings import PlatformSettings
 
 
 def run(ctx: Any) -> None:
-    from platform_tasks.maintenance import purge_expired_processed_jobs
+    from platform_tasks.postgres.maintenance import purge_expired_processed_jobs
 
     deleted = purge_expired_processed_jobs(PlatformSettings.from_env())
     ctx.logger.info(

@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from platform_tasks.harness import PostgresServer, RedisServer
+from platform_tasks.testing.servers import PostgresServer, RedisServer
 
 
 @contextlib.contextmanager

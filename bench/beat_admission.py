@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis
 
 from bench._servers import bench_redis
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 CELERY = str(Path(sys.executable).parent / "celery")
@@ -62,8 +62,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def run_phase(kind: str, replicas: int, env: dict[str, str], seconds: float, work: Path,
-              client: redis.Redis) -> dict:  # fmt: skip
+def run_phase(
+    kind: str, replicas: int, env: dict[str, str], seconds: float, work: Path, client: redis.Redis
+) -> dict:
     out = str(work / f"out-{kind}")
     env = dict(env, BENCH_OUT=out, BENCH_STOCK="1" if kind == "stock" else "0")
     procs, logs = [], []
@@ -71,11 +72,24 @@ def run_phase(kind: str, replicas: int, env: dict[str, str], seconds: float, wor
         log = work / f"{kind}{i}.log"
         logs.append(log)
         with open(log, "wb") as handle:
-            procs.append(subprocess.Popen(
-                [CELERY, "-A", "bench.beat_app", "beat", "--loglevel", "WARNING",
-                 "-s", str(work / f"{kind}{i}-schedule")],
-                cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT,
-            ))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    [
+                        CELERY,
+                        "-A",
+                        "bench.beat_app",
+                        "beat",
+                        "--loglevel",
+                        "WARNING",
+                        "-s",
+                        str(work / f"{kind}{i}-schedule"),
+                    ],
+                    cwd=REPO,
+                    env=env,
+                    stdout=handle,
+                    stderr=subprocess.STDOUT,
+                )
+            )
     marker = "LocalTime"  # printed once the scheduler is built (after setup_schedule)
     env_ready = [False] * replicas
 
@@ -90,8 +104,12 @@ def run_phase(kind: str, replicas: int, env: dict[str, str], seconds: float, wor
     wait_until(started, timeout=180, interval=0.2, message=f"{kind} beat start-up")
     calls_before = script_calls(client)
     began = time.monotonic()
-    wait_until(lambda: time.monotonic() - began >= seconds, timeout=seconds + 5, interval=0.5,
-               message="phase duration")  # fmt: skip
+    wait_until(
+        lambda: time.monotonic() - began >= seconds,
+        timeout=seconds + 5,
+        interval=0.5,
+        message="phase duration",
+    )
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
     for proc in procs:
@@ -107,11 +125,19 @@ def run_phase(kind: str, replicas: int, env: dict[str, str], seconds: float, wor
         else sum(s["ticks"] for s in summaries)
     )
     points = sum(s["points"] for s in summaries)
-    return {"kind": kind, "replicas": replicas, "triggered": triggered, "points": points,
-            "script_calls": calls, "cpu_s": cpu, "busy_ticks": busy,
-            "p50_ms": percentile(lateness, 0.50), "p99_ms": percentile(lateness, 0.99),
-            "max_ms": max(lateness) if lateness else float("nan"),
-            "mean_ms": statistics.fmean(lateness) if lateness else float("nan")}  # fmt: skip
+    return {
+        "kind": kind,
+        "replicas": replicas,
+        "triggered": triggered,
+        "points": points,
+        "script_calls": calls,
+        "cpu_s": cpu,
+        "busy_ticks": busy,
+        "p50_ms": percentile(lateness, 0.50),
+        "p99_ms": percentile(lateness, 0.99),
+        "max_ms": max(lateness) if lateness else float("nan"),
+        "mean_ms": statistics.fmean(lateness) if lateness else float("nan"),
+    }
 
 
 def main() -> None:

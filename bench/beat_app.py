@@ -13,7 +13,7 @@ from typing import Any
 from celery.beat import PersistentScheduler
 
 from platform_tasks import create_app
-from platform_tasks.beat import LeaseScheduler
+from platform_tasks.jobs.beat import LeaseScheduler
 
 app = create_app("bench_beat_app")
 
@@ -41,9 +41,17 @@ class _Recorder:
         if not out:
             return
         with open(f"{out}.{kind}.{os.getpid()}.json", "w") as handle:
-            json.dump({"kind": kind, "ticks": self.ticks, "busy_ticks": self.busy_ticks,
-                       "cpu_s": _cpu() - self.cpu_at_start, "lateness_ms": self.lateness_ms,
-                       "points": self.points}, handle)  # fmt: skip
+            json.dump(
+                {
+                    "kind": kind,
+                    "ticks": self.ticks,
+                    "busy_ticks": self.busy_ticks,
+                    "cpu_s": _cpu() - self.cpu_at_start,
+                    "lateness_ms": self.lateness_ms,
+                    "points": self.points,
+                },
+                handle,
+            )
 
 
 class MeasuredLeaseScheduler(LeaseScheduler):
@@ -96,10 +104,12 @@ INTERVALS = (5, 10, 15, 20, 30)
 
 if os.environ.get("BENCH_STOCK") == "1":
     app.conf.beat_schedule = {
-        f"job{i:05d}": {"task": "bench.noop",
-                        "schedule": timedelta(seconds=INTERVALS[i % len(INTERVALS)])}
+        f"job{i:05d}": {
+            "task": "bench.noop",
+            "schedule": timedelta(seconds=INTERVALS[i % len(INTERVALS)]),
+        }
         for i in range(int(os.environ.get("BENCH_JOBS", "5000")))
-    }  # fmt: skip
+    }
     app.conf.beat_scheduler = "bench.beat_app:MeasuredStockScheduler"
 else:
     app.conf.beat_scheduler = "bench.beat_app:MeasuredLeaseScheduler"

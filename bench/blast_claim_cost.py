@@ -32,8 +32,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     from platform_tasks.envelope import parse_envelope, uuid7
-    from platform_tasks.migrations import migrate
     from platform_tasks.notifications.blast_recipients import claim_recipients
+    from platform_tasks.postgres.migrations import migrate
 
     with bench_postgres() as pg:
         migrate(pg.url)
@@ -44,17 +44,22 @@ def main() -> None:
             nonlocal serial
             serial += 1
             recipients = [f"s{serial}-{n}@example.org" for n in range(args.recipients)]
-            payload = {"job_id": str(uuid7()), "tenant_id": "acme", "correlation_id": "c",
-                       "kind": "bench.news",
-                       "data": {"campaign_id": "bench", "recipients": recipients}}  # fmt: skip
+            payload = {
+                "job_id": str(uuid7()),
+                "tenant_id": "acme",
+                "correlation_id": "c",
+                "kind": "bench.news",
+                "data": {"campaign_id": "bench", "recipients": recipients},
+            }
             return parse_envelope(payload, dict)
 
         def job(with_claim: bool) -> float:
             env = envelope()
             started = time.perf_counter()
             with conn, conn.cursor() as cur:
-                cur.execute("SELECT * FROM core.claim_delivery(%s, %s)",
-                            (str(env.job_id), "bench.news"))  # fmt: skip
+                cur.execute(
+                    "SELECT * FROM core.claim_delivery(%s, %s)", (str(env.job_id), "bench.news")
+                )
                 if with_claim:
                     claim_recipients(env, cur)
             return time.perf_counter() - started
@@ -73,11 +78,15 @@ def main() -> None:
         conn.close()
     base, full = statistics.median(baseline), statistics.median(claimed)
     print(f"{args.jobs} jobs x {args.rounds} rounds, {args.recipients} recipients a chunk")
-    print(f"idempotency claim only: {base:.3f} ms per transaction (rounds "
-          f"{min(baseline):.3f}-{max(baseline):.3f})")  # fmt: skip
+    print(
+        f"idempotency claim only: {base:.3f} ms per transaction (rounds "
+        f"{min(baseline):.3f}-{max(baseline):.3f})"
+    )
     print(f"with the recipient claim: {full:.3f} ms (rounds {min(claimed):.3f}-{max(claimed):.3f})")
-    print(f"added per chunk job: {full - base:.3f} ms; per recipient: "
-          f"{(full - base) / args.recipients * 1000:.1f} us")  # fmt: skip
+    print(
+        f"added per chunk job: {full - base:.3f} ms; per recipient: "
+        f"{(full - base) / args.recipients * 1000:.1f} us"
+    )
 
 
 if __name__ == "__main__":

@@ -124,8 +124,9 @@ def run_variant(
     conn.close()
     with bench_redis() as server:
         client = redis.Redis.from_url(server.url)
-        settings = PlatformSettings.build(redis_url=server.url, database_url=database_url,
-                                          profile="bench")  # fmt: skip
+        settings = PlatformSettings.build(
+            redis_url=server.url, database_url=database_url, profile="bench"
+        )
         app = create_app("bench_blast", settings=settings)
         port = QueuePort(app)
         port.publish(QUEUE, {"tenant_id": "warm", "kind": "bench.news", "data": {}})
@@ -153,8 +154,9 @@ def run_variant(
         client.close()
         port.close()
         app.close()
-    return Result(variant, baseline, sampler.peak, server_peak, sampler.deepest,
-                  publish_seconds, len(ids))  # fmt: skip
+    return Result(
+        variant, baseline, sampler.peak, server_peak, sampler.deepest, publish_seconds, len(ids)
+    )
 
 
 def main() -> None:
@@ -163,19 +165,27 @@ def main() -> None:
     parser.add_argument("--drain-rate", type=float, default=100.0)
     parser.add_argument("--bound", type=int, default=1000)
     args = parser.parse_args()
-    from platform_tasks.migrations import migrate
+    from platform_tasks.postgres.migrations import migrate
 
     with bench_postgres() as pg:
         migrate(pg.url)
         results = [
-            run_variant("unbounded (max_in_flight=None)", pg.url, args.recipients,
-                        args.drain_rate, None),
-            run_variant(f"bounded (max_in_flight={args.bound})", pg.url, args.recipients,
-                        args.drain_rate, args.bound),
-        ]  # fmt: skip
+            run_variant(
+                "unbounded (max_in_flight=None)", pg.url, args.recipients, args.drain_rate, None
+            ),
+            run_variant(
+                f"bounded (max_in_flight={args.bound})",
+                pg.url,
+                args.recipients,
+                args.drain_rate,
+                args.bound,
+            ),
+        ]
     print(f"{args.recipients:,} recipients in chunks of 100, consumer {args.drain_rate:g} jobs/s")
-    print("| variant | jobs | used_memory before | sampled peak | used_memory_peak | peak - before"
-          " | deepest queue | publish wall time |")  # fmt: skip
+    print(
+        "| variant | jobs | used_memory before | sampled peak | used_memory_peak | peak - before"
+        " | deepest queue | publish wall time |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in results:
         print(

@@ -40,8 +40,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from platform_tasks import QueuePort  # noqa: E402
-from platform_tasks.harness import PostgresServer, RedisServer, wait_until  # noqa: E402
-from platform_tasks.migrations import migrate  # noqa: E402
+from platform_tasks.postgres.migrations import migrate  # noqa: E402
+from platform_tasks.testing.servers import PostgresServer, RedisServer, wait_until  # noqa: E402
 from tests.support.processes import CELERY, VENV_BIN, CeleryProcess, platform_env  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -80,9 +80,8 @@ def rows(prefetch: int, default_prefetch: bool) -> list[Row]:
     if default_prefetch and prefetch != 1:
         found += [
             Row("platform no-op, events on, prefetch 1", "platform", events=True, prefetch=1),
-            Row("PlatformTask, events on, prefetch 1", "platform", "bench.platform_noop",
-                True, 1),
-        ]  # fmt: skip
+            Row("PlatformTask, events on, prefetch 1", "platform", "bench.platform_noop", True, 1),
+        ]
     return found
 
 
@@ -106,8 +105,7 @@ class Result:
     def redis_per_task(self) -> str:
         per = self.counted or self.tasks
         calls = sorted(self.redis_calls.items(), key=lambda item: -item[1])
-        return " ".join(f"{name} {count / per:.2f}" for name, count in calls
-                        if count / per >= 0.01)  # fmt: skip
+        return " ".join(f"{name} {count / per:.2f}" for name, count in calls if count / per >= 0.01)
 
     @property
     def main_us(self) -> float:
@@ -131,8 +129,9 @@ def descendants(pid: int) -> list[int]:
     while todo:
         current = todo.pop()
         try:
-            kids = [int(p) for p in Path(f"/proc/{current}/task/{current}/children")
-                    .read_text().split()]  # fmt: skip
+            kids = [
+                int(p) for p in Path(f"/proc/{current}/task/{current}/children").read_text().split()
+            ]
         except OSError:
             kids = []
         found += kids
@@ -141,8 +140,11 @@ def descendants(pid: int) -> list[int]:
 
 
 def publish(row: Row, redis_url: str, database_url: str, count: int) -> None:
-    env = {"PLATFORM_REDIS_URL": redis_url, "PLATFORM_DATABASE_URL": database_url,
-           "PLATFORM_PROFILE": "bench"}  # fmt: skip
+    env = {
+        "PLATFORM_REDIS_URL": redis_url,
+        "PLATFORM_DATABASE_URL": database_url,
+        "PLATFORM_PROFILE": "bench",
+    }
     os.environ.update(env)
     if row.kind == "dramatiq":
         from bench.dramatiq_app import noop as dramatiq_noop
@@ -171,12 +173,32 @@ def publish(row: Row, redis_url: str, database_url: str, count: int) -> None:
 
 def argv_for(row: Row) -> list[str]:
     if row.kind == "dramatiq":
-        return [str(VENV_BIN / "dramatiq"), "bench.dramatiq_app", "--processes", "2",
-                "--threads", "8"]  # fmt: skip
+        return [
+            str(VENV_BIN / "dramatiq"),
+            "bench.dramatiq_app",
+            "--processes",
+            "2",
+            "--threads",
+            "8",
+        ]
     app = "bench.plain_celery_app" if row.kind == "plain" else "bench.events_bench_app"
-    argv = [CELERY, "-A", app, "worker", "-P", "prefork", "-c", "2", "--loglevel", "WARNING",
-            "--without-mingle", "--without-gossip", "--without-heartbeat",
-            "--prefetch-multiplier", str(row.prefetch)]  # fmt: skip
+    argv = [
+        CELERY,
+        "-A",
+        app,
+        "worker",
+        "-P",
+        "prefork",
+        "-c",
+        "2",
+        "--loglevel",
+        "WARNING",
+        "--without-mingle",
+        "--without-gossip",
+        "--without-heartbeat",
+        "--prefetch-multiplier",
+        str(row.prefetch),
+    ]
     if row.kind == "plain" and row.events:
         argv.append("-E")
     return argv
@@ -214,37 +236,54 @@ def pg_counts(database_url: str) -> tuple[int, int]:
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s "
-                        "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() "
-                        "AND s.query NOT LIKE '%pg_stat%'")  # fmt: skip
+            cur.execute(
+                "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s "
+                "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() "
+                "AND s.query NOT LIKE '%pg_stat%'"
+            )
             statements = int(cur.fetchone()[0])
-            cur.execute("SELECT xact_commit FROM pg_stat_database "
-                        "WHERE datname = current_database()")  # fmt: skip
+            cur.execute(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+            )
             commits = int(cur.fetchone()[0])
     finally:
         conn.close()
     return statements, commits
 
 
-def measure(row: Row, redis_url: str, database_url: str, count: int, logs: Path,
-            profile: Path | None = None, profile_pool: bool = False) -> Result:  # fmt: skip
+def measure(
+    row: Row,
+    redis_url: str,
+    database_url: str,
+    count: int,
+    logs: Path,
+    profile: Path | None = None,
+    profile_pool: bool = False,
+) -> Result:
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     publish(row, redis_url, database_url, count)
     left_of = backlog(client, row)
     assert left_of() == count, f"{row.name}: messages were not all published"
-    extra = {"BENCH_TASK_EVENTS": "1" if row.events else "0",
-             "BENCH_CELERY_DISPATCHER": "1" if row.celery_dispatcher else "0"}  # fmt: skip
-    env = platform_env(redis_url=redis_url, database_url=database_url, pythonpath=[REPO],
-                       extra=extra)  # fmt: skip
+    extra = {
+        "BENCH_TASK_EVENTS": "1" if row.events else "0",
+        "BENCH_CELERY_DISPATCHER": "1" if row.celery_dispatcher else "0",
+    }
+    env = platform_env(
+        redis_url=redis_url, database_url=database_url, pythonpath=[REPO], extra=extra
+    )
     client.config_resetstat()
     pg_before = pg_counts(database_url)
     log = logs / f"{row.name.replace(' ', '-')}-{time.monotonic_ns()}.log"
     worker = CeleryProcess(argv_for(row), env=env, cwd=REPO, log_path=log).start()
     spy: subprocess.Popen[bytes] | None = None
     try:
-        wait_until(lambda: left_of() < count, timeout=120, interval=0.002,
-                   message=f"{row.name}: worker to start consuming")  # fmt: skip
+        wait_until(
+            lambda: left_of() < count,
+            timeout=120,
+            interval=0.002,
+            message=f"{row.name}: worker to start consuming",
+        )
         procs = [worker.pid, *descendants(worker.pid)]
         start, left = time.monotonic(), left_of()
         main0, all0 = cpu_seconds(worker.pid), sum(cpu_seconds(p) for p in procs)
@@ -253,11 +292,26 @@ def measure(row: Row, redis_url: str, database_url: str, count: int, logs: Path,
             # a pool process: only samples holding the GIL (its Python CPU, not its waits on
             # PostgreSQL, Redis or the pipe to the main process)
             how = "--gil" if profile_pool else "-n"
-            spy_argv = [str(VENV_BIN / "py-spy"), "record", "-p", str(target), "-r", "250",
-                        "-f", "raw", "-o", str(profile), how]  # fmt: skip
+            spy_argv = [
+                str(VENV_BIN / "py-spy"),
+                "record",
+                "-p",
+                str(target),
+                "-r",
+                "250",
+                "-f",
+                "raw",
+                "-o",
+                str(profile),
+                how,
+            ]
             spy = subprocess.Popen(spy_argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(drained(client, row), timeout=600, interval=0.002,
-                   message=f"{row.name}: queue drained and acked")  # fmt: skip
+        wait_until(
+            drained(client, row),
+            timeout=600,
+            interval=0.002,
+            message=f"{row.name}: queue drained and acked",
+        )
         end = time.monotonic()
         main1, all1 = cpu_seconds(worker.pid), sum(cpu_seconds(p) for p in procs)
         calls = redis_commands(client)
@@ -268,15 +322,24 @@ def measure(row: Row, redis_url: str, database_url: str, count: int, logs: Path,
         worker.stop(timeout=20)
     pg_after = pg_counts(database_url)  # after the worker's backends exited and reported
     # Counted over the whole run (all ``count`` tasks, worker start-up included).
-    got = Result(row, count, end - start, main1 - main0, all1 - all0, calls,
-                 pg_after[0] - pg_before[0], pg_after[1] - pg_before[1])  # fmt: skip
+    got = Result(
+        row,
+        count,
+        end - start,
+        main1 - main0,
+        all1 - all0,
+        calls,
+        pg_after[0] - pg_before[0],
+        pg_after[1] - pg_before[1],
+    )
     got.tasks = left  # timed over the tasks left when the clock started
     got.counted = count
     return got
 
 
-def top_functions(raw: Path, limit: int = 30, thread: str = "asynloop"
-                  ) -> list[tuple[str, float, float]]:  # fmt: skip
+def top_functions(
+    raw: Path, limit: int = 30, thread: str = "asynloop"
+) -> list[tuple[str, float, float]]:
     """(function, self %, inclusive %) of one thread from a py-spy raw file.
 
     ``thread`` is a frame the thread's stacks contain: ``asynloop`` for the main process's
@@ -295,8 +358,10 @@ def top_functions(raw: Path, limit: int = 30, thread: str = "asynloop"
         own[frames[-1]] += n
         for frame in set(frames):
             inclusive[frame] += n
-    return [(name, 100 * own[name] / total, 100 * inclusive[name] / total)
-            for name, _ in inclusive.most_common(limit)]  # fmt: skip
+    return [
+        (name, 100 * own[name] / total, 100 * inclusive[name] / total)
+        for name, _ in inclusive.most_common(limit)
+    ]
 
 
 def _median(values: list[float]) -> float:
@@ -304,15 +369,19 @@ def _median(values: list[float]) -> float:
 
 
 def report(all_rounds: list[dict[str, Result]], table: list[Row]) -> None:
-    print("\n| row | tasks/s median (min-max) | main-process CPU us/task | all processes CPU "
-          "us/task | load avg |")  # fmt: skip
+    print(
+        "\n| row | tasks/s median (min-max) | main-process CPU us/task | all processes CPU "
+        "us/task | load avg |"
+    )
     print("|---|---|---|---|---|")
     for row in table:
         got = [r[row.name] for r in all_rounds]
         rates = [g.rate for g in got]
-        print(f"| {row.name} | {_median(rates):.0f} ({min(rates):.0f}-{max(rates):.0f}) | "
-              f"{_median([g.main_us for g in got]):.0f} | {_median([g.all_us for g in got]):.0f}"
-              f" | {_median([g.load for g in got]):.1f} |")  # fmt: skip
+        print(
+            f"| {row.name} | {_median(rates):.0f} ({min(rates):.0f}-{max(rates):.0f}) | "
+            f"{_median([g.main_us for g in got]):.0f} | {_median([g.all_us for g in got]):.0f}"
+            f" | {_median([g.load for g in got]):.1f} |"
+        )
 
     def ratio(top: str, bottom: str) -> str:
         per_round = [r[top].rate / r[bottom].rate for r in all_rounds if top in r and bottom in r]
@@ -324,12 +393,14 @@ def report(all_rounds: list[dict[str, Result]], table: list[Row]) -> None:
     print("\n| ratio (tasks/s, median of per-round ratios) | value | target |")
     print("|---|---|---|")
     default = "(platform default prefetch)"
-    pairs = [("platform no-op, events on", base, ">= 1.3x"),
-             ("PlatformTask, events on", base, ">= 1.0x"),
-             ("PlatformTask, events on", "Dramatiq 2x8", "report"),
-             ("plain Celery, events on (-E)", base, "(what -E costs plain Celery)"),
-             ("platform no-op, events on, prefetch 1", base, default),
-             ("PlatformTask, events on, prefetch 1", base, default)]  # fmt: skip
+    pairs = [
+        ("platform no-op, events on", base, ">= 1.3x"),
+        ("PlatformTask, events on", base, ">= 1.0x"),
+        ("PlatformTask, events on", "Dramatiq 2x8", "report"),
+        ("plain Celery, events on (-E)", base, "(what -E costs plain Celery)"),
+        ("platform no-op, events on, prefetch 1", base, default),
+        ("PlatformTask, events on, prefetch 1", base, default),
+    ]
     for top, bottom, target in pairs:
         if top in names and bottom in names:
             print(f"| {top} / {bottom} | {ratio(top, bottom)} | {target} |")
@@ -340,15 +411,23 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=10000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prefetch", type=int, default=4)
-    parser.add_argument("--no-default-prefetch", action="store_true",
-                        help="skip the platform rows at prefetch 1")  # fmt: skip
-    parser.add_argument("--only", action="append", default=[],
-                        help="run only rows whose name contains this (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--no-default-prefetch", action="store_true", help="skip the platform rows at prefetch 1"
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="run only rows whose name contains this (repeatable)",
+    )
     parser.add_argument("--profile", help="py-spy record the main process of this row")
     parser.add_argument("--profile-lines", type=int, default=45)
-    parser.add_argument("--profile-pool", action="store_true",
-                        help="with --profile: record a pool process (its task-running "
-                             "samples) instead of the main process")  # fmt: skip
+    parser.add_argument(
+        "--profile-pool",
+        action="store_true",
+        help="with --profile: record a pool process (its task-running "
+        "samples) instead of the main process",
+    )
     args = parser.parse_args()
     table = rows(args.prefetch, not args.no_default_prefetch)
     if args.only:
@@ -367,10 +446,19 @@ def main() -> None:
         if args.profile:
             row = next(r for r in table if r.name == args.profile)
             raw = base / "profile.txt"
-            result = measure(row, redis_server.url, postgres.url, args.messages, base, raw,
-                             profile_pool=args.profile_pool)  # fmt: skip
-            print(f"{row.name}: {result.rate:.0f} tasks/s, {result.main_us:.0f} us main CPU/task"
-                  f", {result.all_us:.0f} us all CPU/task")  # fmt: skip
+            result = measure(
+                row,
+                redis_server.url,
+                postgres.url,
+                args.messages,
+                base,
+                raw,
+                profile_pool=args.profile_pool,
+            )
+            print(
+                f"{row.name}: {result.rate:.0f} tasks/s, {result.main_us:.0f} us main CPU/task"
+                f", {result.all_us:.0f} us all CPU/task"
+            )
             thread = "fast_trace_task" if args.profile_pool else "asynloop"
             for name, own, incl in top_functions(raw, args.profile_lines, thread):
                 print(f"{incl:5.1f}% incl {own:5.1f}% self  {name}")
@@ -381,13 +469,18 @@ def main() -> None:
             for row in table:
                 got = measure(row, redis_server.url, postgres.url, args.messages, base)
                 results[row.name] = got
-                print(f"round {round_no + 1} {row.name:40s} {got.rate:7.0f} tasks/s "
-                      f"{got.main_us:6.0f} us main CPU/task {got.all_us:6.0f} us all CPU/task "
-                      f"load {got.load:.1f}", flush=True)  # fmt: skip
+                print(
+                    f"round {round_no + 1} {row.name:40s} {got.rate:7.0f} tasks/s "
+                    f"{got.main_us:6.0f} us main CPU/task {got.all_us:6.0f} us all CPU/task "
+                    f"load {got.load:.1f}",
+                    flush=True,
+                )
             all_rounds.append(results)
         report(all_rounds, table)
-        print("\n| row | Redis commands per task (last round, start-up included) | "
-              "PostgreSQL statements / commits per task |")  # fmt: skip
+        print(
+            "\n| row | Redis commands per task (last round, start-up included) | "
+            "PostgreSQL statements / commits per task |"
+        )
         print("|---|---|---|")
         for row in table:
             last = all_rounds[-1][row.name]

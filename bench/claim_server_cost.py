@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from platform_tasks.envelope import uuid7  # noqa: E402
-from platform_tasks.harness import PostgresServer  # noqa: E402
-from platform_tasks.migrations import migrate  # noqa: E402
+from platform_tasks.postgres.migrations import migrate  # noqa: E402
+from platform_tasks.testing.servers import PostgresServer  # noqa: E402
 
 INSERT = "INSERT INTO public.bench_work (job_id) VALUES (%s) ON CONFLICT DO NOTHING"
 LOOK = """marked := current_setting('transaction_isolation') <> 'read committed'
@@ -93,8 +93,9 @@ def create_variants(url: str) -> None:
                 cur.execute(f"CREATE INDEX ON alt.{table} USING {index} (processed_at)")
             cur.execute(claim_function(f"claim_{table}", f"alt.{table}", LOOK))
         cur.execute(claim_function("claim_no_look", "core.processed_jobs", "marked := false;"))
-        cur.execute(claim_function("claim_plain_insert", "core.processed_jobs", LOOK,
-                                   on_conflict=False))  # fmt: skip
+        cur.execute(
+            claim_function("claim_plain_insert", "core.processed_jobs", LOOK, on_conflict=False)
+        )
     conn.close()
 
 
@@ -161,9 +162,11 @@ def main() -> None:
         plain = statistics.median(cpu["plain"])
         for variant, values in cpu.items():
             median = statistics.median(values)
-            print(f"{variant:16s} PostgreSQL CPU per job: median {median * 1e6:4.0f} us "
-                  f"({(median - plain) * 1e6:+4.0f} over plain; rounds "
-                  f"{min(values) * 1e6:.0f}-{max(values) * 1e6:.0f})")  # fmt: skip
+            print(
+                f"{variant:16s} PostgreSQL CPU per job: median {median * 1e6:4.0f} us "
+                f"({(median - plain) * 1e6:+4.0f} over plain; rounds "
+                f"{min(values) * 1e6:.0f}-{max(values) * 1e6:.0f})"
+            )
     finally:
         pg.stop()
 

@@ -26,16 +26,20 @@ def _connection(*, autocommit: bool = False) -> Any:
 
 @app.task(name="bench.platform", base=PlatformTask)
 def platform_insert(envelope: Any, tx: Any) -> None:
-    tx.execute("INSERT INTO public.bench_work (job_id) VALUES (%s) ON CONFLICT DO NOTHING",
-               (str(envelope.job_id),))  # fmt: skip
+    tx.execute(
+        "INSERT INTO public.bench_work (job_id) VALUES (%s) ON CONFLICT DO NOTHING",
+        (str(envelope.job_id),),
+    )
 
 
 @app.task(name="bench.plain")
 def plain_insert(envelope: dict[str, Any]) -> None:
     conn = _connection()
     with conn.cursor() as cur:
-        cur.execute("INSERT INTO public.bench_work (job_id) VALUES (%s) ON CONFLICT DO NOTHING",
-                    (envelope["job_id"],))  # fmt: skip
+        cur.execute(
+            "INSERT INTO public.bench_work (job_id) VALUES (%s) ON CONFLICT DO NOTHING",
+            (envelope["job_id"],),
+        )
     conn.commit()
 
 
@@ -44,11 +48,15 @@ def sql_floor(envelope: dict[str, Any]) -> None:
     """The round trips and rows of a PlatformTask's applied job, none of its Python: the
     claim (``BEGIN`` + ``core.claim_delivery``), the same insert, ``COMMIT``."""
     with _connection(autocommit=True).cursor() as cur:
-        cur.execute("BEGIN; SELECT claimed, marked FROM core.claim_delivery(%s, %s)",
-                    (envelope["job_id"], "bench.sql_floor"))  # fmt: skip
+        cur.execute(
+            "BEGIN; SELECT claimed, marked FROM core.claim_delivery(%s, %s)",
+            (envelope["job_id"], "bench.sql_floor"),
+        )
         cur.fetchone()
-        cur.execute("INSERT INTO public.bench_work (job_id) VALUES (%s) ON CONFLICT DO NOTHING",
-                    (envelope["job_id"],))  # fmt: skip
+        cur.execute(
+            "INSERT INTO public.bench_work (job_id) VALUES (%s) ON CONFLICT DO NOTHING",
+            (envelope["job_id"],),
+        )
         cur.execute("COMMIT")
 
 

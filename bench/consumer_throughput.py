@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from platform_tasks.envelope import uuid7  # noqa: E402
-from platform_tasks.harness import PostgresServer, RedisServer, wait_until  # noqa: E402
-from platform_tasks.migrations import migrate  # noqa: E402
+from platform_tasks.postgres.migrations import migrate  # noqa: E402
+from platform_tasks.testing.servers import PostgresServer, RedisServer, wait_until  # noqa: E402
 
 
 def commits(admin_url: str, dbname: str) -> int:
@@ -46,8 +46,16 @@ def commits(admin_url: str, dbname: str) -> int:
     return value
 
 
-def run_variant(task: str, jobs: int, redis_url: str, db_url: str, admin_url: str,
-                dbname: str, log: Path, run: int = 1) -> tuple[float, float]:  # fmt: skip
+def run_variant(
+    task: str,
+    jobs: int,
+    redis_url: str,
+    db_url: str,
+    admin_url: str,
+    dbname: str,
+    log: Path,
+    run: int = 1,
+) -> tuple[float, float]:
     os.environ["PLATFORM_REDIS_URL"] = redis_url
     os.environ["PLATFORM_DATABASE_URL"] = db_url
     from bench.consumer_app import app
@@ -57,18 +65,37 @@ def run_variant(task: str, jobs: int, redis_url: str, db_url: str, admin_url: st
     r = redis.Redis.from_url(redis_url)
     with app.producer_or_acquire() as producer:
         for _ in range(jobs):
-            env = {"job_id": str(uuid7()), "tenant_id": "bench", "correlation_id": "bench",
-                   "kind": task, "data": {}}  # fmt: skip
+            env = {
+                "job_id": str(uuid7()),
+                "tenant_id": "bench",
+                "correlation_id": "bench",
+                "kind": task,
+                "data": {},
+            }
             app.send_task(task, args=[env], queue=queue, producer=producer)
     assert r.llen(queue) == jobs
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     before = commits(admin_url, dbname)
-    argv = [str(Path(sys.executable).parent / "celery"), "-A", "bench.consumer_app", "worker",
-            "-P", "prefork", "-c", "2", "-Q", queue, "--without-mingle", "--without-gossip",
-            "--loglevel", "WARNING"]  # fmt: skip
+    argv = [
+        str(Path(sys.executable).parent / "celery"),
+        "-A",
+        "bench.consumer_app",
+        "worker",
+        "-P",
+        "prefork",
+        "-c",
+        "2",
+        "-Q",
+        queue,
+        "--without-mingle",
+        "--without-gossip",
+        "--loglevel",
+        "WARNING",
+    ]
     with open(log, "ab") as out:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         # steady state: the clock starts once a tenth of the jobs are taken, so the pool's
         # first-task work (imports, connections) is not billed to one variant's rate
@@ -135,18 +162,25 @@ def main() -> None:
             # machine's load does not always favour the same one
             pair = ("bench.plain", "bench.platform")
             for task in ("bench.noop", *(pair if run % 2 else pair[::-1])):
-                results[task] = run_variant(task, args.jobs, rs.url, pg.url, admin, dbname,
-                                            base / "worker.log", run)  # fmt: skip
-                print(f"run {run} {task}: {results[task][0]:.0f} jobs/s, "
-                      f"{results[task][1]:.2f} commits/job", flush=True)  # fmt: skip
-            platform, plain, noop = (results[t][0] for t in ("bench.platform", "bench.plain",
-                                                             "bench.noop"))  # fmt: skip
+                results[task] = run_variant(
+                    task, args.jobs, rs.url, pg.url, admin, dbname, base / "worker.log", run
+                )
+                print(
+                    f"run {run} {task}: {results[task][0]:.0f} jobs/s, "
+                    f"{results[task][1]:.2f} commits/job",
+                    flush=True,
+                )
+            platform, plain, noop = (
+                results[t][0] for t in ("bench.platform", "bench.plain", "bench.noop")
+            )
             ratios.append((platform / plain, platform / noop))
             print(f"run {run} platform / plain insert = {platform / plain:.2f} (target >= 0.85)")
             print(f"run {run} platform / no-op        = {platform / noop:.2f}", flush=True)
         if len(ratios) > 1:
-            for label, values in (("plain insert", [r[0] for r in ratios]),
-                                  ("no-op", [r[1] for r in ratios])):  # fmt: skip
+            for label, values in (
+                ("plain insert", [r[0] for r in ratios]),
+                ("no-op", [r[1] for r in ratios]),
+            ):
                 print(
                     f"platform / {label}: median {statistics.median(values):.2f}, "
                     f"min {min(values):.2f}, max {max(values):.2f} over {len(values)} runs"

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psycopg2
 
 from bench._servers import bench_postgres
-from platform_tasks.maintenance import purge_processed_jobs
-from platform_tasks.migrations import migrate
+from platform_tasks.postgres.maintenance import purge_processed_jobs
+from platform_tasks.postgres.migrations import migrate
 from platform_tasks.settings import PlatformSettings
 
 

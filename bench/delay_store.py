@@ -24,16 +24,17 @@ import redis
 
 from bench._servers import bench_redis
 from platform_tasks import QueuePort, create_app
-from platform_tasks.delay_promoter import DelayPromoter
-from platform_tasks.delay_store import DelayStore
 from platform_tasks.keys import delay_keys
+from platform_tasks.publishing.delay_promoter import DelayPromoter
+from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
 
 
 def script_calls(client: redis.Redis) -> int:
     stats = client.info("commandstats")
-    return sum(int(stats.get(name, {}).get("calls", 0)) for name in
-               ("cmdstat_evalsha", "cmdstat_eval"))  # fmt: skip
+    return sum(
+        int(stats.get(name, {}).get("calls", 0)) for name in ("cmdstat_evalsha", "cmdstat_eval")
+    )
 
 
 def main() -> None:
@@ -42,14 +43,17 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500)
     args = parser.parse_args()
     with bench_redis() as server:
-        settings = PlatformSettings.build(redis_url=server.url, profile="bench",
-                                          delay_batch_size=args.batch)  # fmt: skip
+        settings = PlatformSettings.build(
+            redis_url=server.url, profile="bench", delay_batch_size=args.batch
+        )
         app = create_app("bench_delays", settings=settings)
         port = QueuePort(app)
         client = redis.Redis.from_url(server.url)
         due = datetime.fromtimestamp(int(time.time()) + 3, UTC)
-        items = [({"tenant_id": "t", "kind": "bench.noop", "data": {"n": n}}, due)
-                 for n in range(args.entries)]  # fmt: skip
+        items = [
+            ({"tenant_id": "t", "kind": "bench.noop", "data": {"n": n}}, due)
+            for n in range(args.entries)
+        ]
         started = time.perf_counter()
         port.schedule_many("delayed", items)
         schedule_s = time.perf_counter() - started
@@ -75,8 +79,10 @@ def main() -> None:
             pipe.execute()
         baseline_s = time.perf_counter() - t0
         print(f"entries:                      {args.entries}")
-        print(f"schedule_many:                {schedule_s:.3f} s "
-              f"({args.entries / schedule_s:.0f} entries/s)")  # fmt: skip
+        print(
+            f"schedule_many:                {schedule_s:.3f} s "
+            f"({args.entries / schedule_s:.0f} entries/s)"
+        )
         print(f"due -> all delivered:         {promote_s * 1000:.1f} ms")
         print(
             f"promoter script round trips:  {round_trips} "

@@ -3,7 +3,7 @@
 ``BENCH_TASK_EVENTS=0`` turns the platform's task events off, to show what they cost;
 by default they are on, as ``create_app`` sets them. ``BENCH_CELERY_DISPATCHER=1`` sends
 them through Celery's own dispatcher instead of the platform's batching one (the
-"before" of ``platform_tasks.event_batching``).
+"before" of ``platform_tasks.observability.event_batching``).
 """
 
 from __future__ import annotations

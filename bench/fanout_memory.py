@@ -51,16 +51,30 @@ def child(redis_url: str, database_url: str, bound: int) -> None:
     from platform_tasks.settings import PlatformSettings
     from platform_tasks.testing import create_test_app
 
-    settings = PlatformSettings.build(redis_url=redis_url, database_url=database_url,
-                                      profile="bench", fanout_max_queue_depth=bound)  # fmt: skip
+    settings = PlatformSettings.build(
+        redis_url=redis_url,
+        database_url=database_url,
+        profile="bench",
+        fanout_max_queue_depth=bound,
+    )
     app = create_test_app("bench_fanout_memory", settings=settings)
     job_id = fan_out_job_id(JOB, POINT, KIND)
-    envelope = parse_envelope({
-        "job_id": str(job_id), "tenant_id": "platform", "correlation_id": f"fanout-{job_id}",
-        "kind": FANOUT_KIND,
-        "data": {"job": JOB, "point": POINT.isoformat(), "queue": QUEUE, "kind": KIND,
-                 "data": {"window_days": 7}},
-    }, FanOutRequest)  # fmt: skip
+    envelope = parse_envelope(
+        {
+            "job_id": str(job_id),
+            "tenant_id": "platform",
+            "correlation_id": f"fanout-{job_id}",
+            "kind": FANOUT_KIND,
+            "data": {
+                "job": JOB,
+                "point": POINT.isoformat(),
+                "queue": QUEUE,
+                "kind": KIND,
+                "data": {"window_days": 7},
+            },
+        },
+        FanOutRequest,
+    )
     deliveries = 0
     while True:
         deliveries += 1
@@ -110,8 +124,10 @@ def run_mode(database_url: str, tenants: int, bound: int, rate: int) -> dict[str
         start = time.monotonic()
         out = subprocess.run(
             [sys.executable, __file__, "--child", server.url, database_url, str(bound)],
-            check=True, capture_output=True, text=True,
-        ).stdout  # fmt: skip
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         report = json.loads(out.strip().splitlines()[-1])
         while client.llen(QUEUE) > 0:
             time.sleep(0.05)
@@ -121,17 +137,24 @@ def run_mode(database_url: str, tenants: int, bound: int, rate: int) -> dict[str
         peak = int(client.info("memory")["used_memory_peak"])
         client.close()
     assert report["published_total"] == tenants == consumers.removed, (report, consumers.removed)
-    return {"seconds": seconds, "largest_depth": consumers.largest_depth,
-            "peak_mib": (peak - baseline) / 2**20,
-            "sampled_mib": (consumers.largest_memory - baseline) / 2**20,
-            "deliveries": report["deliveries"]}  # fmt: skip
+    return {
+        "seconds": seconds,
+        "largest_depth": consumers.largest_depth,
+        "peak_mib": (peak - baseline) / 2**20,
+        "sampled_mib": (consumers.largest_memory - baseline) / 2**20,
+        "deliveries": report["deliveries"],
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tenants", type=int, default=1_000_000)
-    parser.add_argument("--drain-rate", type=int, default=3000,
-                        help="messages a second the stand-in consumers remove")  # fmt: skip
+    parser.add_argument(
+        "--drain-rate",
+        type=int,
+        default=3000,
+        help="messages a second the stand-in consumers remove",
+    )
     parser.add_argument(
         "--bound",
         type=int,
@@ -139,13 +162,14 @@ def main() -> None:
         help="PLATFORM_FANOUT_MAX_QUEUE_DEPTH of the bounded run (default 10,000)",
     )
     parser.add_argument("--modes", default="unbounded,bounded")
-    parser.add_argument("--child", nargs=3, metavar=("REDIS_URL", "DATABASE_URL", "BOUND"),
-                        help=argparse.SUPPRESS)  # fmt: skip
+    parser.add_argument(
+        "--child", nargs=3, metavar=("REDIS_URL", "DATABASE_URL", "BOUND"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.child:
         child(args.child[0], args.child[1], int(args.child[2]))
         return
-    from platform_tasks.migrations import migrate
+    from platform_tasks.postgres.migrations import migrate
     from platform_tasks.settings import PlatformSettings
 
     bound = args.bound or PlatformSettings.build().fanout_max_queue_depth
@@ -153,14 +177,19 @@ def main() -> None:
         migrate(pserver.url)
         conn = psycopg2.connect(pserver.url)
         with conn, conn.cursor() as cur:
-            cur.execute("INSERT INTO core.tenants (tenant_id, freshness_tier) "
-                        "SELECT 't-' || lpad(n::text, 7, '0'), 'nightly' "
-                        "FROM generate_series(0, %s - 1) AS n", (args.tenants,))  # fmt: skip
+            cur.execute(
+                "INSERT INTO core.tenants (tenant_id, freshness_tier) "
+                "SELECT 't-' || lpad(n::text, 7, '0'), 'nightly' "
+                "FROM generate_series(0, %s - 1) AS n",
+                (args.tenants,),
+            )
             cur.execute("ANALYZE core.tenants")
         conn.close()
         print(f"{args.tenants:,} tenants, stand-in consumers removing {args.drain_rate:,} msg/s")
-        print("| mode | bound | wall s | largest queue depth | Redis used_memory_peak MiB | "
-              "sampled peak MiB | deliveries |")  # fmt: skip
+        print(
+            "| mode | bound | wall s | largest queue depth | Redis used_memory_peak MiB | "
+            "sampled peak MiB | deliveries |"
+        )
         print("|---|---|---|---|---|---|---|")
         for mode in args.modes.split(","):
             limit = UNBOUNDED if mode == "unbounded" else bound
@@ -169,9 +198,11 @@ def main() -> None:
                 cur.execute("TRUNCATE core.fanout_progress, core.processed_jobs")
             conn.close()
             r = run_mode(pserver.url, args.tenants, limit, args.drain_rate)
-            print(f"| {mode} | {limit:,} | {r['seconds']:.0f} | {r['largest_depth']:,} | "
-                  f"{r['peak_mib']:.1f} | {r['sampled_mib']:.1f} | {r['deliveries']:.0f} |",
-                  flush=True)  # fmt: skip
+            print(
+                f"| {mode} | {limit:,} | {r['seconds']:.0f} | {r['largest_depth']:,} | "
+                f"{r['peak_mib']:.1f} | {r['sampled_mib']:.1f} | {r['deliveries']:.0f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

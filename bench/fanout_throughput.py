@@ -55,25 +55,47 @@ def child(redis_url: str, database_url: str, batch: int) -> None:
 
     # no consumer drains the queue here: the bound is lifted so the whole fan-out is timed
     # (bench/fanout_memory.py measures the bound)
-    settings = PlatformSettings.build(redis_url=redis_url, database_url=database_url,
-                                      profile="bench", fanout_batch_size=batch,
-                                      fanout_max_queue_depth=10_000_000)  # fmt: skip
+    settings = PlatformSettings.build(
+        redis_url=redis_url,
+        database_url=database_url,
+        profile="bench",
+        fanout_batch_size=batch,
+        fanout_max_queue_depth=10_000_000,
+    )
     app = create_test_app("bench_fanout", settings=settings)
     install(app, QueuePort(app))
     job_id = fan_out_job_id(JOB, POINT, KIND)
-    envelope = parse_envelope({
-        "job_id": str(job_id), "tenant_id": "platform", "correlation_id": f"fanout-{job_id}",
-        "kind": FANOUT_KIND,
-        "data": {"job": JOB, "point": POINT.isoformat(), "queue": QUEUE, "kind": KIND,
-                 "data": {"window_days": 7}},
-    }, FanOutRequest)  # fmt: skip
+    envelope = parse_envelope(
+        {
+            "job_id": str(job_id),
+            "tenant_id": "platform",
+            "correlation_id": f"fanout-{job_id}",
+            "kind": FANOUT_KIND,
+            "data": {
+                "job": JOB,
+                "point": POINT.isoformat(),
+                "queue": QUEUE,
+                "kind": KIND,
+                "data": {"window_days": 7},
+            },
+        },
+        FanOutRequest,
+    )
     before = _rss_kb()
     start = time.perf_counter()
     result = run_fan_out(app, envelope, settings=settings)  # type: ignore[arg-type]
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"seconds": seconds, "published": result.published_now,
-                      "rss_before_kb": before, "peak_rss_kb": peak}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "published": result.published_now,
+                "rss_before_kb": before,
+                "peak_rss_kb": peak,
+            }
+        )
+    )
 
 
 def baseline(redis_url: str, database_url: str, count: int) -> float:
@@ -84,8 +106,9 @@ def baseline(redis_url: str, database_url: str, count: int) -> float:
     from platform_tasks.settings import PlatformSettings
     from platform_tasks.testing import create_test_app
 
-    settings = PlatformSettings.build(redis_url=redis_url, database_url=database_url,
-                                      profile="bench")  # fmt: skip
+    settings = PlatformSettings.build(
+        redis_url=redis_url, database_url=database_url, profile="bench"
+    )
     app = create_test_app("bench_baseline", settings=settings)
 
     @app.task(name=KIND, shared=False)  # type: ignore[untyped-decorator]
@@ -95,11 +118,17 @@ def baseline(redis_url: str, database_url: str, count: int) -> float:
     correlation = f"fanout-{fan_out_job_id(JOB, POINT, KIND)}"
     data = {"window_days": 7, "scheduled_for": "2025-01-01T00:00:00Z"}
     envelopes = [
-        parse_envelope({"job_id": str(tenant_job_id(JOB, POINT, KIND, f"t-{n:06d}")),
-                        "tenant_id": f"t-{n:06d}", "correlation_id": correlation, "kind": KIND,
-                        "data": data})
+        parse_envelope(
+            {
+                "job_id": str(tenant_job_id(JOB, POINT, KIND, f"t-{n:06d}")),
+                "tenant_id": f"t-{n:06d}",
+                "correlation_id": correlation,
+                "kind": KIND,
+                "data": data,
+            }
+        )
         for n in range(count)
-    ]  # fmt: skip
+    ]
     tenant_work.apply_async(**send_task_options("bench_warmup", envelopes[0]))  # connect first
     start = time.perf_counter()
     for envelope in envelopes:
@@ -128,7 +157,7 @@ def main() -> None:
         child(*args.child, batch=args.batch)
         return
     sizes = [int(part) for part in args.tenants.split(",")]
-    from platform_tasks.migrations import migrate
+    from platform_tasks.postgres.migrations import migrate
 
     with bench_redis() as rserver, bench_postgres() as pserver:
         migrate(pserver.url)
@@ -138,17 +167,30 @@ def main() -> None:
             conn = psycopg2.connect(pserver.url)
             with conn, conn.cursor() as cur:
                 cur.execute("TRUNCATE core.tenants, core.fanout_progress")
-                cur.execute("INSERT INTO core.tenants (tenant_id, freshness_tier) "
-                            "SELECT 't-' || lpad(n::text, 6, '0'), 'nightly' "
-                            "FROM generate_series(0, %s - 1) AS n", (size,))  # fmt: skip
+                cur.execute(
+                    "INSERT INTO core.tenants (tenant_id, freshness_tier) "
+                    "SELECT 't-' || lpad(n::text, 6, '0'), 'nightly' "
+                    "FROM generate_series(0, %s - 1) AS n",
+                    (size,),
+                )
                 cur.execute("ANALYZE core.tenants")
             conn.close()
             client.delete(QUEUE)
             before = _commands(client)
             out = subprocess.run(
-                [sys.executable, __file__, "--batch", str(args.batch), "--child", rserver.url,
-                 pserver.url], check=True, capture_output=True, text=True,
-            ).stdout  # fmt: skip
+                [
+                    sys.executable,
+                    __file__,
+                    "--batch",
+                    str(args.batch),
+                    "--child",
+                    rserver.url,
+                    pserver.url,
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             after = _commands(client)
             report = json.loads(out.strip().splitlines()[-1])
             queued = client.llen(QUEUE)
@@ -160,8 +202,10 @@ def main() -> None:
         base_count = min(args.baseline, max(sizes))
         base_seconds = baseline(rserver.url, pserver.url, base_count)
         base_rate = base_count / base_seconds
-        print(f"baseline apply_async loop: {base_count} envelopes in {base_seconds:.2f} s "
-              f"= {base_rate:,.0f} msg/s")  # fmt: skip
+        print(
+            f"baseline apply_async loop: {base_count} envelopes in {base_seconds:.2f} s "
+            f"= {base_rate:,.0f} msg/s"
+        )
         print(
             "| tenants | fan-out wall s | msg/s | vs apply_async | RSS before MiB | "
             "peak RSS MiB | Redis commands/tenant | LPUSH calls |"
@@ -170,9 +214,11 @@ def main() -> None:
         for size, report, queued, total, lpush in rows:
             assert queued == size == report["published"], (size, queued, report)
             rate = size / report["seconds"]
-            print(f"| {size:,} | {report['seconds']:.2f} | {rate:,.0f} | {rate / base_rate:.1f}x | "
-                  f"{report['rss_before_kb'] / 1024:.1f} | {report['peak_rss_kb'] / 1024:.1f} | "
-                  f"{total / size:.4f} | {lpush} |")  # fmt: skip
+            print(
+                f"| {size:,} | {report['seconds']:.2f} | {rate:,.0f} | {rate / base_rate:.1f}x | "
+                f"{report['rss_before_kb'] / 1024:.1f} | {report['peak_rss_kb'] / 1024:.1f} | "
+                f"{total / size:.4f} | {lpush} |"
+            )
 
 
 if __name__ == "__main__":

@@ -107,8 +107,12 @@ def base_env() -> dict[str, str]:
 def measure(command: list[str], cwd: Path, env: dict[str, str]) -> dict[str, object]:
     done = subprocess.run(
         [sys.executable, "-c", METER, *command],
-        cwd=cwd, env=env, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     result: dict[str, object] = json.loads(done.stdout)
     return result
 
@@ -150,9 +154,13 @@ def main() -> None:
         document = json.loads(
             subprocess.run(
                 [script, "jobs", "docs", "--format", "json"],
-                cwd=project, env=static_env, capture_output=True, text=True, check=True,
+                cwd=project,
+                env=static_env,
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout
-        )  # fmt: skip
+        )
         listed = json.loads(str(measure(runtime_cmd, project, warm_env)["stdout"]))
         assert len(document["jobs"]) == options.files, len(document["jobs"])
         assert all(job["evidence"] == "complete" for job in document["jobs"])

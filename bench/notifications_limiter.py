@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench._servers import bench_redis  # noqa: E402
 from platform_tasks.notifications.limiter import RateLimiter  # noqa: E402
-from platform_tasks.notifications.rate_limits import RateLimit  # noqa: E402
+from platform_tasks.settings.rate_limits import RateLimit  # noqa: E402
 
 RAW_BUCKET = """
 local v = redis.call('HMGET', KEYS[1], 'tokens', 'ts')

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.rabbitmq_throughput import create_bench_schema  # noqa: E402
-from platform_tasks.harness import PostgresServer, RedisServer  # noqa: E402
+from platform_tasks.testing.servers import PostgresServer, RedisServer  # noqa: E402
 
 TASKS = ("bench.plain", "bench.sql_floor", "bench.platform", "bench.noop")
 QUEUE = "bench_pool_side"
@@ -55,8 +55,11 @@ def pool_side_servers(prefix: str) -> Iterator[dict[str, str]]:
     rs = RedisServer(base / "redis").start()
     try:
         create_bench_schema(pg.url)
-        yield {"PLATFORM_DATABASE_URL": pg.url, "PLATFORM_REDIS_URL": rs.url,
-               "PLATFORM_BROKER_URL": "amqp://bench@127.0.0.1:1//"}  # fmt: skip
+        yield {
+            "PLATFORM_DATABASE_URL": pg.url,
+            "PLATFORM_REDIS_URL": rs.url,
+            "PLATFORM_BROKER_URL": "amqp://bench@127.0.0.1:1//",
+        }
     finally:
         rs.stop()
         pg.stop()
@@ -67,8 +70,10 @@ def tracers(app: Any) -> dict[str, Callable[..., Any]]:
 
     app.finalize()
     app.amqp.queues.select_add(QUEUE)  # as ``-Q`` declares it in a worker
-    return {name: build_tracer(name, app.tasks[name], eager=False, propagate=False, app=app)
-            for name in TASKS}  # fmt: skip
+    return {
+        name: build_tracer(name, app.tasks[name], eager=False, propagate=False, app=app)
+        for name in TASKS
+    }
 
 
 def run_jobs(trace: Callable[..., Any], task: str, jobs: int) -> None:
@@ -76,12 +81,26 @@ def run_jobs(trace: Callable[..., Any], task: str, jobs: int) -> None:
 
     for _ in range(jobs):
         job_id = str(uuid7())
-        envelope = {"job_id": job_id, "tenant_id": "bench", "correlation_id": "bench",
-                    "kind": task, "data": {}}  # fmt: skip
-        request = {"id": job_id, "task": task, "hostname": "bench@localhost", "headers": {},
-                   "is_eager": False,
-                   "delivery_info": {"exchange": "", "routing_key": QUEUE, "priority": 0,
-                                     "redelivered": False}}  # fmt: skip
+        envelope = {
+            "job_id": job_id,
+            "tenant_id": "bench",
+            "correlation_id": "bench",
+            "kind": task,
+            "data": {},
+        }
+        request = {
+            "id": job_id,
+            "task": task,
+            "hostname": "bench@localhost",
+            "headers": {},
+            "is_eager": False,
+            "delivery_info": {
+                "exchange": "",
+                "routing_key": QUEUE,
+                "priority": 0,
+                "redelivered": False,
+            },
+        }
         trace(job_id, [envelope], {}, request)
 
 
@@ -122,9 +141,10 @@ def sections(app: Any, trace: Callable[..., Any], jobs: int, rounds: int) -> Non
         totals["whole job"].append((time.process_time_ns() - start) / jobs / 1000)
         for name, nanoseconds in spent.items():
             totals[name].append(nanoseconds / jobs / 1000)
-    print("PlatformTask by step, CPU per job (median us): "
-          + ", ".join(f"{name} {statistics.median(values):.1f}"
-                      for name, values in totals.items()))  # fmt: skip
+    print(
+        "PlatformTask by step, CPU per job (median us): "
+        + ", ".join(f"{name} {statistics.median(values):.1f}" for name, values in totals.items())
+    )
 
 
 def main() -> None:
@@ -147,9 +167,11 @@ def main() -> None:
                 run_jobs(trace, task, args.jobs)
                 cpu[task].append((time.process_time() - start) / args.jobs)
         for task, values in cpu.items():
-            print(f"{task:16s} pool-side CPU per job: median "
-                  f"{statistics.median(values) * 1e6:4.0f} us (rounds "
-                  f"{min(values) * 1e6:.0f}-{max(values) * 1e6:.0f})")  # fmt: skip
+            print(
+                f"{task:16s} pool-side CPU per job: median "
+                f"{statistics.median(values) * 1e6:4.0f} us (rounds "
+                f"{min(values) * 1e6:.0f}-{max(values) * 1e6:.0f})"
+            )
         if args.sections:
             sections(app, by_task["bench.platform"], args.jobs, args.rounds)
 

@@ -54,10 +54,23 @@ def counted(code: Path, task: str, jobs: int, env: dict[str, str], folder: Path)
     """Instructions of one child process running ``jobs`` jobs of ``task``."""
     out = folder / f"callgrind.{task}.{jobs}"
     subprocess.run(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
-         str(Path(__file__).resolve()), "--child", task, str(jobs), "--code", str(code)],
-        env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            task,
+            str(jobs),
+            "--code",
+            str(code),
+        ],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     found = _TOTAL.search(out.read_bytes())
     if found is None:
         raise SystemExit(f"{out}: no instruction total in valgrind's output")
@@ -67,8 +80,12 @@ def counted(code: Path, task: str, jobs: int, env: dict[str, str], folder: Path)
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=1000)
-    parser.add_argument("--code", type=Path, default=ROOT,
-                        help="the checkout whose platform and bench apps are measured")  # fmt: skip
+    parser.add_argument(
+        "--code",
+        type=Path,
+        default=ROOT,
+        help="the checkout whose platform and bench apps are measured",
+    )
     parser.add_argument("--child", nargs=2, metavar=("TASK", "JOBS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     code = args.code.resolve()

@@ -40,18 +40,36 @@ def main() -> None:
             start = time.perf_counter()
             for _ in range(args.messages):
                 job_id = str(uuid7())
-                body = {"job_id": job_id, "tenant_id": "t-1", "correlation_id": "c-1",
-                        "kind": "billing.charge", "data": data}  # fmt: skip
-                app.send_task("billing.charge", args=[body], task_id=job_id, queue="raw",
-                              argsrepr="()", kwargsrepr="{}",
-                              headers={"platform_attempt": 1})  # fmt: skip
+                body = {
+                    "job_id": job_id,
+                    "tenant_id": "t-1",
+                    "correlation_id": "c-1",
+                    "kind": "billing.charge",
+                    "data": data,
+                }
+                app.send_task(
+                    "billing.charge",
+                    args=[body],
+                    task_id=job_id,
+                    queue="raw",
+                    argsrepr="()",
+                    kwargsrepr="{}",
+                    headers={"platform_attempt": 1},
+                )
             return args.messages / (time.perf_counter() - start)
 
         def port_round() -> float:
             start = time.perf_counter()
             for _ in range(args.messages):
-                port.publish("port", {"tenant_id": "t-1", "correlation_id": "c-1",
-                                      "kind": "billing.charge", "data": data})  # fmt: skip
+                port.publish(
+                    "port",
+                    {
+                        "tenant_id": "t-1",
+                        "correlation_id": "c-1",
+                        "kind": "billing.charge",
+                        "data": data,
+                    },
+                )
             return args.messages / (time.perf_counter() - start)
 
         raw_round()

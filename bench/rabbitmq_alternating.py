@@ -51,7 +51,8 @@ from bench.rabbitmq_throughput import (  # noqa: E402
     worker_argv,
     worker_env,
 )
-from platform_tasks.harness import RabbitMQServer, wait_until  # noqa: E402
+from platform_tasks.testing.servers import wait_until  # noqa: E402
+from tests.support.servers import RabbitMQServer  # noqa: E402
 
 PLAIN, PLATFORM = "bench.plain", "bench.platform"
 
@@ -76,25 +77,33 @@ class TakingTurns:
         before = self.ready(variant)
         with open(self.log, "ab") as out:
             self.workers[variant] = subprocess.Popen(
-                worker_argv(queue, node=f"{variant}@%h"), cwd=ROOT, env=self.env, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        wait_until(lambda: self.ready(variant) <= before - warm, timeout=120, interval=0.02,
-                   message=f"the {variant} worker to take its first jobs")  # fmt: skip
+                worker_argv(queue, node=f"{variant}@%h"),
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_until(
+            lambda: self.ready(variant) <= before - warm,
+            timeout=120,
+            interval=0.02,
+            message=f"the {variant} worker to take its first jobs",
+        )
         os.killpg(self.workers[variant].pid, signal.SIGSTOP)
 
     def segment(self, variant: str, jobs: int) -> tuple[int, float, float]:
         """Resume the variant's worker for at least ``jobs`` jobs: (jobs taken, seconds,
         busy CPU seconds per job)."""
-        wait_until(lambda: cpu_busy() < 0.10, timeout=120, interval=0.1,
-                   message="the machine to be idle")  # fmt: skip
+        wait_until(
+            lambda: cpu_busy() < 0.10, timeout=120, interval=0.1, message="the machine to be idle"
+        )
         before = self.ready(variant)
         ticks = cpu_ticks()[0]
         start = time.perf_counter()
         os.killpg(self.workers[variant].pid, signal.SIGCONT)
         try:
-            wait_until(lambda: self.ready(variant) <= before - jobs, timeout=600,
-                       interval=0.02)  # fmt: skip
+            wait_until(lambda: self.ready(variant) <= before - jobs, timeout=600, interval=0.02)
             elapsed = time.perf_counter() - start
             busy = (cpu_ticks()[0] - ticks) / os.sysconf("SC_CLK_TCK")
             done = before - self.ready(variant)
@@ -110,16 +119,21 @@ class TakingTurns:
             proc.wait(30)
 
 
-def one_run(run: int, args: argparse.Namespace, mq: RabbitMQServer, redis_url: str,
-            db_url: str, log: Path) -> tuple[list[float], float]:  # fmt: skip
+def one_run(
+    run: int, args: argparse.Namespace, mq: RabbitMQServer, redis_url: str, db_url: str, log: Path
+) -> tuple[list[float], float]:
     """(pair ratios, ratio of the two variants' pooled rates) of one run."""
     env = worker_env(mq.url, redis_url, db_url)
     jobs = args.warm + args.pairs * args.segment_jobs + 1000
     queues = {variant: f"alt_{variant.split('.')[1]}_{run}" for variant in (PLAIN, PLATFORM)}
     for variant, queue in queues.items():
         fill(variant, queue, jobs, env)
-    wait_until(lambda: cpu_busy() < 0.10, timeout=120, interval=0.1,
-               message="the machine to be idle after the fill")  # fmt: skip
+    wait_until(
+        lambda: cpu_busy() < 0.10,
+        timeout=120,
+        interval=0.1,
+        message="the machine to be idle after the fill",
+    )
     ratios: list[float] = []
     done = {PLAIN: [0.0, 0.0], PLATFORM: [0.0, 0.0]}  # jobs, seconds
     with kombu.Connection(mq.url) as broker:
@@ -136,10 +150,13 @@ def one_run(run: int, args: argparse.Namespace, mq: RabbitMQServer, redis_url: s
                     done[variant][0] += taken
                     done[variant][1] += seconds
                 ratios.append(rate[PLATFORM] / rate[PLAIN])
-                print(f"run {run} pair {pair}: plain {rate[PLAIN]:.0f} jobs/s "
-                      f"({cpu[PLAIN] * 1e6:.0f} us busy CPU/job), platform "
-                      f"{rate[PLATFORM]:.0f} jobs/s ({cpu[PLATFORM] * 1e6:.0f} us), "
-                      f"platform/plain {ratios[-1]:.2f}", flush=True)  # fmt: skip
+                print(
+                    f"run {run} pair {pair}: plain {rate[PLAIN]:.0f} jobs/s "
+                    f"({cpu[PLAIN] * 1e6:.0f} us busy CPU/job), platform "
+                    f"{rate[PLATFORM]:.0f} jobs/s ({cpu[PLATFORM] * 1e6:.0f} us), "
+                    f"platform/plain {ratios[-1]:.2f}",
+                    flush=True,
+                )
         finally:
             turns.stop()
     for queue in queues.values():
@@ -151,8 +168,7 @@ def one_run(run: int, args: argparse.Namespace, mq: RabbitMQServer, redis_url: s
 def bootstrap_interval(values: list[float], rounds: int = 20000) -> tuple[float, float]:
     """95 % bootstrap interval of the median of ``values`` (a fixed seed: reruns agree)."""
     rng = random.Random(1)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values)))
-                     for _ in range(rounds))  # fmt: skip
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(rounds))
     return medians[int(rounds * 0.025)], medians[int(rounds * 0.975)]
 
 
@@ -168,13 +184,18 @@ def main() -> None:
         for run in range(1, args.runs + 1):
             run_ratios, pooled = one_run(run, args, mq, rs.url, pg.url, base / "worker.log")
             ratios += run_ratios
-            print(f"run {run}: platform/plain median of pairs {statistics.median(run_ratios):.2f}"
-                  f", of the pooled rates {pooled:.2f}", flush=True)  # fmt: skip
+            print(
+                f"run {run}: platform/plain median of pairs {statistics.median(run_ratios):.2f}"
+                f", of the pooled rates {pooled:.2f}",
+                flush=True,
+            )
         low, high = bootstrap_interval(ratios)
-        print(f"platform/plain on RabbitMQ, {len(ratios)} pairs: median "
-              f"{statistics.median(ratios):.2f} (95 % interval {low:.2f}-{high:.2f}; "
-              f"min {min(ratios):.2f}, max {max(ratios):.2f}; "
-              f"{sum(r >= 0.85 for r in ratios)} pairs at or above 0.85)")  # fmt: skip
+        print(
+            f"platform/plain on RabbitMQ, {len(ratios)} pairs: median "
+            f"{statistics.median(ratios):.2f} (95 % interval {low:.2f}-{high:.2f}; "
+            f"min {min(ratios):.2f}, max {max(ratios):.2f}; "
+            f"{sum(r >= 0.85 for r in ratios)} pairs at or above 0.85)"
+        )
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ message reached the consumer minus its ``run_at``:
 - ``native``: ``PLATFORM_RABBITMQ_DELAYS=native`` (the countdown rounded up to whole
   seconds, RabbitMQ's delayed-delivery quorum queues);
 - ``delay_store``: ``PLATFORM_RABBITMQ_DELAYS=delay_store``; the production promoter
-  (:class:`~platform_tasks.rabbitmq_delay_promoter.RabbitMQDelayPromoter`) runs in a
+  (:class:`~platform_tasks.publishing.rabbitmq_delay_promoter.RabbitMQDelayPromoter`) runs in a
   process of its own, as in a worker, and its CPU time per promoted job is reported.
 
 Each mode gets a fresh virtual host. The machine is shared, so compare the two modes of
@@ -38,8 +38,13 @@ from pathlib import Path
 import kombu
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import RabbitMQServer, RedisServer, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import RedisServer, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the suite's RabbitMQ server lives in tests/support
+
+from tests.support.servers import RabbitMQServer  # noqa: E402
 
 QUEUE = "bench"
 MODES = ("native", "delay_store")
@@ -61,8 +66,9 @@ class Result:
 
 
 def settings_for(mode: str, broker_url: str, redis_url: str) -> PlatformSettings:
-    return PlatformSettings.build(broker_url=broker_url, redis_url=redis_url, profile="bench",
-                                  rabbitmq_delays=mode)  # fmt: skip
+    return PlatformSettings.build(
+        broker_url=broker_url, redis_url=redis_url, profile="bench", rabbitmq_delays=mode
+    )
 
 
 def cpu_seconds(pid: int) -> float:
@@ -72,10 +78,11 @@ def cpu_seconds(pid: int) -> float:
 
 def promote_forever(broker_url: str, redis_url: str) -> None:
     """``--promote``: run the production promoter until SIGTERM (a worker's promoter)."""
-    from platform_tasks.rabbitmq_delay_promoter import RabbitMQDelayPromoter
+    from platform_tasks.publishing.rabbitmq_delay_promoter import RabbitMQDelayPromoter
 
-    app = create_app("bench_rabbitmq_delays",
-                     settings=settings_for("delay_store", broker_url, redis_url))  # fmt: skip
+    app = create_app(
+        "bench_rabbitmq_delays", settings=settings_for("delay_store", broker_url, redis_url)
+    )
     promoter = RabbitMQDelayPromoter(app)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
@@ -85,8 +92,9 @@ def promote_forever(broker_url: str, redis_url: str) -> None:
     promoter.stop()
 
 
-def measure(mode: str, server: RabbitMQServer, redis_url: str, jobs: int, delay: float,
-            workdir: Path) -> Result:  # fmt: skip
+def measure(
+    mode: str, server: RabbitMQServer, redis_url: str, jobs: int, delay: float, workdir: Path
+) -> Result:
     broker_url = server.fresh_vhost(f"bench-{mode}")
     app = create_app("bench_rabbitmq_delays", settings=settings_for(mode, broker_url, redis_url))
     port = QueuePort(app)
@@ -97,8 +105,12 @@ def measure(mode: str, server: RabbitMQServer, redis_url: str, jobs: int, delay:
 
     def consume() -> None:
         with kombu.Connection(broker_url) as conn:
-            queue = kombu.Queue(QUEUE, kombu.Exchange(QUEUE, "topic"), QUEUE,
-                                queue_arguments={"x-queue-type": "quorum"})  # fmt: skip
+            queue = kombu.Queue(
+                QUEUE,
+                kombu.Exchange(QUEUE, "topic"),
+                QUEUE,
+                queue_arguments={"x-queue-type": "quorum"},
+            )
 
             def on_message(body: object, message: kombu.Message) -> None:
                 arrived = time.time()
@@ -119,10 +131,14 @@ def measure(mode: str, server: RabbitMQServer, redis_url: str, jobs: int, delay:
     if mode == "delay_store":
         promoter = subprocess.Popen(
             [sys.executable, __file__, "--promote", broker_url, redis_url],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        wait_until(lambda: b"promoter started" in (workdir / f"promoter-{mode}.log").read_bytes(),
-                   timeout=60, message="promoter started")  # fmt: skip
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_until(
+            lambda: b"promoter started" in (workdir / f"promoter-{mode}.log").read_bytes(),
+            timeout=60,
+            message="promoter started",
+        )
     consumer = threading.Thread(target=consume, daemon=True)
     consumer.start()
     ready.wait(60)
@@ -131,8 +147,9 @@ def measure(mode: str, server: RabbitMQServer, redis_url: str, jobs: int, delay:
     started = time.monotonic()
     for i in range(jobs):
         run_at = datetime.now(UTC) + timedelta(seconds=delay)
-        job_id = port.schedule(QUEUE, {"tenant_id": "t", "kind": "bench.noop",
-                                       "data": {"i": i}}, run_at)  # fmt: skip
+        job_id = port.schedule(
+            QUEUE, {"tenant_id": "t", "kind": "bench.noop", "data": {"i": i}}, run_at
+        )
         due[str(job_id)] = run_at.timestamp()
     scheduled_s = time.monotonic() - started
     deadline = time.monotonic() + delay + 300
@@ -151,29 +168,42 @@ def measure(mode: str, server: RabbitMQServer, redis_url: str, jobs: int, delay:
     app.close()
     ordered = sorted(latencies)
     return Result(
-        mode=mode, jobs=jobs, arrived=len(ordered), schedule_rate=jobs / scheduled_s,
-        p50=statistics.median(ordered), p99=ordered[int(len(ordered) * 0.99) - 1],
-        max=ordered[-1], min=ordered[0], load_before=load_before, load_after=load_after,
+        mode=mode,
+        jobs=jobs,
+        arrived=len(ordered),
+        schedule_rate=jobs / scheduled_s,
+        p50=statistics.median(ordered),
+        p99=ordered[int(len(ordered) * 0.99) - 1],
+        max=ordered[-1],
+        min=ordered[0],
+        load_before=load_before,
+        load_after=load_after,
         promoter_cpu_ms_per_job=cpu_ms,
-    )  # fmt: skip
+    )
 
 
 def report(results: list[Result], delay: float) -> None:
-    print("\n| mode | arrived | due-to-queue p50 | p99 | max | min | scheduling | "
-          "promoter CPU/job | load avg (1 min) before/after |")  # fmt: skip
+    print(
+        "\n| mode | arrived | due-to-queue p50 | p99 | max | min | scheduling | "
+        "promoter CPU/job | load avg (1 min) before/after |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         cpu_ms = r.promoter_cpu_ms_per_job
         cpu = "none" if cpu_ms is None else f"{cpu_ms:.2f} ms"
-        print(f"| {r.mode} | {r.arrived}/{r.jobs} | {r.p50:.3f} s | {r.p99:.3f} s | "
-              f"{r.max:.3f} s | {r.min:.3f} s | {r.schedule_rate:.0f} jobs/s | {cpu} | "
-              f"{r.load_before:.2f} / {r.load_after:.2f} |")  # fmt: skip
+        print(
+            f"| {r.mode} | {r.arrived}/{r.jobs} | {r.p50:.3f} s | {r.p99:.3f} s | "
+            f"{r.max:.3f} s | {r.min:.3f} s | {r.schedule_rate:.0f} jobs/s | {cpu} | "
+            f"{r.load_before:.2f} / {r.load_after:.2f} |"
+        )
     by_mode = {r.mode: r for r in results}
     if set(by_mode) == set(MODES):
         native, store = by_mode["native"], by_mode["delay_store"]
-        print(f"\ndelay_store / native (delay {delay:g}s): p50 {store.p50 / native.p50:.2f}x, "
-              f"p99 {store.p99 / native.p99:.2f}x, max {store.max / native.max:.2f}x, "
-              f"scheduling rate {store.schedule_rate / native.schedule_rate:.2f}x")  # fmt: skip
+        print(
+            f"\ndelay_store / native (delay {delay:g}s): p50 {store.p50 / native.p50:.2f}x, "
+            f"p99 {store.p99 / native.p99:.2f}x, max {store.max / native.max:.2f}x, "
+            f"scheduling rate {store.schedule_rate / native.schedule_rate:.2f}x"
+        )
 
 
 def main() -> None:
@@ -193,12 +223,13 @@ def main() -> None:
         redis_server = RedisServer(base / "redis", appendfsync="always").start()
         try:
             for mode in modes:
-                results.append(measure(mode, server, redis_server.url, args.jobs, args.delay,
-                                       base))  # fmt: skip
+                results.append(measure(mode, server, redis_server.url, args.jobs, args.delay, base))
                 r = results[-1]
-                print(f"{mode}: arrived={r.arrived}/{r.jobs} p50={r.p50:.3f}s "
-                      f"p99={r.p99:.3f}s max={r.max:.3f}s scheduling {r.schedule_rate:.0f}/s",
-                      flush=True)  # fmt: skip
+                print(
+                    f"{mode}: arrived={r.arrived}/{r.jobs} p50={r.p50:.3f}s "
+                    f"p99={r.p99:.3f}s max={r.max:.3f}s scheduling {r.schedule_rate:.0f}/s",
+                    flush=True,
+                )
         finally:
             redis_server.stop()
     report(results, args.delay)

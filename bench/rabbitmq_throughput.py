@@ -64,13 +64,9 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from platform_tasks.harness import (  # noqa: E402
-    PostgresServer,
-    RabbitMQServer,
-    RedisServer,
-    wait_until,
-)
-from platform_tasks.migrations import migrate  # noqa: E402
+from platform_tasks.postgres.migrations import migrate  # noqa: E402
+from platform_tasks.testing.servers import PostgresServer, RedisServer, wait_until  # noqa: E402
+from tests.support.servers import RabbitMQServer  # noqa: E402
 
 
 def create_bench_schema(db_url: str) -> None:
@@ -83,8 +79,9 @@ def create_bench_schema(db_url: str) -> None:
 
 
 @contextlib.contextmanager
-def bench_servers(prefix: str) -> Iterator[tuple[Path, RedisServer, PostgresServer,
-                                                   RabbitMQServer]]:  # fmt: skip
+def bench_servers(
+    prefix: str,
+) -> Iterator[tuple[Path, RedisServer, PostgresServer, RabbitMQServer]]:
     """(folder, Redis, PostgreSQL with the schema, one RabbitMQ node), stopped at exit."""
     base = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(base, 0o755)
@@ -173,10 +170,15 @@ def _stat(pid: str) -> tuple[str, int, int] | None:
 def cpu_by_part(worker_pid: int) -> dict[str, int]:
     """Jiffies each part of the machine has used so far; "rest" is the machine's busy
     total (``cpu_ticks``) minus the named parts."""
-    procs = {pid: info for pid in os.listdir("/proc") if pid.isdigit()
-             if (info := _stat(pid)) is not None}  # fmt: skip
-    leader_names = {session: procs[str(session)][0] for _, session, _ in procs.values()
-                    if str(session) in procs}  # fmt: skip
+    procs = {
+        pid: info
+        for pid in os.listdir("/proc")
+        if pid.isdigit()
+        if (info := _stat(pid)) is not None
+    }
+    leader_names = {
+        session: procs[str(session)][0] for _, session, _ in procs.values() if str(session) in procs
+    }
     used = dict.fromkeys(PARTS, 0)
     for pid, (_, session, jiffies) in procs.items():
         if int(pid) == worker_pid:
@@ -206,14 +208,20 @@ def settle(broker_url: str, queue: str, db_url: str) -> None:
         cur.execute("TRUNCATE public.bench_work, core.processed_jobs")
         cur.execute("CHECKPOINT")
     conn.close()
-    wait_until(lambda: cpu_busy() < 0.10, timeout=120, interval=0.1,
-               message="the machine to be idle again")  # fmt: skip
+    wait_until(
+        lambda: cpu_busy() < 0.10, timeout=120, interval=0.1, message="the machine to be idle again"
+    )
 
 
 def worker_env(broker_url: str, redis_url: str, db_url: str) -> dict[str, str]:
     """The environment of the fill and the worker: the platform's three servers."""
-    return dict(os.environ, PYTHONPATH=str(ROOT), PLATFORM_REDIS_URL=redis_url,
-                PLATFORM_DATABASE_URL=db_url, PLATFORM_BROKER_URL=broker_url)  # fmt: skip
+    return dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        PLATFORM_REDIS_URL=redis_url,
+        PLATFORM_DATABASE_URL=db_url,
+        PLATFORM_BROKER_URL=broker_url,
+    )
 
 
 def fill(task: str, queue: str, jobs: int, env: dict[str, str]) -> None:
@@ -229,35 +237,62 @@ def fill(task: str, queue: str, jobs: int, env: dict[str, str]) -> None:
         "               'kind': task, 'data': {}}\n"
         "        app.send_task(task, args=[env], queue=queue, producer=producer)\n"
     )
-    subprocess.run([sys.executable, "-c", code, task, queue, str(jobs)], cwd=ROOT, env=env,
-                   check=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-c", code, task, queue, str(jobs)], cwd=ROOT, env=env, check=True
+    )
 
 
 def worker_argv(queue: str, node: str | None = None) -> list[str]:
     """One ``-P prefork -c 2`` worker of ``bench/consumer_app.py`` consuming ``queue``
     (named ``node``, for two workers on one machine at once)."""
-    return [str(Path(sys.executable).parent / "celery"), "-A", "bench.consumer_app", "worker",
-            "-P", "prefork", "-c", "2", "-Q", queue, "--without-mingle", "--without-gossip",
-            "--loglevel", "WARNING", *(["-n", node] if node else [])]  # fmt: skip
+    return [
+        str(Path(sys.executable).parent / "celery"),
+        "-A",
+        "bench.consumer_app",
+        "worker",
+        "-P",
+        "prefork",
+        "-c",
+        "2",
+        "-Q",
+        queue,
+        "--without-mingle",
+        "--without-gossip",
+        "--loglevel",
+        "WARNING",
+        *(["-n", node] if node else []),
+    ]
 
 
-def run_variant(task: str, broker_url: str, jobs: int, redis_url: str, db_url: str,
-                log: Path, run: int) -> tuple[float, float, float, dict[str, float]]:  # fmt: skip
+def run_variant(
+    task: str, broker_url: str, jobs: int, redis_url: str, db_url: str, log: Path, run: int
+) -> tuple[float, float, float, dict[str, float]]:
     """(jobs/s, share of CPU stolen, busy CPU seconds per job, the same by part) of one
     variant's drain."""
     queue = f"bench_{task.split('.')[1]}_{broker_url[:4]}_{run}"
     env = worker_env(broker_url, redis_url, db_url)
     fill(task, queue, jobs, env)
     assert ready_count(broker_url, queue) == jobs
-    wait_until(lambda: cpu_busy() < 0.10, timeout=120, interval=0.1,
-               message="the machine to be idle after the fill")  # fmt: skip
+    wait_until(
+        lambda: cpu_busy() < 0.10,
+        timeout=120,
+        interval=0.1,
+        message="the machine to be idle after the fill",
+    )
     with open(log, "ab") as out:
-        proc = subprocess.Popen(worker_argv(queue), cwd=ROOT, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            worker_argv(queue),
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         warm = jobs // 10
-        wait_until(lambda: ready_count(broker_url, queue) <= jobs - warm, timeout=120,
-                   interval=0.01)  # fmt: skip
+        wait_until(
+            lambda: ready_count(broker_url, queue) <= jobs - warm, timeout=120, interval=0.01
+        )
         start, ticks, parts = time.perf_counter(), cpu_ticks(), cpu_by_part(proc.pid)
         wait_until(lambda: rows(db_url) >= jobs, timeout=600, interval=0.05)
         elapsed, after = time.perf_counter() - start, cpu_ticks()
@@ -281,8 +316,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--sql-floor", action="store_true",
-                        help="also run the platform's SQL in a plain task on RabbitMQ")  # fmt: skip
+    parser.add_argument(
+        "--sql-floor",
+        action="store_true",
+        help="also run the platform's SQL in a plain task on RabbitMQ",
+    )
     args = parser.parse_args()
     with bench_servers("bench-rabbitmq-") as (base, rs, pg, mq):
         vs_plain: list[float] = []
@@ -291,8 +329,7 @@ def main() -> None:
         gap_by_part: dict[str, list[float]] = {part: [] for part in PARTS}
         floor_vs_plain: list[float] = []
         platform_vs_floor: list[float] = []
-        variants = [("bench.plain", mq.url), ("bench.platform", mq.url),
-                    ("bench.platform", rs.url)]  # fmt: skip
+        variants = [("bench.plain", mq.url), ("bench.platform", mq.url), ("bench.platform", rs.url)]
         if args.sql_floor:
             variants.insert(1, ("bench.sql_floor", mq.url))
         for run in range(1, args.runs + 1):
@@ -305,29 +342,40 @@ def main() -> None:
                 rate[(task, broker)], steal, cpu[(task, broker)], split[(task, broker)] = (
                     run_variant(task, broker, args.jobs, rs.url, pg.url, log, run)
                 )
-                by_part = ", ".join(f"{part} {split[(task, broker)][part] * 1e6:.0f}"
-                                    for part in PARTS)  # fmt: skip
-                print(f"run {run} {task} on {broker.split(':')[0]}: "
-                      f"{rate[(task, broker)]:.0f} jobs/s, "
-                      f"{cpu[(task, broker)] * 1e6:.0f} us of busy CPU per job "
-                      f"(CPU stolen by the host: {steal:.0%}); "
-                      f"per job by part, us: {by_part}", flush=True)  # fmt: skip
+                by_part = ", ".join(
+                    f"{part} {split[(task, broker)][part] * 1e6:.0f}" for part in PARTS
+                )
+                print(
+                    f"run {run} {task} on {broker.split(':')[0]}: "
+                    f"{rate[(task, broker)]:.0f} jobs/s, "
+                    f"{cpu[(task, broker)] * 1e6:.0f} us of busy CPU per job "
+                    f"(CPU stolen by the host: {steal:.0%}); "
+                    f"per job by part, us: {by_part}",
+                    flush=True,
+                )
             for part in PARTS:
-                gap_by_part[part].append(split[("bench.platform", mq.url)][part]
-                                         - split[("bench.plain", mq.url)][part])  # fmt: skip
+                gap_by_part[part].append(
+                    split[("bench.platform", mq.url)][part] - split[("bench.plain", mq.url)][part]
+                )
             platform_mq = rate[("bench.platform", mq.url)]
             vs_plain.append(platform_mq / rate[("bench.plain", mq.url)])
             cpu_vs_plain.append(cpu[("bench.plain", mq.url)] / cpu[("bench.platform", mq.url)])
             vs_redis.append(platform_mq / rate[("bench.platform", rs.url)])
-            print(f"run {run} platform/plain on RabbitMQ = {vs_plain[-1]:.2f} (target >= 0.85), "
-                  f"jobs per busy CPU second {cpu_vs_plain[-1]:.2f}; "
-                  f"platform RabbitMQ/Redis = {vs_redis[-1]:.2f}", flush=True)  # fmt: skip
+            print(
+                f"run {run} platform/plain on RabbitMQ = {vs_plain[-1]:.2f} (target >= 0.85), "
+                f"jobs per busy CPU second {cpu_vs_plain[-1]:.2f}; "
+                f"platform RabbitMQ/Redis = {vs_redis[-1]:.2f}",
+                flush=True,
+            )
             if args.sql_floor:
                 floor = rate[("bench.sql_floor", mq.url)]
                 floor_vs_plain.append(floor / rate[("bench.plain", mq.url)])
                 platform_vs_floor.append(platform_mq / floor)
-                print(f"run {run} SQL floor/plain = {floor_vs_plain[-1]:.2f}; "
-                      f"platform/SQL floor = {platform_vs_floor[-1]:.2f}", flush=True)  # fmt: skip
+                print(
+                    f"run {run} SQL floor/plain = {floor_vs_plain[-1]:.2f}; "
+                    f"platform/SQL floor = {platform_vs_floor[-1]:.2f}",
+                    flush=True,
+                )
         print(
             f"platform/plain on RabbitMQ: median {statistics.median(vs_plain):.2f} "
             f"(min {min(vs_plain):.2f}, max {max(vs_plain):.2f}) over {args.runs} runs"
@@ -337,18 +385,25 @@ def main() -> None:
             f"{statistics.median(cpu_vs_plain):.2f} (min {min(cpu_vs_plain):.2f}, "
             f"max {max(cpu_vs_plain):.2f})"
         )
-        print("platform minus plain on RabbitMQ, busy CPU per job by part (median, us): "
-              + ", ".join(f"{part} {statistics.median(gap_by_part[part]) * 1e6:+.0f}"
-                          for part in PARTS))  # fmt: skip
+        print(
+            "platform minus plain on RabbitMQ, busy CPU per job by part (median, us): "
+            + ", ".join(
+                f"{part} {statistics.median(gap_by_part[part]) * 1e6:+.0f}" for part in PARTS
+            )
+        )
         print(
             f"platform RabbitMQ/Redis: median {statistics.median(vs_redis):.2f} "
             f"(min {min(vs_redis):.2f}, max {max(vs_redis):.2f})"
         )
-        for label, ratios in (("SQL floor/plain", floor_vs_plain),
-                              ("platform/SQL floor", platform_vs_floor)):  # fmt: skip
+        for label, ratios in (
+            ("SQL floor/plain", floor_vs_plain),
+            ("platform/SQL floor", platform_vs_floor),
+        ):
             if ratios:
-                print(f"{label} on RabbitMQ: median {statistics.median(ratios):.2f} "
-                      f"(min {min(ratios):.2f}, max {max(ratios):.2f})")  # fmt: skip
+                print(
+                    f"{label} on RabbitMQ: median {statistics.median(ratios):.2f} "
+                    f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+                )
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from platform_tasks import create_app  # noqa: E402
-from platform_tasks.harness import PostgresServer, RedisServer, wait_until  # noqa: E402
 from platform_tasks.settings import PlatformSettings  # noqa: E402
+from platform_tasks.testing.servers import PostgresServer, RedisServer, wait_until  # noqa: E402
 from tests.support.processes import CeleryProcess, platform_env, worker_argv  # noqa: E402
 
 QUEUE = "default"
@@ -50,9 +50,11 @@ def summary(label: str, values: list[float]) -> str:
     values = sorted(values)
     q = statistics.quantiles(values, n=100) if len(values) > 1 else values * 99
     stalls = sum(1 for v in values if v >= STALL)
-    return (f"{label:34s} n={len(values):5d} p50={q[49] * 1000:7.2f} ms "
-            f"p99={q[98] * 1000:7.2f} ms max={values[-1] * 1000:7.1f} ms "
-            f">= {STALL * 1000:.0f} ms: {stalls}")  # fmt: skip
+    return (
+        f"{label:34s} n={len(values):5d} p50={q[49] * 1000:7.2f} ms "
+        f"p99={q[98] * 1000:7.2f} ms max={values[-1] * 1000:7.1f} ms "
+        f">= {STALL * 1000:.0f} ms: {stalls}"
+    )
 
 
 def stamps(client: redis.Redis) -> list[tuple[float, float]]:
@@ -63,15 +65,21 @@ def stamps(client: redis.Redis) -> list[tuple[float, float]]:
     return pairs
 
 
-def run(transport: str, redis_url: str, database_url: str, args: argparse.Namespace,
-        logs: Path) -> None:  # fmt: skip
+def run(
+    transport: str, redis_url: str, database_url: str, args: argparse.Namespace, logs: Path
+) -> None:
     client = redis.Redis.from_url(redis_url)
     client.flushall()
-    settings = PlatformSettings.build(redis_url=redis_url, database_url=database_url,
-                                      profile="bench", transport=transport)  # fmt: skip
+    settings = PlatformSettings.build(
+        redis_url=redis_url, database_url=database_url, profile="bench", transport=transport
+    )
     app = create_app(f"latency-{transport}", settings=settings)
-    env = platform_env(redis_url=redis_url, database_url=database_url,
-                       extra={"PLATFORM_TRANSPORT": transport}, pythonpath=[REPO])  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=database_url,
+        extra={"PLATFORM_TRANSPORT": transport},
+        pythonpath=[REPO],
+    )
     argv = worker_argv("bench.transport_bench_app", concurrency=2, extra=["--without-heartbeat"])
     with app.producer_or_acquire() as producer:
         for _ in range(args.messages):
@@ -79,8 +87,12 @@ def run(transport: str, redis_url: str, database_url: str, args: argparse.Namesp
     log = logs / f"{transport}-{time.monotonic_ns()}.log"
     worker = CeleryProcess(argv, env=env, cwd=REPO, log_path=log).start()
     try:
-        wait_until(lambda: client.llen("bench:stamps") >= args.messages, timeout=300,
-                   interval=0.01, message="drain")  # fmt: skip
+        wait_until(
+            lambda: client.llen("bench:stamps") >= args.messages,
+            timeout=300,
+            interval=0.01,
+            message="drain",
+        )
         starts = sorted(started for _, started in stamps(client))
         gaps = [b - a for a, b in itertools.pairwise(starts)]
         print(summary(f"{transport} drain: gap between starts", gaps), flush=True)
@@ -88,19 +100,29 @@ def run(transport: str, redis_url: str, database_url: str, args: argparse.Namesp
         with app.producer_or_acquire() as producer:
             for n in range(args.trickle):
                 priority = 5 if args.priority_every and n % args.priority_every == 0 else None
-                app.send_task("bench.stamp", args=[time.time()], queue=QUEUE,
-                              producer=producer, priority=priority)  # fmt: skip
+                app.send_task(
+                    "bench.stamp",
+                    args=[time.time()],
+                    queue=QUEUE,
+                    producer=producer,
+                    priority=priority,
+                )
                 time.sleep(args.interval)  # pacing the publisher, not synchronisation
-        wait_until(lambda: client.llen("bench:stamps") >= args.trickle, timeout=300,
-                   interval=0.01, message="trickle")  # fmt: skip
+        wait_until(
+            lambda: client.llen("bench:stamps") >= args.trickle,
+            timeout=300,
+            interval=0.01,
+            message="trickle",
+        )
         latencies = [started - sent for sent, started in stamps(client)]
         print(summary(f"{transport} trickle: publish->start", latencies), flush=True)
         if args.idle:
             cpu_start = cpu_seconds(worker.pid)
             time.sleep(args.idle)  # the measured idle period
             used = (cpu_seconds(worker.pid) - cpu_start) * 1000 / args.idle
-            print(f"{transport + ' idle:':34s} main-process CPU {used:.2f} ms per second",
-                  flush=True)  # fmt: skip
+            print(
+                f"{transport + ' idle:':34s} main-process CPU {used:.2f} ms per second", flush=True
+            )
     finally:
         worker.stop(timeout=15)
 
@@ -110,10 +132,15 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--trickle", type=int, default=300)
     parser.add_argument("--interval", type=float, default=0.02)
-    parser.add_argument("--priority-every", type=int, default=0,
-                        help="every Nth trickled task gets priority 5 (another list)")  # fmt: skip
-    parser.add_argument("--idle", type=float, default=10.0,
-                        help="seconds of idle worker, main-process CPU measured")  # fmt: skip
+    parser.add_argument(
+        "--priority-every",
+        type=int,
+        default=0,
+        help="every Nth trickled task gets priority 5 (another list)",
+    )
+    parser.add_argument(
+        "--idle", type=float, default=10.0, help="seconds of idle worker, main-process CPU measured"
+    )
     parser.add_argument("--transports", default="stock,platform")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-latency-"))

@@ -32,9 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from platform_tasks import QueuePort, create_app  # noqa: E402
-from platform_tasks.harness import PostgresServer, RedisServer, wait_until  # noqa: E402
-from platform_tasks.migrations import migrate  # noqa: E402
+from platform_tasks.postgres.migrations import migrate  # noqa: E402
 from platform_tasks.settings import PlatformSettings  # noqa: E402
+from platform_tasks.testing.servers import PostgresServer, RedisServer, wait_until  # noqa: E402
 from tests.support.processes import CeleryProcess, platform_env, worker_argv  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -83,9 +83,11 @@ def cpu_seconds(pid: int) -> float:
 
 def publish(variant: Variant, redis_url: str, database_url: str, count: int) -> None:
     settings = PlatformSettings.build(
-        redis_url=redis_url, database_url=database_url, profile="bench",
+        redis_url=redis_url,
+        database_url=database_url,
+        profile="bench",
         transport=variant.transport,
-    )  # fmt: skip
+    )
     if variant.app == "bench.plain_celery_app":
         os.environ["PLATFORM_REDIS_URL"] = redis_url  # the plain app's broker, as its worker's
         from bench.plain_celery_app import app as plain_app
@@ -111,15 +113,22 @@ def measure(variant: Variant, redis_url: str, database_url: str, count: int, log
     publish(variant, redis_url, database_url, count)
     queue = variant.queue
     assert client.llen(queue) == count, "messages were not all published"
-    env = platform_env(redis_url=redis_url, database_url=database_url,
-                       extra={"PLATFORM_TRANSPORT": variant.transport},
-                       pythonpath=[REPO])  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=database_url,
+        extra={"PLATFORM_TRANSPORT": variant.transport},
+        pythonpath=[REPO],
+    )
     argv = worker_argv(variant.app, concurrency=2, extra=["--without-heartbeat"])
     log = logs / f"{variant.name.replace(' ', '-')}-{time.monotonic_ns()}.log"
     worker = CeleryProcess(argv, env=env, cwd=REPO, log_path=log).start()
     try:
-        wait_until(lambda: client.llen(queue) < count, timeout=60, interval=0.002,
-                   message="worker to start consuming")  # fmt: skip
+        wait_until(
+            lambda: client.llen(queue) < count,
+            timeout=60,
+            interval=0.002,
+            message="worker to start consuming",
+        )
         start, cpu_start, left = time.monotonic(), cpu_seconds(worker.pid), client.llen(queue)
 
         def drained() -> bool:
@@ -133,8 +142,10 @@ def measure(variant: Variant, redis_url: str, database_url: str, count: int, log
 
 
 def _spread(values: list[float], fmt: str) -> str:
-    return (f"{format(statistics.median(values), fmt)} "
-            f"({format(min(values), fmt)}-{format(max(values), fmt)})")  # fmt: skip
+    return (
+        f"{format(statistics.median(values), fmt)} "
+        f"({format(min(values), fmt)}-{format(max(values), fmt)})"
+    )
 
 
 def main() -> None:
@@ -155,20 +166,26 @@ def main() -> None:
                 result = measure(variant, redis_server.url, postgres.url, args.messages, base)
                 results[variant.name] = result
                 baseline = results[VARIANTS[0].name]
-                line = (f"round {round_no + 1} {variant.name:24s} {result.rate:8.1f} tasks/s "
-                        f"({result.rate / baseline.rate:.2f}x plain Celery of this round) "
-                        f"{result.cpu_ms_per_task:6.3f} ms CPU/task (main process)")  # fmt: skip
+                line = (
+                    f"round {round_no + 1} {variant.name:24s} {result.rate:8.1f} tasks/s "
+                    f"({result.rate / baseline.rate:.2f}x plain Celery of this round) "
+                    f"{result.cpu_ms_per_task:6.3f} ms CPU/task (main process)"
+                )
                 print(line, flush=True)
             rounds.append(results)
-        print("\n| variant | tasks/s median (min-max) | ratio vs plain Celery no-op, median of "
-              "rounds (min-max) | main-process CPU ms/task median (min-max) |")  # fmt: skip
+        print(
+            "\n| variant | tasks/s median (min-max) | ratio vs plain Celery no-op, median of "
+            "rounds (min-max) | main-process CPU ms/task median (min-max) |"
+        )
         print("|---|---|---|---|")
         for variant in VARIANTS:
             rates = [r[variant.name].rate for r in rounds]
             ratios = [r[variant.name].rate / r[VARIANTS[0].name].rate for r in rounds]
             cpus = [r[variant.name].cpu_ms_per_task for r in rounds]
-            print(f"| {variant.name} | {_spread(rates, '.1f')} | {_spread(ratios, '.2f')}x | "
-                  f"{_spread(cpus, '.3f')} |")  # fmt: skip
+            print(
+                f"| {variant.name} | {_spread(rates, '.1f')} | {_spread(ratios, '.2f')}x | "
+                f"{_spread(cpus, '.3f')} |"
+            )
     finally:
         postgres.stop()
         redis_server.stop()

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from platform_tasks.consumer.task import PlatformTask
     from platform_tasks.envelope import Envelope
     from platform_tasks.errors import PermanentError, PlatformError
-    from platform_tasks.queue_port import QueuePort
+    from platform_tasks.publishing.queue_port import QueuePort
     from platform_tasks.settings import PlatformSettings
 
 __all__ = [
@@ -42,7 +42,7 @@ _HOMES: dict[str, str] = {
     "PlatformError": "platform_tasks.errors",
     "PlatformSettings": "platform_tasks.settings",
     "PlatformTask": "platform_tasks.consumer.task",
-    "QueuePort": "platform_tasks.queue_port",
+    "QueuePort": "platform_tasks.publishing.queue_port",
     "RetryPolicy": "platform_tasks.consumer.retry",
     "create_app": "platform_tasks.app",
 }

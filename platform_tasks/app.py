@@ -13,10 +13,11 @@ from typing import Any
 
 from celery import Celery
 
-from platform_tasks.brokers import refuse_cluster_broker
+from platform_tasks.brokers.selection import refuse_cluster_broker
+from platform_tasks.brokers.transport.selection import transport_conf
 from platform_tasks.consumer.retry import DEFAULT_POLICY, RetryPolicy, resolve_policies
+from platform_tasks.publishing.queue_port import QueuePort
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.transport.selection import transport_conf
 
 BEAT_SCHEDULER = "platform_tasks.beat:LeaseScheduler"
 
@@ -28,7 +29,7 @@ class PlatformCelery(Celery):  # type: ignore[misc]
     Task events go through the platform's batching dispatcher (``event_batching``).
     """
 
-    events_cls = "platform_tasks.event_batching:PlatformEvents"
+    events_cls = "platform_tasks.observability.event_batching:PlatformEvents"
 
     platform_settings: PlatformSettings
     retry_policies: dict[str, RetryPolicy]
@@ -53,18 +54,18 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     Explicit installation (no import-time ``connect``) keeps importing the package free of
     side effects; each line belongs to the module that owns the concern.
     """
-    from platform_tasks.brokers import install as install_broker_checks
+    from platform_tasks.brokers.selection import install as install_broker_checks
+    from platform_tasks.brokers.worker_queues import install as install_worker_queues
     from platform_tasks.consumer.dropped_messages import install as install_consumer
     from platform_tasks.consumer.hooks import install as install_pipeline_hooks
     from platform_tasks.consumer.task import install as install_platform_task
     from platform_tasks.contrib.beat_leases import install as install_beat_leases
-    from platform_tasks.delay_promoter import install as install_delay_promoter
-    from platform_tasks.event_batching import install as install_task_events
     from platform_tasks.fanout import install_default as install_fanout
     from platform_tasks.jobs.worker import install as install_scheduled_jobs
-    from platform_tasks.metrics import install as install_metrics
     from platform_tasks.notifications.setup import install as install_notification_rails
-    from platform_tasks.worker_queues import install as install_worker_queues
+    from platform_tasks.observability.event_batching import install as install_task_events
+    from platform_tasks.observability.metrics import install as install_metrics
+    from platform_tasks.publishing.delay_promoter import install as install_delay_promoter
 
     return [
         install_delay_promoter,
@@ -138,3 +139,19 @@ def create_app(
     for installer in _installers():
         installer(app)
     return app
+
+
+PLATFORM_APP_NAME = "platform_tasks"
+
+
+def platform_queue_port(settings: Any) -> QueuePort:
+    """A queue port on an app built from platform settings alone, with no user task.
+
+    For tools that publish on the application's behalf without importing it (replay from
+    an ops box): the broker URL, the transport and the message format come from the
+    settings and the platform's defaults, so the message is the one the application's own
+    ``publish`` of the same envelope to the same queue would send (Celery protocol 2, task
+    id = job id, ``argsrepr`` without ``data``, JSON). Routing is by queue name; an
+    application with its own exchanges or broker transport options replays with its app.
+    """
+    return QueuePort(create_app(PLATFORM_APP_NAME, settings=settings))

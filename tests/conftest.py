@@ -21,8 +21,9 @@ import redis
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
-from platform_tasks.harness import PostgresServer, RabbitMQServer, RedisServer
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import PostgresServer, RedisServer
+from tests.support.servers import RabbitMQServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,7 +110,7 @@ def postgres_server(servers_dir: Path) -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="session")
 def migrated_database(postgres_server: PostgresServer) -> str:
-    from platform_tasks.migrations import migrate
+    from platform_tasks.postgres.migrations import migrate
 
     migrate(postgres_server.url)
     return postgres_server.url

@@ -25,7 +25,7 @@ from rich.text import Text
 
 from platform_tasks.cli.common import cli_error, database_settings
 from platform_tasks.cli.terminal_text import printable, printable_json
-from platform_tasks.dead_letters import (
+from platform_tasks.dead_letters.store import (
     REPLAY_BATCH_SIZE,
     STATUSES,
     DeadLetter,
@@ -356,7 +356,8 @@ def replay_command(
     def open_publish() -> Publish:
         # Only once a row is to be published: a replay that matches nothing imports no
         # application and opens no broker connection.
-        from platform_tasks.queue_port import QueuePort, platform_queue_port
+        from platform_tasks.app import platform_queue_port
+        from platform_tasks.publishing.queue_port import QueuePort
 
         port = QueuePort(load_app(app_spec)) if app_spec else platform_queue_port(settings)
         ports.append(port)

@@ -9,7 +9,7 @@ from types import FrameType
 
 import click
 
-from platform_tasks.devserver import DevOptions, DevPlatform, watch_for_changes
+from platform_tasks.cli.devserver import DevOptions, DevPlatform, watch_for_changes
 
 
 @click.command()
@@ -42,8 +42,14 @@ from platform_tasks.devserver import DevOptions, DevPlatform, watch_for_changes
     default=None,
     help="Job definitions to watch (default: PLATFORM_JOBS_DIR or beat_schedules).",
 )
-def dev(app: str, data_dir: Path, flower_port: int, beat_replicas: int, samples: int,
-        jobs_dir: Path | None) -> None:  # fmt: skip
+def dev(
+    app: str,
+    data_dir: Path,
+    flower_port: int,
+    beat_replicas: int,
+    samples: int,
+    jobs_dir: Path | None,
+) -> None:
     """Start Redis, PostgreSQL, a worker, beat replicas and Flower; Ctrl-C stops them all.
 
     PLATFORM_REDIS_URL / PLATFORM_DATABASE_URL, when set, are used instead of embedded
@@ -54,9 +60,14 @@ def dev(app: str, data_dir: Path, flower_port: int, beat_replicas: int, samples:
     project_dir = Path.cwd()
     jobs = jobs_dir or Path(os.environ.get("PLATFORM_JOBS_DIR", "beat_schedules"))
     options = DevOptions(
-        app=app, project_dir=project_dir, data_dir=data_dir.resolve(), flower_port=flower_port,
-        beat_replicas=beat_replicas, samples=samples, jobs_dir=jobs.resolve(),
-    )  # fmt: skip
+        app=app,
+        project_dir=project_dir,
+        data_dir=data_dir.resolve(),
+        flower_port=flower_port,
+        beat_replicas=beat_replicas,
+        samples=samples,
+        jobs_dir=jobs.resolve(),
+    )
     platform = DevPlatform(options, say=lambda line: click.echo(line))
     stop = threading.Event()
 

@@ -142,11 +142,17 @@ def _table(rows: list[_Row], cwd: Path) -> str:
         else:
             lease = _duration(row.lease) + (" (default)" if definition.lease_ttl is None else "")
         points = ", ".join(p.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") for p in row.points)
-        lines.append((
-            row.job.name, _schedule(row.job), definition.timezone,
-            "yes" if definition.enabled else "no", lease, points or "-",
-            _shown_file(row.job.file, cwd),
-        ))  # fmt: skip
+        lines.append(
+            (
+                row.job.name,
+                _schedule(row.job),
+                definition.timezone,
+                "yes" if definition.enabled else "no",
+                lease,
+                points or "-",
+                _shown_file(row.job.file, cwd),
+            )
+        )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     widths[-1] = 0  # the last column is not padded
     return "\n".join(

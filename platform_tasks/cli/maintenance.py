@@ -11,7 +11,7 @@ import sys
 import click
 
 from platform_tasks.cli.common import cli_error, database_settings
-from platform_tasks.maintenance import (
+from platform_tasks.postgres.maintenance import (
     DEFAULT_PURGE_BATCH_SIZE,
     purge_processed_jobs,
     report_stale_dead_letters,

@@ -6,8 +6,8 @@ import click
 
 from platform_tasks.cli.common import cli_error, database_settings
 from platform_tasks.errors import PlatformError
-from platform_tasks.migrations import migrate as apply_migrations
-from platform_tasks.migrations import migration_sql
+from platform_tasks.postgres.migrations import migrate as apply_migrations
+from platform_tasks.postgres.migrations import migration_sql
 
 
 @click.command()

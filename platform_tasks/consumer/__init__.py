@@ -7,8 +7,8 @@
 - ``transaction``      the job's transaction, always ended by commit or rollback
 - ``attempts``         attempt numbers and delivery counting (crash loops)
 - ``retry``            the retry policy and its decision
-- ``dead_letter_records``  what a dead-letter row holds, always storable
-- ``hooks``            logs, alerts (and metrics, in ``platform_tasks.metrics``) as hooks
+- ``idempotency``      the processed-jobs row that makes a job apply once
+- ``hooks``            logs, alerts (and metrics, in ``observability.metrics``) as hooks
 - ``servers``          which errors mean "wait for the servers", and the waiting
 - ``event_redaction``  task events without payload data (Flower)
 - ``time_limits``      an attempt killed at its hard time limit: recorded, then settled

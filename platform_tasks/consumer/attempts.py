@@ -122,8 +122,9 @@ class DeliveryCounter:
             self._client = None
             self._built = False
 
-    def observe(self, consumer: str, job_id: str, *, redelivered: bool, ttl_seconds: int
-                ) -> DeliveryState:  # fmt: skip
+    def observe(
+        self, consumer: str, job_id: str, *, redelivered: bool, ttl_seconds: int
+    ) -> DeliveryState:
         """Read the job's state; count this delivery first when it is a redelivery.
 
         One round trip either way: ``HGETALL`` alone, or ``HINCRBY`` + ``EXPIRE`` +
@@ -148,8 +149,9 @@ class DeliveryCounter:
             pipe.expire(key, ttl_seconds)
             pipe.execute()
 
-    def stopped_at_time_limit(self, consumer: str, job_id: str, *, seconds: float,
-                              ttl_seconds: int) -> None:  # fmt: skip
+    def stopped_at_time_limit(
+        self, consumer: str, job_id: str, *, seconds: float, ttl_seconds: int
+    ) -> None:
         """Record that the pool killed a delivery of the job at its hard time limit."""
         key = self.keys.deliveries(consumer, job_id)
         with self.client.pipeline(transaction=True) as pipe:

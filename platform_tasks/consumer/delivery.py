@@ -25,7 +25,7 @@ from kombu.transport.native_delayed_delivery import (
     MAX_NUMBER_OF_BITS_TO_USE,
 )
 
-from platform_tasks.queue_port import ATTEMPT_HEADER
+from platform_tasks.publishing.queue_port import ATTEMPT_HEADER
 
 _DELAY_PREFIX = re.compile(rf"^(?:[01]\.){{{MAX_NUMBER_OF_BITS_TO_USE}}}")
 

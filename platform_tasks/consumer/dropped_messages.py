@@ -29,22 +29,25 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.worker.consumer import Consumer
 
-from platform_tasks.alerts import send_alert
-from platform_tasks.consumer.dead_letter_records import (
+from platform_tasks.consumer.hooks import Hooks, hooks_of
+from platform_tasks.consumer.servers import INFRASTRUCTURE_ERRORS
+from platform_tasks.dead_letters.records import (
     DeadLetterRecord,
     describe_error,
     error_type_name,
     raw_payload,
 )
-from platform_tasks.consumer.hooks import Hooks, hooks_of
-from platform_tasks.consumer.servers import INFRASTRUCTURE_ERRORS
-from platform_tasks.database import Database, require_database_url
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.keys import UNREADABLE_HEADER, UNROUTABLE_HEADER
+from platform_tasks.observability.alerts import send_alert
+from platform_tasks.postgres.database import Database, require_database_url
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 logger = logging.getLogger(__name__)
 
@@ -104,14 +107,16 @@ class PlatformConsumer(Consumer):  # type: ignore[misc]
             self._platform_db = Database(require_database_url(self.app.platform_settings))
         return self._platform_db
 
-    def _dead_letter(self, message: Any, reason: str, exc: BaseException | None,
-                     *, body: Any = None) -> None:  # fmt: skip
+    def _dead_letter(
+        self, message: Any, reason: str, exc: BaseException | None, *, body: Any = None
+    ) -> None:
         try:
             self._dead_letter_or_requeue(message, reason, exc)
         except Exception:  # never out of the consumer callback: that stops the worker
-            logger.exception("a dropped message could not be handled; putting it back",
-                             extra={"event": "consumer.dropped_message_requeued",
-                                    "reason": reason})  # fmt: skip
+            logger.exception(
+                "a dropped message could not be handled; putting it back",
+                extra={"event": "consumer.dropped_message_requeued", "reason": reason},
+            )
             try:
                 message.reject(requeue=True)
             except Exception:
@@ -120,8 +125,7 @@ class PlatformConsumer(Consumer):  # type: ignore[misc]
                     extra={"event": "consumer.dropped_message_not_requeued"},
                 )
 
-    def _dead_letter_or_requeue(self, message: Any, reason: str, exc: BaseException | None
-                                ) -> None:  # fmt: skip
+    def _dead_letter_or_requeue(self, message: Any, reason: str, exc: BaseException | None) -> None:
         if reason == UNREADABLE:
             record = unreadable_record(message)
         elif reason == UNROUTABLE:
@@ -140,7 +144,7 @@ class PlatformConsumer(Consumer):  # type: ignore[misc]
                         "cannot dead-letter a dropped message (%s); putting it back",
                         type(err).__name__,
                         extra={"event": "consumer.dropped_message_requeued", "reason": reason},
-                    )  # fmt: skip
+                    )
                     message.reject(requeue=True)
                     _alert_requeued(record, err)
                     return
@@ -148,11 +152,18 @@ class PlatformConsumer(Consumer):  # type: ignore[misc]
                 delay = min(delay * 2, 2.0)
         message.ack()
         logger.error(
-            "message Celery would drop was dead-lettered (%s) as row %s", reason, dead_letter_id,
-            extra={"event": "consumer.dropped_message_dead_lettered", "reason": reason,
-                   "dead_letter_id": dead_letter_id, "queue": record.queue, "kind": record.kind,
-                   "job_id": str(record.job_id) if record.job_id else None},
-        )  # fmt: skip
+            "message Celery would drop was dead-lettered (%s) as row %s",
+            reason,
+            dead_letter_id,
+            extra={
+                "event": "consumer.dropped_message_dead_lettered",
+                "reason": reason,
+                "dead_letter_id": dead_letter_id,
+                "queue": record.queue,
+                "kind": record.kind,
+                "job_id": str(record.job_id) if record.job_id else None,
+            },
+        )
         Hooks(hooks_of(self.app)).emit("on_dead_lettered", record, dead_letter_id, exc)
 
     def _write_any_form(self, message: Any, record: DeadLetterRecord) -> int:
@@ -162,9 +173,11 @@ class PlatformConsumer(Consumer):  # type: ignore[misc]
         except Exception as err:
             if isinstance(err, (ConfigurationError, *INFRASTRUCTURE_ERRORS)):
                 raise
-            logger.warning("dead letter of a dropped message refused (%s); storing it in "
-                           "base64", type(err).__name__,
-                           extra={"event": "consumer.dropped_message_stored_raw"})  # fmt: skip
+            logger.warning(
+                "dead letter of a dropped message refused (%s); storing it in base64",
+                type(err).__name__,
+                extra={"event": "consumer.dropped_message_stored_raw"},
+            )
             return self._write(bare_record(message, record))
 
     def _write(self, record: DeadLetterRecord) -> int:
@@ -283,13 +296,15 @@ def bare_record(message: Any, record: DeadLetterRecord) -> DeadLetterRecord:
     )
 
 
-def dropped_message_record(message: Any, reason: str, exc: BaseException | None
-                           ) -> DeadLetterRecord:  # fmt: skip
+def dropped_message_record(
+    message: Any, reason: str, exc: BaseException | None
+) -> DeadLetterRecord:
     """What can be read of a message Celery cannot run, as a dead-letter record."""
     headers = _headers(message)
     info = getattr(message, "delivery_info", None) or {}
-    payload = raw_payload(getattr(message, "body", b""), getattr(message, "content_type", None),
-                          headers)  # fmt: skip
+    payload = raw_payload(
+        getattr(message, "body", b""), getattr(message, "content_type", None), headers
+    )
     envelope = _readable_envelope(message)
     job_id = _uuid(headers.get("id")) or _uuid(envelope.get("job_id"))
     kind = headers.get("task") if isinstance(headers.get("task"), str) else None
@@ -343,7 +358,7 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """Make :class:`PlatformConsumer` the worker's consumer unless the caller chose one."""
     current = app.conf.get("worker_consumer")
     if current in (None, "celery.worker.consumer:Consumer"):

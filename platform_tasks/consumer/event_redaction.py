@@ -43,11 +43,13 @@ class PlatformRequest(Request):  # type: ignore[misc]
 
     _platform_error: BaseException | None = None
 
-    def on_failure(self, exc_info: Any, send_failed_event: bool = True,
-                   return_ok: bool = False) -> Any:  # fmt: skip
+    def on_failure(
+        self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False
+    ) -> Any:
         self._platform_error = _unwrap(exc_info.exception)
-        return super().on_failure(exc_info, send_failed_event=send_failed_event,
-                                  return_ok=return_ok)  # fmt: skip
+        return super().on_failure(
+            exc_info, send_failed_event=send_failed_event, return_ok=return_ok
+        )
 
     def on_retry(self, exc_info: Any) -> Any:
         self._platform_error = _unwrap(exc_info.exception)

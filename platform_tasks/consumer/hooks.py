@@ -11,13 +11,25 @@ a settled delivery into a lost one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from platform_tasks.consumer.dead_letter_records import DeadLetterRecord
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt, ThrottledUntil
+from platform_tasks.dead_letters.records import DeadLetterRecord, error_type_name
 from platform_tasks.envelope import Envelope
+from platform_tasks.observability.metrics import (
+    DEAD_LETTERED,
+    DUPLICATE_SKIPPED,
+    POISON,
+    PROCESSED,
+    RETRIED,
+    THROTTLED,
+)
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 logger = logging.getLogger(__name__)
 
@@ -30,20 +42,22 @@ class PipelineHook:
     def on_applied(self, delivery: Delivery, envelope: Envelope[Any], verdict: Applied) -> None:
         """The handler's work committed."""
 
-    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate
-                     ) -> None:  # fmt: skip
+    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate) -> None:
         """The delivery was skipped: applied or dead-lettered before."""
 
-    def on_retry_scheduled(self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
-                           ) -> None:  # fmt: skip
+    def on_retry_scheduled(
+        self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
+    ) -> None:
         """A failed attempt was rescheduled through the delay store."""
 
-    def on_throttled(self, delivery: Delivery, envelope: Envelope[Any],
-                     verdict: ThrottledUntil) -> None:  # fmt: skip
+    def on_throttled(
+        self, delivery: Delivery, envelope: Envelope[Any], verdict: ThrottledUntil
+    ) -> None:
         """The job was rescheduled without spending an attempt."""
 
-    def on_dead_lettered(self, record: DeadLetterRecord, dead_letter_id: int,
-                         error: BaseException | None) -> None:  # fmt: skip
+    def on_dead_lettered(
+        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+    ) -> None:
         """A row was written to ``core.dead_letters`` (by the pipeline or for a dropped message)."""
 
     def on_waiting(self, delivery: Delivery | None, cause: str) -> None:
@@ -61,16 +75,20 @@ class Hooks:
             try:
                 getattr(hook, method)(*args)
             except Exception:
-                logger.exception("pipeline hook %s.%s failed", type(hook).__name__, method,
-                                 extra={"event": "consumer.hook_failed"})  # fmt: skip
+                logger.exception(
+                    "pipeline hook %s.%s failed",
+                    type(hook).__name__,
+                    method,
+                    extra={"event": "consumer.hook_failed"},
+                )
 
 
-def add_hook(app: Any, hook: PipelineHook) -> None:
+def add_hook(app: PlatformCelery, hook: PipelineHook) -> None:
     """Install ``hook`` on ``app``'s delivery pipeline (after the hooks already there)."""
     hooks_of(app).append(hook)
 
 
-def hooks_of(app: Any) -> list[PipelineHook]:
+def hooks_of(app: PlatformCelery) -> list[PipelineHook]:
     hooks: list[PipelineHook] | None = getattr(app, _HOOKS_ATTRIBUTE, None)
     if hooks is None:
         hooks = []
@@ -83,64 +101,190 @@ class LogHook(PipelineHook):
 
     def on_applied(self, delivery: Delivery, envelope: Envelope[Any], verdict: Applied) -> None:
         if logger.isEnabledFor(logging.DEBUG):
-            _log(logging.DEBUG, "job applied", "consumer.applied", envelope, delivery,
-                 attempt=verdict.attempt)  # fmt: skip
+            _log(
+                logging.DEBUG,
+                "job applied",
+                "consumer.applied",
+                envelope,
+                delivery,
+                attempt=verdict.attempt,
+            )
 
-    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate
-                     ) -> None:  # fmt: skip
+    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate) -> None:
         if verdict.reason == "dead_lettered":
-            _log(logging.INFO, "job already dead-lettered; delivery dropped",
-                 "consumer.already_dead_lettered", envelope, delivery,
-                 dead_letter_id=verdict.dead_letter_id)  # fmt: skip
+            _log(
+                logging.INFO,
+                "job already dead-lettered; delivery dropped",
+                "consumer.already_dead_lettered",
+                envelope,
+                delivery,
+                dead_letter_id=verdict.dead_letter_id,
+            )
         else:
-            _log(logging.INFO, "duplicate delivery skipped", "consumer.duplicate_skipped",
-                 envelope, delivery, reason=verdict.reason)  # fmt: skip
+            _log(
+                logging.INFO,
+                "duplicate delivery skipped",
+                "consumer.duplicate_skipped",
+                envelope,
+                delivery,
+                reason=verdict.reason,
+            )
 
-    def on_retry_scheduled(self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
-                           ) -> None:  # fmt: skip
-        from platform_tasks.consumer.dead_letter_records import error_type_name
+    def on_retry_scheduled(
+        self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
+    ) -> None:
+        _log(
+            logging.WARNING,
+            "attempt failed; retry scheduled",
+            "consumer.retry_scheduled",
+            envelope,
+            delivery,
+            attempt=verdict.attempt,
+            retry_at=verdict.at.isoformat(),
+            error_type=error_type_name(verdict.error),
+        )
 
-        _log(logging.WARNING, "attempt failed; retry scheduled", "consumer.retry_scheduled",
-             envelope, delivery, attempt=verdict.attempt, retry_at=verdict.at.isoformat(),
-             error_type=error_type_name(verdict.error))  # fmt: skip
+    def on_throttled(
+        self, delivery: Delivery, envelope: Envelope[Any], verdict: ThrottledUntil
+    ) -> None:
+        _log(
+            logging.INFO,
+            "job throttled; rescheduled without spending an attempt",
+            "consumer.throttled",
+            envelope,
+            delivery,
+            attempt=verdict.attempt,
+            retry_at=verdict.at.isoformat(),
+            reason=verdict.reason,
+        )
 
-    def on_throttled(self, delivery: Delivery, envelope: Envelope[Any],
-                     verdict: ThrottledUntil) -> None:  # fmt: skip
-        _log(logging.INFO, "job throttled; rescheduled without spending an attempt",
-             "consumer.throttled", envelope, delivery, attempt=verdict.attempt,
-             retry_at=verdict.at.isoformat(), reason=verdict.reason)  # fmt: skip
-
-    def on_dead_lettered(self, record: DeadLetterRecord, dead_letter_id: int,
-                         error: BaseException | None) -> None:  # fmt: skip
+    def on_dead_lettered(
+        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+    ) -> None:
         logger.error(
-            "job dead-lettered (%s) as row %s", record.reason, dead_letter_id,
-            extra={"event": "consumer.dead_lettered",
-                   "job_id": str(record.job_id) if record.job_id else None,
-                   "queue": record.queue, "kind": record.kind, "tenant_id": record.tenant_id,
-                   "correlation_id": record.correlation_id, "attempts": record.attempts,
-                   "reason": record.reason, "dead_letter_id": dead_letter_id},
-        )  # fmt: skip
+            "job dead-lettered (%s) as row %s",
+            record.reason,
+            dead_letter_id,
+            extra={
+                "event": "consumer.dead_lettered",
+                "job_id": str(record.job_id) if record.job_id else None,
+                "queue": record.queue,
+                "kind": record.kind,
+                "tenant_id": record.tenant_id,
+                "correlation_id": record.correlation_id,
+                "attempts": record.attempts,
+                "reason": record.reason,
+                "dead_letter_id": dead_letter_id,
+            },
+        )
 
 
 class AlertHook(PipelineHook):
     """One alert per dead letter, grouped by queue + kind + error type."""
 
-    def on_dead_lettered(self, record: DeadLetterRecord, dead_letter_id: int,
-                         error: BaseException | None) -> None:  # fmt: skip
+    def on_dead_lettered(
+        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+    ) -> None:
         record.alert(dead_letter_id, error)
 
 
-def _log(level: int, message: str, event: str, envelope: Envelope[Any], delivery: Delivery,
-         **fields: Any) -> None:  # fmt: skip
-    logger.log(level, "%s: %s", message, envelope.redacted(),
-               extra={"event": event, "job_id": str(envelope.job_id), "queue": delivery.queue,
-                      "kind": envelope.kind, "tenant_id": envelope.tenant_id,
-                      "correlation_id": envelope.correlation_id, **fields})  # fmt: skip
+def _log(
+    level: int, message: str, event: str, envelope: Envelope[Any], delivery: Delivery, **fields: Any
+) -> None:
+    logger.log(
+        level,
+        "%s: %s",
+        message,
+        envelope.redacted(),
+        extra={
+            "event": event,
+            "job_id": str(envelope.job_id),
+            "queue": delivery.queue,
+            "kind": envelope.kind,
+            "tenant_id": envelope.tenant_id,
+            "correlation_id": envelope.correlation_id,
+            **fields,
+        },
+    )
 
 
-def install(app: Any) -> None:
+UNKNOWN = "unknown"
+POISON_REASONS = frozenset(
+    {"poison", "unknown_task", "undecodable_body", "invalid_message", "missing_celery_headers"}
+)
+"""Dead-letter reasons that also count as poison (never a handler's failure)."""
+
+
+class MetricsHook(PipelineHook):
+    """Prometheus counters for every outcome, labelled only with declared names."""
+
+    def __init__(self, app: PlatformCelery) -> None:
+        self.app = app
+        self._processed: dict[tuple[str | None, str, int], Any] = {}
+        """``platform_jobs_processed`` children by (queue, task, pid): working the labels
+        out walks the app's queues and tasks, once per job before; only declared pairs
+        are kept, so the dict is as small as the app."""
+
+    def queue_label(self, queue: str | None) -> str:
+        app = self.app
+        if not queue:
+            return UNKNOWN
+        declared = (
+            queue in app.amqp.queues
+            or queue in (getattr(app, "retry_policies", None) or {})
+            or queue == app.conf.task_default_queue
+            or any(getattr(task, "queue", None) == queue for task in self._tasks().values())
+        )
+        return queue if declared else UNKNOWN
+
+    def task_label(self, task: str | None) -> str:
+        return task if task and task in self._tasks() else UNKNOWN
+
+    def _tasks(self) -> Mapping[str, Any]:
+        try:
+            tasks: Mapping[str, Any] = self.app.tasks
+        except Exception:  # a task that fails to build on finalize: label nothing by it
+            return {}
+        return tasks
+
+    def labels(self, queue: str | None, task: str | None) -> dict[str, str]:
+        return {"queue": self.queue_label(queue), "task": self.task_label(task)}
+
+    def on_applied(self, delivery: Delivery, envelope: Envelope[Any], verdict: Applied) -> None:
+        key = (delivery.queue, delivery.consumer, os.getpid())
+        child = self._processed.get(key)
+        if child is None:
+            labels = self.labels(delivery.queue, delivery.consumer)
+            child = PROCESSED.labels(**labels)
+            if UNKNOWN not in labels.values():  # an undeclared name may be declared later
+                self._processed[key] = child
+        child.inc()
+
+    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate) -> None:
+        DUPLICATE_SKIPPED.labels(**self.labels(delivery.queue, delivery.consumer)).inc()
+
+    def on_retry_scheduled(
+        self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
+    ) -> None:
+        RETRIED.labels(**self.labels(delivery.queue, delivery.consumer)).inc()
+
+    def on_throttled(
+        self, delivery: Delivery, envelope: Envelope[Any], verdict: ThrottledUntil
+    ) -> None:
+        THROTTLED.labels(
+            reason=verdict.reason, **self.labels(delivery.queue, delivery.consumer)
+        ).inc()
+
+    def on_dead_lettered(
+        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+    ) -> None:
+        labels = self.labels(record.queue, record.kind)
+        if record.reason in POISON_REASONS:
+            POISON.labels(**labels).inc()
+        DEAD_LETTERED.labels(reason=record.reason, **labels).inc()
+
+
+def install(app: PlatformCelery) -> None:
     """Structured logs, alerts and metrics on ``app``'s delivery pipeline."""
-    from platform_tasks.metrics import MetricsHook
-
     for hook in (LogHook(), AlertHook(), MetricsHook(app)):
         add_hook(app, hook)

@@ -6,7 +6,7 @@ counted redelivery, a replay restart, a dead letter) is now preceded by a row in
 ``core.delivery_marks``, committed on a connection of its own (the job's transaction may
 roll back; the mark must not). The claim of the next delivery reads the mark in its own
 round trip, with a snapshot taken after the claim was granted
-(:func:`platform_tasks.idempotency.claim_and_look`): a copy that waited on the claim of a
+(:func:`platform_tasks.consumer.idempotency.claim_and_look`): a copy that waited on the claim of a
 failing copy sees that copy's mark, as it saw its Redis count. No mark and not
 redelivered means the Redis hash does not exist, so the read is skipped; anything else
 reads it as before.
@@ -28,8 +28,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from platform_tasks.brokers import broker_kind
-from platform_tasks.database import Database
+from platform_tasks.brokers.selection import broker_kind
+from platform_tasks.postgres.database import Database
 
 _MARK = (
     "INSERT INTO core.delivery_marks (job_id, consumer) VALUES (%s, %s) "
@@ -46,8 +46,9 @@ class DeliveryMarks:
     @classmethod
     def beside(cls, database: Database) -> DeliveryMarks:
         """Marks on a second connection to the same database as ``database``."""
-        return cls(Database(database.url, connect_timeout=database.connect_timeout,
-                            autocommit=True))  # fmt: skip
+        return cls(
+            Database(database.url, connect_timeout=database.connect_timeout, autocommit=True)
+        )
 
     def mark(self, consumer: str, job_id: str) -> None:
         """Commit the mark of ``(job_id, consumer)``; raises when PostgreSQL cannot."""

@@ -44,26 +44,18 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Retry
 
-from platform_tasks import idempotency
-from platform_tasks.alerts import configure_alerts
+from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
+from platform_tasks.consumer import idempotency
 from platform_tasks.consumer.attempts import (
     UNTRACKED,
     DeliveryCounter,
     DeliveryState,
     attempt_number,
     delivery_ttl_seconds,
-)
-from platform_tasks.consumer.dead_letter_records import (
-    DeadLetterRecord,
-    describe_error,
-    error_type_name,
-    latest_dead_letter,
-    pending_dead_letter,
-    raw_payload,
 )
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.hooks import Hooks, hooks_of
@@ -80,8 +72,14 @@ from platform_tasks.consumer.verdicts import (
     Verdict,
     Wait,
 )
-from platform_tasks.context import current_correlation_id
-from platform_tasks.database import Database, require_database_url
+from platform_tasks.dead_letters.records import (
+    DeadLetterRecord,
+    describe_error,
+    error_type_name,
+    latest_dead_letter,
+    pending_dead_letter,
+    raw_payload,
+)
 from platform_tasks.envelope import Envelope, parse_envelope
 from platform_tasks.errors import (
     DeadLettered,
@@ -91,8 +89,13 @@ from platform_tasks.errors import (
     Throttled,
 )
 from platform_tasks.keys import delivery_keys
-from platform_tasks.queue_port import QueuePort
-from platform_tasks.redis_client import REDIS_ERRORS, build_redis
+from platform_tasks.observability.alerts import configure_alerts
+from platform_tasks.observability.context import current_correlation_id
+from platform_tasks.postgres.database import Database, require_database_url
+from platform_tasks.publishing.queue_port import QueuePort
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +105,7 @@ class DeliveryPipeline:
 
     def __init__(
         self,
-        app: Any,
+        app: PlatformCelery,
         database: Database,
         deliveries: DeliveryCounter,
         *,
@@ -122,11 +125,12 @@ class DeliveryPipeline:
         self._sleep = sleep
         self._port = port
         self.marks = marks if marks is not None else DeliveryMarks.beside(database)
-        self.skip_unmarked_reads = (reads_can_skip(self.settings) if skip_unmarked_reads is None
-                                    else skip_unmarked_reads)  # fmt: skip
+        self.skip_unmarked_reads = (
+            reads_can_skip(self.settings) if skip_unmarked_reads is None else skip_unmarked_reads
+        )
 
     @classmethod
-    def for_app(cls, app: Any, database_url: str) -> DeliveryPipeline:
+    def for_app(cls, app: PlatformCelery, database_url: str) -> DeliveryPipeline:
         settings = app.platform_settings
         return cls(
             app,
@@ -158,17 +162,23 @@ class DeliveryPipeline:
 
     # -- entry point ---------------------------------------------------------------------
 
-    def process(self, task: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-                request: Any) -> Any:  # fmt: skip
+    def process(
+        self, task: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], request: Any
+    ) -> Any:
         """Decide and settle one delivery; what Celery gets back (or the raise it sees)."""
         payload = args[0] if len(args) == 1 and not kwargs else None
         delivery = Delivery.from_request(task, request, _snapshot(payload))
         try:
             if payload is None:
                 raise EnvelopeError(
-                    [("<arguments>", "a PlatformTask takes exactly one positional argument, "
-                      f"the envelope; got {len(args)} positional and {len(kwargs)} keyword")]
-                )  # fmt: skip
+                    [
+                        (
+                            "<arguments>",
+                            "a PlatformTask takes exactly one positional argument, "
+                            f"the envelope; got {len(args)} positional and {len(kwargs)} keyword",
+                        )
+                    ]
+                )
             envelope = parse_envelope(
                 payload, task.data_model, max_bytes=self.settings.max_payload_bytes
             )
@@ -205,9 +215,12 @@ class DeliveryPipeline:
             if delivery.redelivered or marked or not self.skip_unmarked_reads:
                 if delivery.redelivered:  # the count below writes the job's Redis state
                     self.marks.mark(delivery.consumer, job)
-                state = self.deliveries.observe(delivery.consumer, job,
-                                                redelivered=delivery.redelivered,
-                                                ttl_seconds=self._ttl(policy))  # fmt: skip
+                state = self.deliveries.observe(
+                    delivery.consumer,
+                    job,
+                    redelivered=delivery.redelivered,
+                    ttl_seconds=self._ttl(policy),
+                )
             else:  # no mark: nothing of this job's is in Redis
                 state = UNTRACKED
             counted = delivery.redelivered
@@ -216,11 +229,19 @@ class DeliveryPipeline:
                 # the pool killed the previous delivery at its hard time limit (the main
                 # process recorded it): that attempt failed; settle it, do not run again
                 stopped = attempt_number(delivery.header_attempt, state.spent - 1)
-                self.deliveries.settle_time_limit(delivery.consumer, job,
-                                                  ttl_seconds=self._ttl(policy))  # fmt: skip
+                self.deliveries.settle_time_limit(
+                    delivery.consumer, job, ttl_seconds=self._ttl(policy)
+                )
                 counted = False
-                return self._decided(task, tx, envelope, delivery, policy, stopped,
-                                     HardTimeLimitExceeded(state.time_limit, stopped))  # fmt: skip
+                return self._decided(
+                    task,
+                    tx,
+                    envelope,
+                    delivery,
+                    policy,
+                    stopped,
+                    HardTimeLimitExceeded(state.time_limit, stopped),
+                )
             if state.exhausted or attempt > policy.max_attempts:
                 over = self._over_budget(tx, envelope, delivery, policy, state, attempt)
                 if not isinstance(over, int):
@@ -251,9 +272,12 @@ class DeliveryPipeline:
             # the platform's own steps (not the handler: its errors are caught above).
             # An outage waits; anything else waits too, loudly, rather than ack the job
             if not isinstance(exc, INFRASTRUCTURE_ERRORS):
-                logger.error("a consumer step failed (%s); the delivery waits", describe(exc),
-                             exc_info=True, extra={"event": "consumer.step_failed",
-                                                   "job_id": job})  # fmt: skip
+                logger.error(
+                    "a consumer step failed (%s); the delivery waits",
+                    describe(exc),
+                    exc_info=True,
+                    extra={"event": "consumer.step_failed", "job_id": job},
+                )
             self.database.discard()
             if counted:
                 self._undo_count(delivery, job)
@@ -262,44 +286,71 @@ class DeliveryPipeline:
             if tx is not None:
                 tx.end()
 
-    def _failed(self, task: Any, tx: JobTransaction, envelope: Envelope[Any],
-                delivery: Delivery, policy: RetryPolicy, attempt: int, exc: Exception
-                ) -> Verdict:  # fmt: skip
+    def _failed(
+        self,
+        task: Any,
+        tx: JobTransaction,
+        envelope: Envelope[Any],
+        delivery: Delivery,
+        policy: RetryPolicy,
+        attempt: int,
+        exc: Exception,
+    ) -> Verdict:
         """A failed attempt: count it (while the claim holds copies back), roll back, decide."""
         # a Redis (or mark) refusal here raises out to the caller's Wait, before the rollback
         self.marks.mark(delivery.consumer, str(envelope.job_id))
-        self.deliveries.failed(delivery.consumer, str(envelope.job_id),
-                               ttl_seconds=self._ttl(policy))  # fmt: skip
+        self.deliveries.failed(
+            delivery.consumer, str(envelope.job_id), ttl_seconds=self._ttl(policy)
+        )
         return self._decided(task, tx, envelope, delivery, policy, attempt, exc)
 
-    def _decided(self, task: Any, tx: JobTransaction, envelope: Envelope[Any],
-                 delivery: Delivery, policy: RetryPolicy, attempt: int, exc: Exception
-                 ) -> Verdict:  # fmt: skip
+    def _decided(
+        self,
+        task: Any,
+        tx: JobTransaction,
+        envelope: Envelope[Any],
+        delivery: Delivery,
+        policy: RetryPolicy,
+        attempt: int,
+        exc: Exception,
+    ) -> Verdict:
         """Attempt ``attempt`` failed with ``exc`` and is counted: retry it or dead-letter."""
         decision = decide(policy, attempt, exc, tuple(task.permanent_errors or ()))
         if decision.retry:
             tx.rollback()
             assert decision.delay is not None
             return RetryAt(self.clock() + decision.delay, attempt, exc)
-        record = self._record(envelope, delivery, attempts=attempt, reason=decision.reason,
-                              last_error=describe_error(exc),
-                              error_type=error_type_name(exc))  # fmt: skip
+        record = self._record(
+            envelope,
+            delivery,
+            attempts=attempt,
+            reason=decision.reason,
+            last_error=describe_error(exc),
+            error_type=error_type_name(exc),
+        )
         # Written while this transaction still holds the claim, so a copy of the job that
         # waits on it finds the budget spent and the dead letter committed once it gets
         # the claim: it is a duplicate, never a second run and a second row. The handler's
         # work is rolled back after; the row goes through the marks' own connection.
         self._exhaust(delivery, envelope)
-        written = until_done(lambda: self._write_beside(record),
-                             "write the dead letter", self._sleep_fn())  # fmt: skip
+        written = until_done(
+            lambda: self._write_beside(record), "write the dead letter", self._sleep_fn()
+        )
         tx.rollback()
         dead_letter_id, new = written
         if not new:
             return Duplicate("dead_lettered", dead_letter_id)
         return DeadLetter(record, exc, claim=False, row=dead_letter_id)
 
-    def _over_budget(self, tx: JobTransaction, envelope: Envelope[Any], delivery: Delivery,
-                     policy: RetryPolicy, state: DeliveryState, attempt: int
-                     ) -> int | Verdict:  # fmt: skip
+    def _over_budget(
+        self,
+        tx: JobTransaction,
+        envelope: Envelope[Any],
+        delivery: Delivery,
+        policy: RetryPolicy,
+        state: DeliveryState,
+        attempt: int,
+    ) -> int | Verdict:
         """A delivery past the budget: a replay starts over (its attempt), else a verdict."""
         job = str(envelope.job_id)
         latest = latest_dead_letter(tx.cursor, envelope.job_id, envelope.kind)
@@ -307,25 +358,35 @@ class DeliveryPipeline:
             dead_letter_id, status = latest
             if status == "replayed" and state.generation != dead_letter_id:
                 self.marks.mark(delivery.consumer, job)
-                self.deliveries.restart(delivery.consumer, job, generation=dead_letter_id,
-                                        ttl_seconds=self._ttl(policy))  # fmt: skip
+                self.deliveries.restart(
+                    delivery.consumer, job, generation=dead_letter_id, ttl_seconds=self._ttl(policy)
+                )
                 _log_replay(envelope, delivery, dead_letter_id)
                 return 1
             if status != "replayed":
                 return Duplicate("dead_lettered", dead_letter_id)
         attempts = max(0, attempt - 1)
         record = self._record(
-            envelope, delivery, attempts=attempts, reason=CRASH_LOOP, error_type="CrashLoop",
+            envelope,
+            delivery,
+            attempts=attempts,
+            reason=CRASH_LOOP,
+            error_type="CrashLoop",
             last_error=(
                 f"crash loop: delivered {attempt} times, {attempts} of them started the "
                 f"handler without finishing (worker killed?); max_attempts is "
                 f"{policy.max_attempts}"
             ),
-        )  # fmt: skip
+        )
         return DeadLetter(record, None)
 
-    def _poison(self, delivery: Delivery, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-                exc: EnvelopeError) -> DeadLetter:  # fmt: skip
+    def _poison(
+        self,
+        delivery: Delivery,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        exc: EnvelopeError,
+    ) -> DeadLetter:
         payload: Any = args[0] if len(args) == 1 and not kwargs else None
         if payload is None:
             payload = {"args": list(args), "kwargs": dict(kwargs)}
@@ -348,8 +409,9 @@ class DeliveryPipeline:
 
     # -- settling ---------------------------------------------------------------------
 
-    def settle(self, task: Any, delivery: Delivery, envelope: Envelope[Any] | None,
-               verdict: Verdict) -> Any:  # fmt: skip
+    def settle(
+        self, task: Any, delivery: Delivery, envelope: Envelope[Any] | None, verdict: Verdict
+    ) -> Any:
         """Act on the verdict: what Celery sees is the return value or the raise."""
         if isinstance(verdict, Applied):
             assert envelope is not None
@@ -371,21 +433,24 @@ class DeliveryPipeline:
             else:
                 self.hooks.emit("on_throttled", delivery, envelope, verdict)
                 what = f"throttled ({verdict.reason})"
-            raise Retry(f"{what}; attempt {attempt} at {verdict.at.isoformat()}",
-                        when=verdict.at)  # fmt: skip
+            raise Retry(f"{what}; attempt {attempt} at {verdict.at.isoformat()}", when=verdict.at)
         if isinstance(verdict, DeadLetter):
             return self._settle_dead_letter(delivery, envelope, verdict)
         raise AssertionError(f"unsettled verdict {verdict!r}")  # Wait never reaches here
 
-    def _settle_dead_letter(self, delivery: Delivery, envelope: Envelope[Any] | None,
-                            verdict: DeadLetter) -> Any:  # fmt: skip
+    def _settle_dead_letter(
+        self, delivery: Delivery, envelope: Envelope[Any] | None, verdict: DeadLetter
+    ) -> Any:
         record = verdict.record
         if verdict.row is not None:  # written while the delivery still held the claim
             dead_letter_id = verdict.row
         elif verdict.claim and envelope is not None:
             self._exhaust(delivery, envelope)
-            written = until_done(lambda: self._write_claimed(record, envelope, delivery),
-                                 "write the dead letter", self._sleep_fn())  # fmt: skip
+            written = until_done(
+                lambda: self._write_claimed(record, envelope, delivery),
+                "write the dead letter",
+                self._sleep_fn(),
+            )
             if written is None or isinstance(written, Duplicate):
                 duplicate = written or Duplicate("applied_by_other")
                 self.hooks.emit("on_duplicate", delivery, envelope, duplicate)
@@ -394,8 +459,9 @@ class DeliveryPipeline:
         else:
             if envelope is not None:
                 self._exhaust(delivery, envelope)
-            dead_letter_id = until_done(lambda: self._write_alone(record),
-                                        "write the dead letter", self._sleep_fn())  # fmt: skip
+            dead_letter_id = until_done(
+                lambda: self._write_alone(record), "write the dead letter", self._sleep_fn()
+            )
         self.hooks.emit("on_dead_lettered", record, dead_letter_id, verdict.error)
         raise DeadLettered(
             f"dead-lettered as row {dead_letter_id} ({record.reason} after {record.attempts} "
@@ -403,8 +469,9 @@ class DeliveryPipeline:
             dead_letter_id,
         ) from None
 
-    def _write_claimed(self, record: DeadLetterRecord, envelope: Envelope[Any],
-                       delivery: Delivery) -> int | Duplicate | None:  # fmt: skip
+    def _write_claimed(
+        self, record: DeadLetterRecord, envelope: Envelope[Any], delivery: Delivery
+    ) -> int | Duplicate | None:
         """Claim the job again, write the dead letter, release the claim, commit.
 
         ``None`` when another delivery applied the job in the meantime, a
@@ -460,22 +527,34 @@ class DeliveryPipeline:
         finally:
             tx.end()
 
-    def _store_retry(self, delivery: Delivery, envelope: Envelope[Any], run_at: datetime,
-                     attempt: int) -> None:  # fmt: skip
+    def _store_retry(
+        self, delivery: Delivery, envelope: Envelope[Any], run_at: datetime, attempt: int
+    ) -> None:
         opts: dict[str, Any] = {"attempt": attempt}
         if delivery.priority is not None:
             opts["priority"] = delivery.priority
         queue = delivery.queue or self.app.conf.task_default_queue or "default"
-        until_done(lambda: self.port().schedule(queue, envelope.to_message(), run_at, opts),
-                   "store the retry", self._sleep_fn())  # fmt: skip
+        until_done(
+            lambda: self.port().schedule(queue, envelope.to_message(), run_at, opts),
+            "store the retry",
+            self._sleep_fn(),
+        )
 
     def _sleep_fn(self) -> Callable[[float], None]:
         return self._sleep or time.sleep
 
     # -- small helpers --------------------------------------------------------------------
 
-    def _record(self, envelope: Envelope[Any], delivery: Delivery, *, attempts: int,
-                reason: str, last_error: str, error_type: str) -> DeadLetterRecord:  # fmt: skip
+    def _record(
+        self,
+        envelope: Envelope[Any],
+        delivery: Delivery,
+        *,
+        attempts: int,
+        reason: str,
+        last_error: str,
+        error_type: str,
+    ) -> DeadLetterRecord:
         return DeadLetterRecord(
             job_id=envelope.job_id,
             queue=delivery.queue,
@@ -512,8 +591,11 @@ class DeliveryPipeline:
         except Exception:  # best effort: the dead letter row about to be written is a mark too
             _warn("could not mark the job's delivery state", "consumer.mark_not_written")
         try:
-            self.deliveries.exhaust(delivery.consumer, str(envelope.job_id),
-                                    ttl_seconds=self._ttl(self._policy(delivery)))  # fmt: skip
+            self.deliveries.exhaust(
+                delivery.consumer,
+                str(envelope.job_id),
+                ttl_seconds=self._ttl(self._policy(delivery)),
+            )
         except REDIS_ERRORS:
             _warn("could not mark the delivery budget spent", "consumer.budget_not_marked")
 
@@ -531,10 +613,16 @@ def _warn(message: str, event: str) -> None:
 
 def _log_replay(envelope: Envelope[Any], delivery: Delivery, dead_letter_id: int) -> None:
     logger.info(
-        "replay of a dead letter: attempts start over: %s", envelope.redacted(),
-        extra={"event": "consumer.replay_started", "job_id": str(envelope.job_id),
-               "queue": delivery.queue, "kind": envelope.kind, "dead_letter_id": dead_letter_id},
-    )  # fmt: skip
+        "replay of a dead letter: attempts start over: %s",
+        envelope.redacted(),
+        extra={
+            "event": "consumer.replay_started",
+            "job_id": str(envelope.job_id),
+            "queue": delivery.queue,
+            "kind": envelope.kind,
+            "dead_letter_id": dead_letter_id,
+        },
+    )
 
 
 def _uuid_or_none(value: Any) -> uuid.UUID | None:
@@ -563,8 +651,10 @@ def _snapshot(value: Any) -> Any:
     175 µs per job the pipeline's own code took, measured in BENCHMARKS.md).
     """
     if isinstance(value, dict):
-        return {key: _snapshot(item) if isinstance(item, _CONTAINERS) else item
-                for key, item in value.items()}  # fmt: skip
+        return {
+            key: _snapshot(item) if isinstance(item, _CONTAINERS) else item
+            for key, item in value.items()
+        }
     if isinstance(value, list | tuple):
         return [_snapshot(item) if isinstance(item, _CONTAINERS) else item for item in value]
     return value
@@ -578,7 +668,7 @@ kept as it is without a call per value."""
 _pipelines: dict[tuple[int, int], DeliveryPipeline] = {}
 
 
-def pipeline_for(app: Any) -> DeliveryPipeline:
+def pipeline_for(app: PlatformCelery) -> DeliveryPipeline:
     """This process's pipeline for ``app`` (created on first use, again after a fork).
 
     Raises :class:`~platform_tasks.errors.ConfigurationError` naming
@@ -593,7 +683,7 @@ def pipeline_for(app: Any) -> DeliveryPipeline:
     return pipeline
 
 
-def close_pipeline(app: Any) -> None:
+def close_pipeline(app: PlatformCelery) -> None:
     """Close this process's pipeline for ``app``, if it has one.
 
     Called by ``app.close()``. A worker's app lives as long as its process, but an app made

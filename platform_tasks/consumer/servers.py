@@ -18,9 +18,9 @@ from typing import TypeVar
 
 import psycopg2
 
-from platform_tasks.database import DatabaseUnavailable
+from platform_tasks.brokers.redis_client import REDIS_ERRORS
 from platform_tasks.errors import ServersUnavailable
-from platform_tasks.redis_client import REDIS_ERRORS
+from platform_tasks.postgres.database import DatabaseUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -53,14 +53,16 @@ class Backoff:
         self.delay = FIRST_WAIT_SECONDS
 
     def wait(self, cause: str) -> None:
-        logger.warning("database or Redis unavailable (%s); waiting", cause,
-                       extra={"event": "consumer.waiting_for_servers", "cause": cause})  # fmt: skip
+        logger.warning(
+            "database or Redis unavailable (%s); waiting",
+            cause,
+            extra={"event": "consumer.waiting_for_servers", "cause": cause},
+        )
         self.sleep(self.delay)
         self.delay = min(self.delay * 2, LONGEST_WAIT_SECONDS)
 
 
-def until_done(step: Callable[[], T], what: str, sleep: Callable[[float], None] = time.sleep
-               ) -> T:  # fmt: skip
+def until_done(step: Callable[[], T], what: str, sleep: Callable[[float], None] = time.sleep) -> T:
     """Run ``step`` until it succeeds; the message stays unacked meanwhile.
 
     For the steps that must happen before a message may be acked (storing a retry,
@@ -73,7 +75,11 @@ def until_done(step: Callable[[], T], what: str, sleep: Callable[[float], None] 
             return step()
         except Exception as exc:
             if not isinstance(exc, INFRASTRUCTURE_ERRORS):
-                logger.error("could not %s (%s); trying again", what, describe(exc),
-                             exc_info=True, extra={"event": "consumer.settle_failed",
-                                                   "step": what})  # fmt: skip
+                logger.error(
+                    "could not %s (%s); trying again",
+                    what,
+                    describe(exc),
+                    exc_info=True,
+                    extra={"event": "consumer.settle_failed", "step": what},
+                )
             backoff.wait(f"{what}: {describe(exc)}")

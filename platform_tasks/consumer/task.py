@@ -33,38 +33,70 @@ platform replaces.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import celery
 from celery import bootsteps
 from pydantic import BaseModel
 
-from platform_tasks.brokers import broker_holds_delays
-from platform_tasks.database import require_database_url
+from platform_tasks.brokers.selection import broker_holds_delays, broker_scheme
+from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.errors import ConfigurationError, DeadLettered
-from platform_tasks.transport.selection import broker_scheme
-from platform_tasks.worker_queues import add_queue_source
+from platform_tasks.postgres.database import require_database_url
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 PLATFORM_OPTIONS = frozenset({"data_model", "permanent_errors"})
 """The task options PlatformTask owns."""
 
 CELERY_RETRY_OPTIONS = frozenset(
-    {"autoretry_for", "dont_autoretry_for", "retry_backoff", "retry_backoff_max",
-     "retry_jitter", "retry_kwargs", "max_retries", "default_retry_delay"}
-)  # fmt: skip
+    {
+        "autoretry_for",
+        "dont_autoretry_for",
+        "retry_backoff",
+        "retry_backoff_max",
+        "retry_jitter",
+        "retry_kwargs",
+        "max_retries",
+        "default_retry_delay",
+    }
+)
 """Celery retry options refused on a PlatformTask; use ``retry_policies`` instead."""
 
 CELERY_ROUTING_OPTIONS = frozenset(
-    {"queue", "routing_key", "exchange", "exchange_type", "delivery_mode", "compression",
-     "shadow", "store_eager_result", "immediate", "mandatory"}
-)  # fmt: skip
+    {
+        "queue",
+        "routing_key",
+        "exchange",
+        "exchange_type",
+        "delivery_mode",
+        "compression",
+        "shadow",
+        "store_eager_result",
+        "immediate",
+        "mandatory",
+    }
+)
 """Celery task options read through ``getattr`` (``apply_async`` defaults, routing), not
 attributes of ``celery.Task`` itself; every other Celery option is a ``celery.Task`` attribute."""
 
 _DECORATOR_KEYS = frozenset(
-    {"app", "name", "run", "_decorated", "_dump_pydantic_arguments", "__doc__", "__module__",
-     "__annotations__", "__header__", "__wrapped__", "_decorated_fun", "__qualname__"}
-)  # fmt: skip
+    {
+        "app",
+        "name",
+        "run",
+        "_decorated",
+        "_dump_pydantic_arguments",
+        "__doc__",
+        "__module__",
+        "__annotations__",
+        "__header__",
+        "__wrapped__",
+        "_decorated_fun",
+        "__qualname__",
+    }
+)
 
 
 class PlatformTask(celery.Task):  # type: ignore[misc]
@@ -147,7 +179,7 @@ def check_declaration(cls: type[Any]) -> None:
         )
 
 
-def platform_tasks_of(app: Any) -> list[str]:
+def platform_tasks_of(app: PlatformCelery) -> list[str]:
     """Names of the app's PlatformTasks that make a worker check its database at start-up.
 
     A task the platform registered by itself on every app (``start_up_checks = False``:
@@ -161,19 +193,22 @@ def platform_tasks_of(app: Any) -> list[str]:
     )
 
 
-def own_queues(app: Any) -> list[str]:
+def own_queues(app: PlatformCelery) -> list[str]:
     """Queues PlatformTasks name with their own ``queue`` option (consumed without ``-Q``)."""
     return sorted(
-        {task.queue for task in app.tasks.values()
-         if isinstance(task, PlatformTask) and isinstance(getattr(task, "queue", None), str)}
-    )  # fmt: skip
+        {
+            task.queue
+            for task in app.tasks.values()
+            if isinstance(task, PlatformTask) and isinstance(getattr(task, "queue", None), str)
+        }
+    )
 
 
-def require_delay_capable_broker(app: Any, names: list[str]) -> None:
+def require_delay_capable_broker(app: PlatformCelery, names: list[str]) -> None:
     """Retries are stored as delays; a broker that cannot hold them would lose every retry.
 
     Redis brokers hold them in the delay store, RabbitMQ in its native delayed-delivery
-    queues (:func:`platform_tasks.brokers.broker_holds_delays`). Any other broker makes
+    queues (:func:`platform_tasks.brokers.selection.broker_holds_delays`). Any other broker makes
     the worker refuse to start, naming the variable and only the URL's scheme (never its
     password).
     """
@@ -206,7 +241,7 @@ class RequireDatabaseStep(bootsteps.Step):  # type: ignore[misc]
             require_delay_capable_broker(app, names)
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """Refuse to start a worker whose PlatformTasks cannot work; consume their own queues."""
     app.steps["worker"].add(RequireDatabaseStep)
     add_queue_source(app, own_queues)

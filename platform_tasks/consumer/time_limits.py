@@ -31,11 +31,11 @@ from typing import Any
 
 from celery.exceptions import TimeLimitExceeded
 
+from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
 from platform_tasks.consumer.attempts import DeliveryCounter, delivery_ttl_seconds
 from platform_tasks.consumer.delivery import consumed_queue
 from platform_tasks.consumer.event_redaction import PlatformRequest
 from platform_tasks.keys import delivery_keys
-from platform_tasks.redis_client import REDIS_ERRORS, build_redis
 
 logger = logging.getLogger(__name__)
 
@@ -47,17 +47,23 @@ class StoppedAttemptRequest(PlatformRequest):
     """The worker-side request of a PlatformTask: redacted task events (its base), and a
     hard time limit recorded as a failed attempt before the message goes back."""
 
-    def on_failure(self, exc_info: Any, send_failed_event: bool = True,
-                   return_ok: bool = False) -> Any:  # fmt: skip
+    def on_failure(
+        self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False
+    ) -> Any:
         exc = getattr(exc_info, "exception", None)
         exc = getattr(exc, "exc", exc)  # billiard's ExceptionWithTraceback wraps it
         task = self.task
-        if (isinstance(exc, TimeLimitExceeded) and not self.acknowledged
-                and task.acks_late and not task.acks_on_timeout):  # fmt: skip
+        if (
+            isinstance(exc, TimeLimitExceeded)
+            and not self.acknowledged
+            and task.acks_late
+            and not task.acks_on_timeout
+        ):
             seconds = exc.args[0] if exc.args else None
             record_stop(task, self, float(seconds or task.time_limit or 0))
-        return super().on_failure(exc_info, send_failed_event=send_failed_event,
-                                  return_ok=return_ok)  # fmt: skip
+        return super().on_failure(
+            exc_info, send_failed_event=send_failed_event, return_ok=return_ok
+        )
 
 
 def record_stop(task: Any, request: Any, seconds: float) -> bool:
@@ -71,38 +77,55 @@ def record_stop(task: Any, request: Any, seconds: float) -> bool:
         return False
     settings = task.app.platform_settings
     queue = consumed_queue(task, getattr(request, "delivery_info", None) or {})
-    ttl = delivery_ttl_seconds(task.app.retry_policy_for(queue),
-                               settings.visibility_timeout_seconds)  # fmt: skip
+    ttl = delivery_ttl_seconds(
+        task.app.retry_policy_for(queue), settings.visibility_timeout_seconds
+    )
     counter = DeliveryCounter(
         None,
         delivery_keys(settings.profile),
         connect=lambda: build_redis(settings, timeout=RECORD_TIMEOUT_SECONDS),
     )
-    fields = {"event": "consumer.time_limit_stopped", "job_id": job_id, "queue": queue,
-              "kind": task.name, "time_limit_seconds": seconds}  # fmt: skip
+    fields = {
+        "event": "consumer.time_limit_stopped",
+        "job_id": job_id,
+        "queue": queue,
+        "kind": task.name,
+        "time_limit_seconds": seconds,
+    }
     try:
         counter.stopped_at_time_limit(task.name, job_id, seconds=seconds, ttl_seconds=ttl)
     except REDIS_ERRORS as exc:
         logger.error(
             "job %s hit its hard time limit of %gs and Redis did not take the record (%s); "
-            "requeued: its redelivery counts as a crash", job_id, seconds, type(exc).__name__,
+            "requeued: its redelivery counts as a crash",
+            job_id,
+            seconds,
+            type(exc).__name__,
             extra={**fields, "event": "consumer.time_limit_not_recorded"},
-        )  # fmt: skip
+        )
         return False
     except Exception:
-        logger.exception("could not record the time limit of job %s; requeued", job_id,
-                         extra={**fields, "event": "consumer.time_limit_not_recorded"})  # fmt: skip
+        logger.exception(
+            "could not record the time limit of job %s; requeued",
+            job_id,
+            extra={**fields, "event": "consumer.time_limit_not_recorded"},
+        )
         return False
     finally:
         try:
             counter.close()
         except Exception:
-            logger.debug("closing the record's Redis client failed", exc_info=True,
-                         extra={"event": "consumer.time_limit_client_not_closed"})  # fmt: skip
+            logger.debug(
+                "closing the record's Redis client failed",
+                exc_info=True,
+                extra={"event": "consumer.time_limit_client_not_closed"},
+            )
     logger.warning(
         "job %s was stopped at its hard time limit of %gs; requeued to settle the attempt",
-        job_id, seconds, extra=fields,
-    )  # fmt: skip
+        job_id,
+        seconds,
+        extra=fields,
+    )
     return True
 
 

@@ -20,9 +20,9 @@ from psycopg2.extensions import (
     TRANSACTION_STATUS_INTRANS,
 )
 
-from platform_tasks import idempotency
-from platform_tasks.database import Database, is_unavailable
+from platform_tasks.consumer import idempotency
 from platform_tasks.errors import TransactionBroken
+from platform_tasks.postgres.database import Database, is_unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +113,9 @@ class JobTransaction:
             if self.conn.info.transaction_status != 0:  # TRANSACTION_STATUS_IDLE
                 raise ConnectionError("still in a transaction after ROLLBACK")
         except Exception:
-            logger.debug("rollback failed; discarding the connection", exc_info=True,
-                         extra={"event": "consumer.connection_discarded"})  # fmt: skip
+            logger.debug(
+                "rollback failed; discarding the connection",
+                exc_info=True,
+                extra={"event": "consumer.connection_discarded"},
+            )
             self.database.discard()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from platform_tasks.consumer.dead_letter_records import DeadLetterRecord
+from platform_tasks.dead_letters.records import DeadLetterRecord
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,9 @@ from typing import Any
 from celery.signals import task_postrun, task_prerun, task_received, task_revoked
 from celery.worker import state as worker_state
 
-from platform_tasks.leases import JobLeases, LeaseOutcome
-from platform_tasks.redis_client import REDIS_ERRORS, ManagedRedis
-from platform_tasks.scripts import script_source
+from platform_tasks.brokers.redis_client import REDIS_ERRORS, ManagedRedis
+from platform_tasks.brokers.scripts import script_source
+from platform_tasks.jobs.leases import JobLeases, LeaseOutcome
 from platform_tasks.settings import PlatformSettings
 
 __all__ = [
@@ -67,9 +67,13 @@ class LeaseGrant:
 
     def to_header(self) -> dict[str, Any]:
         header: dict[str, Any] = {
-            "namespace": self.namespace, "prefix": self.prefix, "job": self.job,
-            "token": self.token, "ttl_ms": self.ttl_ms, "point_ms": self.point_ms,
-        }  # fmt: skip
+            "namespace": self.namespace,
+            "prefix": self.prefix,
+            "job": self.job,
+            "token": self.token,
+            "ttl_ms": self.ttl_ms,
+            "point_ms": self.point_ms,
+        }
         if self.period_end_ms is not None:
             header["period_end_ms"] = self.period_end_ms
         return header
@@ -89,12 +93,21 @@ class LeaseGrant:
             return None
         try:
             end = value.get("period_end_ms")
-            return cls(str(value["namespace"]), str(value.get("prefix") or ""),
-                       str(value["job"]), str(value["token"]), int(value["ttl_ms"]),
-                       int(value["point_ms"]), None if end is None else int(end))  # fmt: skip
+            return cls(
+                str(value["namespace"]),
+                str(value.get("prefix") or ""),
+                str(value["job"]),
+                str(value["token"]),
+                int(value["ttl_ms"]),
+                int(value["point_ms"]),
+                None if end is None else int(end),
+            )
         except (KeyError, TypeError, ValueError):
-            logger.warning("ignoring a malformed %s header", LEASE_HEADER,
-                           extra={"event": "beat_leases.bad_header"})  # fmt: skip
+            logger.warning(
+                "ignoring a malformed %s header",
+                LEASE_HEADER,
+                extra={"event": "beat_leases.bad_header"},
+            )
             return None
 
 
@@ -112,16 +125,22 @@ class _Renewer(threading.Thread):
                     self.grant.job, token=self.grant.token, lease_ttl_ms=self.grant.ttl_ms
                 )
             except REDIS_ERRORS as exc:
-                logger.warning("lease renewal of %s failed: %s", self.grant.job, exc,
-                               extra={"event": "beat_leases.renew_error"})  # fmt: skip
+                logger.warning(
+                    "lease renewal of %s failed: %s",
+                    self.grant.job,
+                    exc,
+                    extra={"event": "beat_leases.renew_error"},
+                )
                 continue
             if outcome is not LeaseOutcome.RENEWED:
                 holder = self.leases.lease_holder(self.grant.job)
                 logger.warning(
                     "lease of %s was lost while the task runs (now held by %s); its next "
-                    "point may overlap", self.grant.job, holder or "nobody",
+                    "point may overlap",
+                    self.grant.job,
+                    holder or "nobody",
                     extra={"event": "beat_leases.lease_lost"},
-                )  # fmt: skip
+                )
                 return
 
 
@@ -164,9 +183,13 @@ class _LeaseKeeper:
             end = "" if grant.period_end_ms is None else grant.period_end_ms
             verdict = claim(keys=[leases.keys(grant.job).ran], args=[grant.point_ms, end])
         except REDIS_ERRORS as exc:
-            logger.warning("could not claim the run of %s at point_ms=%d, it runs: %s",
-                           grant.job, grant.point_ms, exc,
-                           extra={"event": "beat_leases.claim_error"})  # fmt: skip
+            logger.warning(
+                "could not claim the run of %s at point_ms=%d, it runs: %s",
+                grant.job,
+                grant.point_ms,
+                exc,
+                extra={"event": "beat_leases.claim_error"},
+            )
             return
         verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
         if verdict == "run":
@@ -174,9 +197,11 @@ class _LeaseKeeper:
         if verdict == "late":
             logger.info(
                 "trigger of %s at point_ms=%d discarded: its period ended at %d by Redis TIME",
-                grant.job, grant.point_ms, grant.period_end_ms,
+                grant.job,
+                grant.point_ms,
+                grant.period_end_ms,
                 extra={"event": "beat_leases.trigger_expired", "job": grant.job},
-            )  # fmt: skip
+            )
             # Celery's own expiry path (task_revoked with expired=True, lease released)
             request.expires = datetime(1970, 1, 1, tzinfo=UTC)
             return
@@ -186,10 +211,16 @@ class _LeaseKeeper:
         worker_state.revoked.add(task_id)
         logger.warning(
             "trigger %s of %s at point_ms=%d discarded: that point was already taken to run "
-            "(a redelivered or duplicate trigger)", task_id, grant.job, grant.point_ms,
-            extra={"event": "beat_leases.duplicate_trigger", "job": grant.job,
-                   "point_ms": grant.point_ms},
-        )  # fmt: skip
+            "(a redelivered or duplicate trigger)",
+            task_id,
+            grant.job,
+            grant.point_ms,
+            extra={
+                "event": "beat_leases.duplicate_trigger",
+                "job": grant.job,
+                "point_ms": grant.point_ms,
+            },
+        )
 
     def started(self, task_id: str, request: Any) -> None:
         grant = LeaseGrant.from_request(request)
@@ -199,17 +230,23 @@ class _LeaseKeeper:
         try:
             # At once, not after ttl / 3: the trigger may have waited in the queue for
             # most of its lease. Taken back if it lapsed meanwhile and nobody holds it.
-            outcome, _ = leases.renew(grant.job, token=grant.token, lease_ttl_ms=grant.ttl_ms,
-                                      reacquire=True)  # fmt: skip
+            outcome, _ = leases.renew(
+                grant.job, token=grant.token, lease_ttl_ms=grant.ttl_ms, reacquire=True
+            )
         except REDIS_ERRORS as exc:
-            logger.warning("lease renewal of %s failed: %s", grant.job, exc,
-                           extra={"event": "beat_leases.renew_error"})  # fmt: skip
+            logger.warning(
+                "lease renewal of %s failed: %s",
+                grant.job,
+                exc,
+                extra={"event": "beat_leases.renew_error"},
+            )
         else:
             if outcome is not LeaseOutcome.RENEWED:
                 logger.warning(
                     "%s starts without its lease (another point holds it): runs may overlap",
-                    grant.job, extra={"event": "beat_leases.lease_lost"},
-                )  # fmt: skip
+                    grant.job,
+                    extra={"event": "beat_leases.lease_lost"},
+                )
         renewer = _Renewer(leases, grant)
         with self._lock:
             self._running[task_id] = renewer
@@ -230,9 +267,11 @@ class _LeaseKeeper:
             self._leases_for(grant).release(grant.job, token=grant.token)
         except REDIS_ERRORS as exc:
             logger.warning(
-                "could not release the lease of %s (it expires by itself): %s", grant.job, exc,
+                "could not release the lease of %s (it expires by itself): %s",
+                grant.job,
+                exc,
                 extra={"event": "beat_leases.release_error"},
-            )  # fmt: skip
+            )
 
 
 _KEEPER = _LeaseKeeper()
@@ -294,9 +333,11 @@ def on_received(request: Any = None, **_: Any) -> None:
         "each run keeps its lease for the lease's whole TTL (at least a minute) and the "
         "points in between are skipped. Build the app with platform_tasks.create_app, or add "
         "to the Celery app module the workers load: %s",
-        getattr(request, "name", "?"), LEASE_HEADER, INSTALL_LINE,
+        getattr(request, "name", "?"),
+        LEASE_HEADER,
+        INSTALL_LINE,
         extra={"event": "beat_leases.not_installed"},
-    )  # fmt: skip
+    )
 
 
 def connect_handlers() -> None:

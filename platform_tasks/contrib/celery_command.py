@@ -41,10 +41,14 @@ def lease_renewal(ctx: click.Context) -> None:
 
     app = ctx.obj.app
     if renews_leases(app):
-        click.echo(f"{app.main or 'the app'}: workers renew and release the leases of "
-                   "LeaseDatabaseScheduler's triggers")  # fmt: skip
+        click.echo(
+            f"{app.main or 'the app'}: workers renew and release the leases of "
+            "LeaseDatabaseScheduler's triggers"
+        )
         return
-    click.echo(f"{app.main or 'the app'}: workers do NOT renew or release the leases of "
-               f"LeaseDatabaseScheduler's triggers; add to the app module: {INSTALL_LINE}",
-               err=True)  # fmt: skip
+    click.echo(
+        f"{app.main or 'the app'}: workers do NOT renew or release the leases of "
+        f"LeaseDatabaseScheduler's triggers; add to the app module: {INSTALL_LINE}",
+        err=True,
+    )
     ctx.exit(1)

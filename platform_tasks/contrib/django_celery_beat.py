@@ -21,7 +21,7 @@ within a tick), but decides each run the way ``LeaseScheduler`` does:
 * a ``one_off`` task disables itself in the same conditional update that admits it, so it
   is sent once even if two replicas race;
 * a warm stop (SIGTERM/SIGINT) during a tick's admission and sends waits until the
-  admitted points are sent, like ``LeaseScheduler`` (:mod:`platform_tasks.warm_stop`); a
+  admitted points are sent, like ``LeaseScheduler`` (:mod:`platform_tasks.jobs.warm_stop`); a
   stop that cuts them short logs each one not sent and gives back its lease.
 
 Start-up refuses what it cannot honour (a solar schedule without ``ephem``, an unknown
@@ -54,6 +54,7 @@ from django.db.models import F  # type: ignore[import-untyped]
 from django_celery_beat.models import PeriodicTasks  # type: ignore[import-untyped]
 from django_celery_beat.schedulers import DatabaseScheduler  # type: ignore[import-untyped]
 
+from platform_tasks.brokers.redis_client import ManagedRedis, check_redis_safe
 from platform_tasks.contrib.beat_leases import LEASE_HEADER, LeaseGrant
 from platform_tasks.contrib.periodic_points import (
     PeriodicTaskError,
@@ -61,17 +62,16 @@ from platform_tasks.contrib.periodic_points import (
     points_for,
 )
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.jobs.points import from_ms
-from platform_tasks.keys import django_beat_namespace, periodic_task_job
-from platform_tasks.leases import (
+from platform_tasks.jobs.leases import (
     AdmissionOutcome,
     AdmissionRequest,
     JobLeases,
     new_token,
 )
-from platform_tasks.redis_client import ManagedRedis, check_redis_safe
+from platform_tasks.jobs.points import from_ms
+from platform_tasks.jobs.warm_stop import WarmStop
+from platform_tasks.keys import django_beat_namespace, periodic_task_job
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.warm_stop import WarmStop
 
 __all__ = ["LeaseDatabaseScheduler"]
 
@@ -122,8 +122,9 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
         namespace = django_beat_namespace(
             app_name=str(self.app.main or "celery_app"), profile=settings.profile
         )
-        self._warm_stop = WarmStop(timeout_seconds=settings.beat_stop_timeout_seconds,
-                                   owner=self.owner)  # fmt: skip
+        self._warm_stop = WarmStop(
+            timeout_seconds=settings.beat_stop_timeout_seconds, owner=self.owner
+        )
         self._redis = ManagedRedis(settings)
         try:
             check_redis_safe(self._redis.client)
@@ -141,9 +142,12 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
             raise ConfigurationError(f"LeaseDatabaseScheduler cannot start: {problems}")
         self._starting = False
         logger.info(
-            "lease database scheduler ready owner=%s tasks=%d namespace=%s", self.owner,
-            len(self._pending), namespace, extra={"event": "django_beat.ready"},
-        )  # fmt: skip
+            "lease database scheduler ready owner=%s tasks=%d namespace=%s",
+            self.owner,
+            len(self._pending),
+            namespace,
+            extra={"event": "django_beat.ready"},
+        )
 
     def all_as_schedule(self) -> dict[str, Any]:
         """The base loading, with each task's points checked (start-up refuses a task it
@@ -175,9 +179,10 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
         self._problems.append(problem)
         if not self._starting:
             logger.error(
-                "%s; the task is left out until it is fixed", problem,
+                "%s; the task is left out until it is fixed",
+                problem,
                 extra={"event": "django_beat.task_rejected", "periodic_task": problem.pk},
-            )  # fmt: skip
+            )
 
     # -- ticking -----------------------------------------------------------------------
 
@@ -215,8 +220,11 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
         try:
             now_ms = self._redis_now_ms()
         except Exception as exc:
-            logger.warning("Redis unavailable, points skipped: %s", exc,
-                           extra={"event": "django_beat.redis_error"})  # fmt: skip
+            logger.warning(
+                "Redis unavailable, points skipped: %s",
+                exc,
+                extra={"event": "django_beat.redis_error"},
+            )
             return float(self.max_interval)
         if schedule is not self._loaded:
             self._refresh(schedule, now_ms)
@@ -241,11 +249,18 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
                 continue
             end_ms = item.points.period_end_ms(point_ms)
             self._tokens += 1
-            requests.append((item, AdmissionRequest(
-                periodic_task_job(item.pk), point_ms, end_ms,
-                f"{self._token_prefix}:{self._tokens}",
-                item.points.lease_ttl_ms(point_ms, end_ms),
-            )))  # fmt: skip
+            requests.append(
+                (
+                    item,
+                    AdmissionRequest(
+                        periodic_task_job(item.pk),
+                        point_ms,
+                        end_ms,
+                        f"{self._token_prefix}:{self._tokens}",
+                        item.points.lease_ttl_ms(point_ms, end_ms),
+                    ),
+                )
+            )
             item.point_ms = item.points.next_after_ms(point_ms)
         if not requests:
             return
@@ -253,9 +268,11 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
             answers = self.leases.admit_many([r for _, r in requests])
         except Exception as exc:
             logger.warning(
-                "admission of %d point(s) failed, points skipped: %s", len(requests), exc,
+                "admission of %d point(s) failed, points skipped: %s",
+                len(requests),
+                exc,
                 extra={"event": "django_beat.admission_error"},
-            )  # fmt: skip
+            )
             return
         for (item, request), answer in zip(requests, answers, strict=True):
             if not isinstance(answer, Exception) and answer.outcome is AdmissionOutcome.ADMITTED:
@@ -264,9 +281,13 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
             outcome = answer if isinstance(answer, Exception) else answer.outcome
             logger.debug(
                 "periodic task point task=%s id=%d point_ms=%d outcome=%s owner=%s",
-                item.name, item.pk, request.point_ms, getattr(outcome, "value", outcome),
-                self.owner, extra={"event": "django_beat.point", "periodic_task": item.pk},
-            )  # fmt: skip
+                item.name,
+                item.pk,
+                request.point_ms,
+                getattr(outcome, "value", outcome),
+                self.owner,
+                extra={"event": "django_beat.point", "periodic_task": item.pk},
+            )
             if outcome is AdmissionOutcome.FUTURE:
                 item.point_ms = request.point_ms  # Redis' clock is behind: try again
             elif outcome is AdmissionOutcome.ADMITTED:
@@ -314,9 +335,15 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
 
     def _send(self, entry: Any, request: AdmissionRequest) -> bool:
         assert self.leases is not None
-        grant = LeaseGrant(self.leases.namespace, self.leases.prefix, request.job,
-                           request.token, request.lease_ttl_ms, request.point_ms,
-                           request.period_end_ms)  # fmt: skip
+        grant = LeaseGrant(
+            self.leases.namespace,
+            self.leases.prefix,
+            request.job,
+            request.token,
+            request.lease_ttl_ms,
+            request.point_ms,
+            request.period_end_ms,
+        )
         original = entry.options
         headers = dict(original.get("headers") or {})
         headers[LEASE_HEADER] = grant.to_header()
@@ -332,8 +359,9 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
             entry.options = original
         return self._sent
 
-    def apply_async(self, entry: Any, producer: Any = None, advance: bool = True,
-                    **kwargs: Any) -> Any:  # fmt: skip
+    def apply_async(
+        self, entry: Any, producer: Any = None, advance: bool = True, **kwargs: Any
+    ) -> Any:
         """The base send; records that it succeeded (``apply_entry`` swallows errors)."""
         result = super().apply_async(entry, producer=producer, advance=advance, **kwargs)
         self._sent = True
@@ -345,8 +373,11 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
         try:
             self.leases.release(request.job, token=request.token)
         except Exception as exc:
-            logger.warning("lease release failed (it expires by itself): %s", exc,
-                           extra={"event": "django_beat.release_error"})  # fmt: skip
+            logger.warning(
+                "lease release failed (it expires by itself): %s",
+                exc,
+                extra={"event": "django_beat.release_error"},
+            )
 
     def reserve(self, entry: Any) -> Any:
         """Never used to decide runs (``tick`` does); kept harmless for base callers."""
@@ -359,10 +390,17 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
         for name, request in unsent.values():
             logger.error(
                 "trigger of %s at point_ms=%d not sent (periodic task %r; beat stopped); "
-                "its lease is released owner=%s", request.job, request.point_ms, name,
-                self.owner, extra={"event": "django_beat.trigger_not_sent",
-                                   "job": request.job, "point_ms": request.point_ms},
-            )  # fmt: skip
+                "its lease is released owner=%s",
+                request.job,
+                request.point_ms,
+                name,
+                self.owner,
+                extra={
+                    "event": "django_beat.trigger_not_sent",
+                    "job": request.job,
+                    "point_ms": request.point_ms,
+                },
+            )
             if self.leases is not None:
                 self._release(request)
         try:

@@ -151,8 +151,9 @@ def points_for(task: Any) -> TaskPoints:
         return PeriodicTaskError(name, pk, problem)
 
     window: dict[str, Any] = {
-        "start_ms": _aware_ms(task.start_time), "expires_ms": _aware_ms(task.expires),
-    }  # fmt: skip
+        "start_ms": _aware_ms(task.start_time),
+        "expires_ms": _aware_ms(task.expires),
+    }
     try:
         if task.interval is not None:
             interval = task.interval
@@ -167,10 +168,16 @@ def points_for(task: Any) -> TaskPoints:
                 ZoneInfo(zone)
             except (ValueError, KeyError) as exc:
                 raise fail(f"crontab timezone {zone!r} is not a known IANA zone") from exc
-            cron = " ".join(str(part) for part in (
-                crontab.minute, crontab.hour, crontab.day_of_month, crontab.month_of_year,
-                crontab.day_of_week,
-            ))  # fmt: skip
+            cron = " ".join(
+                str(part)
+                for part in (
+                    crontab.minute,
+                    crontab.hour,
+                    crontab.day_of_month,
+                    crontab.month_of_year,
+                    crontab.day_of_week,
+                )
+            )
             if not croniter.is_valid(cron):
                 raise fail(f"crontab {cron!r} is not a valid schedule")
             return TaskPoints("crontab", cron=cron, zone=zone, **window)
@@ -187,9 +194,10 @@ def points_for(task: Any) -> TaskPoints:
                 ) from None
             solar = task.solar
             return TaskPoints(
-                "solar", solar=(solar.event, float(solar.latitude), float(solar.longitude)),
+                "solar",
+                solar=(solar.event, float(solar.latitude), float(solar.longitude)),
                 **window,
-            )  # fmt: skip
+            )
     except PeriodicTaskError:
         raise
     except Exception as exc:  # e.g. a timezone the model field itself cannot load

@@ -14,12 +14,15 @@ Modules: :mod:`.call` (``fan_out``), :mod:`.consumer` (the fan-out consumer task
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from platform_tasks.fanout.call import bind, fan_out
 from platform_tasks.fanout.ids import fan_out_job_id, tenant_job_id
 from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FanOutRequest
 from platform_tasks.fanout.tiers import TIERS, due_tiers, is_due
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = [
     "FANOUT_KIND",
@@ -39,11 +42,11 @@ __all__ = [
 _INSTALLED_ATTRIBUTE = "platform_fanout_installed"
 
 
-def install(app: Any, port: Any = None, *, start_up_checks: bool = True) -> None:
+def install(app: PlatformCelery, port: Any = None, *, start_up_checks: bool = True) -> None:
     """Register the fan-out consumer on ``app`` (once) and bind the port ``fan_out`` uses.
 
     ``create_app`` calls it for every app with no port: ``fan_out`` then publishes with
-    the app's own :class:`~platform_tasks.queue_port.QueuePort`. Call it yourself only to
+    the app's own :class:`~platform_tasks.publishing.queue_port.QueuePort`. Call it yourself only to
     make ``fan_out`` use another queue port, or on an app not made by ``create_app``.
     """
     if not getattr(app, _INSTALLED_ATTRIBUTE, False):
@@ -54,7 +57,7 @@ def install(app: Any, port: Any = None, *, start_up_checks: bool = True) -> None
     bind(app, port)
 
 
-def install_default(app: Any) -> None:
+def install_default(app: PlatformCelery) -> None:
     """What ``create_app`` installs: fan-out on the app's own port, when it has a database.
 
     The fan-out consumer is a PlatformTask reading tenants from PostgreSQL, so an app with

@@ -2,9 +2,9 @@
 
 The consumer writes its progress marker after each batch, so a batch must be RabbitMQ's
 responsibility before that: each message is the one ``QueuePort.publish`` would send
-(built by Celery's own ``send_task`` and recorded, :mod:`platform_tasks.amqp_wire`, with
+(built by Celery's own ``send_task`` and recorded, :mod:`platform_tasks.publishing.amqp_wire`, with
 the same derived job id as task id), and the batch goes out on a channel in confirm mode
-(:class:`~platform_tasks.confirmed_publisher.ConfirmedPublisher`), ``mandatory``. A nack,
+(:class:`~platform_tasks.publishing.confirmed_publisher.ConfirmedPublisher`), ``mandatory``. A nack,
 a return or a missing confirm raises: the delivery fails before its marker names the
 batch, and the retry publishes the batch again with the same ids, which the tenants'
 consumers absorb.
@@ -13,14 +13,17 @@ consumers absorb.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from platform_tasks.amqp_wire import AmqpMessageBuilder
-from platform_tasks.confirmed_publisher import ConfirmedPublisher
 from platform_tasks.envelope import Envelope
 from platform_tasks.errors import BrokerPublishError
 from platform_tasks.fanout.backpressure import QueueBound
 from platform_tasks.fanout.publisher import send_task_options
+from platform_tasks.publishing.amqp_wire import AmqpMessageBuilder
+from platform_tasks.publishing.confirmed_publisher import ConfirmedPublisher
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["AmqpBatchPublisher"]
 
@@ -28,8 +31,14 @@ __all__ = ["AmqpBatchPublisher"]
 class AmqpBatchPublisher:
     """Publishes batches of envelopes of one kind to one RabbitMQ queue, with confirms."""
 
-    def __init__(self, app: Any, *, queue: str, bound: QueueBound | None = None,
-                 confirm_timeout: float = 30.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        app: PlatformCelery,
+        *,
+        queue: str,
+        bound: QueueBound | None = None,
+        confirm_timeout: float = 30.0,
+    ) -> None:
         self.queue = queue
         self.bound = bound
         self._messages = AmqpMessageBuilder(app)
@@ -44,8 +53,10 @@ class AmqpBatchPublisher:
         """Publish every envelope; return once RabbitMQ confirmed each of them."""
         if not envelopes:
             return
-        messages = [self._messages.build(envelope.kind, **send_task_options(self.queue, envelope))
-                    for envelope in envelopes]  # fmt: skip
+        messages = [
+            self._messages.build(envelope.kind, **send_task_options(self.queue, envelope))
+            for envelope in envelopes
+        ]
         if self.bound is not None:
             self.bound.wait_for_room(self.queue, self.depth, len(messages))
         confirmed = self._publisher.publish(messages)

@@ -22,8 +22,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["POLL_SECONDS", "RETRY_AFTER_SECONDS", "WAIT_IN_PLACE_SECONDS", "QueueBound",
-           "QueueFull"]  # fmt: skip
+__all__ = [
+    "POLL_SECONDS",
+    "RETRY_AFTER_SECONDS",
+    "WAIT_IN_PLACE_SECONDS",
+    "QueueBound",
+    "QueueFull",
+]
 
 WAIT_IN_PLACE_SECONDS = 60.0
 """How long one delivery waits for room before it hands the fan-out back to the queue."""

@@ -14,13 +14,16 @@ import os
 import threading
 import uuid
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from celery._state import get_current_app, get_current_task
 
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.ids import fan_out_job_id
 from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FANOUT_TENANT
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["FanOutBinding", "bind", "bound_port", "fan_out"]
 
@@ -32,12 +35,13 @@ _BINDING_ATTRIBUTE = "platform_fanout_binding"
 class FanOutBinding:
     """The queue port ``fan_out`` publishes with for one app.
 
-    ``create_app`` binds every app to its own :class:`~platform_tasks.queue_port.QueuePort`,
+    ``create_app`` binds every app to its own
+    :class:`~platform_tasks.publishing.queue_port.QueuePort`,
     created on first use in each process (a port made before a prefork worker forks is
     not shared with its children). ``install(app, port)`` binds another port instead.
     """
 
-    def __init__(self, app: Any, port: Any = None) -> None:
+    def __init__(self, app: PlatformCelery, port: Any = None) -> None:
         self.app = app
         self.port = port
         self._own: Any = None
@@ -49,7 +53,7 @@ class FanOutBinding:
             return self.port
         with self._lock:
             if self._own is None or self._own_pid != os.getpid():
-                from platform_tasks.queue_port import QueuePort
+                from platform_tasks.publishing.queue_port import QueuePort
 
                 self._own = QueuePort(self.app)
                 self._own_pid = os.getpid()
@@ -63,7 +67,7 @@ class FanOutBinding:
                 own.close()
 
 
-def bind(app: Any, port: Any = None) -> None:
+def bind(app: PlatformCelery, port: Any = None) -> None:
     """Make ``port`` (default: the app's own queue port) the one ``fan_out`` uses for ``app``."""
     previous: FanOutBinding | None = getattr(app, _BINDING_ATTRIBUTE, None)
     if previous is not None:
@@ -134,18 +138,31 @@ def fan_out(
         "data": dict(data or {}),
         "tiers": tiers,
     }
-    publisher.publish(FANOUT_QUEUE, {
-        "job_id": str(job_id),
-        "tenant_id": FANOUT_TENANT,
-        "correlation_id": f"fanout-{job_id}",
-        "kind": FANOUT_KIND,
-        "data": request,
-    })  # fmt: skip
+    publisher.publish(
+        FANOUT_QUEUE,
+        {
+            "job_id": str(job_id),
+            "tenant_id": FANOUT_TENANT,
+            "correlation_id": f"fanout-{job_id}",
+            "kind": FANOUT_KIND,
+            "data": request,
+        },
+    )
     logger.info(
-        "fan-out %s of %s at %s to %s handed to %s", job_id, ctx.name,
-        ctx.scheduled_for.isoformat(), kind, FANOUT_QUEUE,
-        extra={"event": "fanout.requested", "fanout_job_id": str(job_id), "job": ctx.name,
-               "point": ctx.scheduled_for.isoformat(), "kind": kind, "queue": queue,
-               "tiers": tiers},
-    )  # fmt: skip
+        "fan-out %s of %s at %s to %s handed to %s",
+        job_id,
+        ctx.name,
+        ctx.scheduled_for.isoformat(),
+        kind,
+        FANOUT_QUEUE,
+        extra={
+            "event": "fanout.requested",
+            "fanout_job_id": str(job_id),
+            "job": ctx.name,
+            "point": ctx.scheduled_for.isoformat(),
+            "kind": kind,
+            "queue": queue,
+            "tiers": tiers,
+        },
+    )
     return job_id

@@ -20,23 +20,28 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
 
-from platform_tasks.database import require_database_url
+from platform_tasks.brokers.selection import broker_kind
+from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.envelope import Envelope, parse_envelope
 from platform_tasks.errors import EnvelopeError, Throttled
 from platform_tasks.fanout import metrics
+from platform_tasks.fanout.amqp_publisher import AmqpBatchPublisher
 from platform_tasks.fanout.backpressure import RETRY_AFTER_SECONDS, QueueBound, QueueFull
 from platform_tasks.fanout.ids import tenant_job_id
 from platform_tasks.fanout.progress import Progress, ProgressStore
-from platform_tasks.fanout.publisher import open_publisher
+from platform_tasks.fanout.publisher import BatchPublisher, TenantPublisher
 from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FanOutRequest
 from platform_tasks.fanout.sources import TenantSource, check_tenants_query
 from platform_tasks.fanout.tiers import due_tiers
+from platform_tasks.postgres.database import require_database_url
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.worker_queues import add_queue_source
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["FanOutResult", "TenantsQueryCheckStep", "install_consumer", "run_fan_out"]
 
@@ -57,6 +62,17 @@ class FanOutResult:
     already_finished: bool = False
 
 
+def open_publisher(
+    app: PlatformCelery, *, queue: str, bound: QueueBound | None = None
+) -> TenantPublisher:
+    """The batch publisher for ``app``'s broker: one ``LPUSH`` per batch on Redis, a
+    confirmed batch on RabbitMQ (:mod:`.amqp_publisher`); each batch waits for room under
+    ``bound`` first (:mod:`.backpressure`)."""
+    if broker_kind(app.platform_settings.effective_broker_url) == "amqp":
+        return AmqpBatchPublisher(app, queue=queue, bound=bound)
+    return BatchPublisher(app, queue=queue, bound=bound)
+
+
 def _log_fields(envelope: Envelope[Any], request: FanOutRequest) -> dict[str, Any]:
     return {
         "fanout_job_id": str(envelope.job_id),
@@ -68,7 +84,7 @@ def _log_fields(envelope: Envelope[Any], request: FanOutRequest) -> dict[str, An
 
 
 def run_fan_out(
-    app: Any,
+    app: PlatformCelery,
     envelope: Envelope[FanOutRequest],
     *,
     settings: PlatformSettings,
@@ -89,47 +105,82 @@ def run_fan_out(
     started = time.monotonic()
     store = ProgressStore(database_url)
     try:
-        progress = store.start(envelope.job_id, job=request.job, point=request.point,
-                               kind=request.kind)  # fmt: skip
+        progress = store.start(
+            envelope.job_id, job=request.job, point=request.point, kind=request.kind
+        )
         if progress.finished:
             logger.info(
                 "fan-out %s of %s at %s already published %d tenant(s)",
-                envelope.job_id, request.job, request.point.isoformat(), progress.published,
-                extra={"event": "fanout.already_finished", **fields,
-                       "published": progress.published},
-            )  # fmt: skip
+                envelope.job_id,
+                request.job,
+                request.point.isoformat(),
+                progress.published,
+                extra={
+                    "event": "fanout.already_finished",
+                    **fields,
+                    "published": progress.published,
+                },
+            )
             metrics.RUNS.labels(outcome="already_finished", **labels).inc()
             return FanOutResult(0, progress.published, progress.last_tenant_id, 0, True)
         logger.info(
             "fan-out %s of %s at %s to %s started%s",
-            envelope.job_id, request.job, request.point.isoformat(), request.kind,
+            envelope.job_id,
+            request.job,
+            request.point.isoformat(),
+            request.kind,
             f" (resuming after tenant {progress.last_tenant_id!r})"
-            if progress.last_tenant_id else "",
-            extra={"event": "fanout.started", **fields, "tiers": list(tiers or ()) or None,
-                   "resumed_after": progress.last_tenant_id,
-                   "published_before": progress.published},
-        )  # fmt: skip
+            if progress.last_tenant_id
+            else "",
+            extra={
+                "event": "fanout.started",
+                **fields,
+                "tiers": list(tiers or ()) or None,
+                "resumed_after": progress.last_tenant_id,
+                "published_before": progress.published,
+            },
+        )
         try:
-            result = _publish_all(app, envelope, request, tiers, store, progress, settings, bound,
-                                  database_url, fields)  # fmt: skip
+            result = _publish_all(
+                app,
+                envelope,
+                request,
+                tiers,
+                store,
+                progress,
+                settings,
+                bound,
+                database_url,
+                fields,
+            )
         except QueueFull as full:
             metrics.RUNS.labels(outcome="queue_full", **labels).inc()
             logger.info(
                 "fan-out %s of %s paused: queue %s holds %d message(s) (bound %d); it resumes "
-                "at its marker in %.0f s", envelope.job_id, request.job, full.queue, full.depth,
-                full.bound, RETRY_AFTER_SECONDS,
-                extra={"event": "fanout.queue_full", **fields, "depth": full.depth,
-                       "bound": full.bound},
-            )  # fmt: skip
+                "at its marker in %.0f s",
+                envelope.job_id,
+                request.job,
+                full.queue,
+                full.depth,
+                full.bound,
+                RETRY_AFTER_SECONDS,
+                extra={
+                    "event": "fanout.queue_full",
+                    **fields,
+                    "depth": full.depth,
+                    "bound": full.bound,
+                },
+            )
             retry_at = datetime.now(UTC) + timedelta(seconds=RETRY_AFTER_SECONDS)
             raise Throttled(retry_at, "fanout_queue_full") from None
         except Exception:
             metrics.RUNS.labels(outcome="failed", **labels).inc()
             logger.warning(
                 "fan-out %s of %s stopped; its next delivery resumes from the marker",
-                envelope.job_id, request.job,
+                envelope.job_id,
+                request.job,
                 extra={"event": "fanout.interrupted", **fields},
-            )  # fmt: skip
+            )
             raise
         store.finish(envelope.job_id, purge_after_days=settings.processed_jobs_ttl_days)
     finally:
@@ -139,17 +190,27 @@ def run_fan_out(
     metrics.RUNS.labels(outcome="finished", **labels).inc()
     logger.info(
         "fan-out %s of %s at %s published %d tenant(s) in %.2f s (%d in total)",
-        envelope.job_id, request.job, request.point.isoformat(), result.published_now,
-        duration, result.published_total,
-        extra={"event": "fanout.finished", **fields, "published": result.published_now,
-               "published_total": result.published_total, "invalid": result.invalid,
-               "resumed_after": result.resumed_after, "duration_seconds": round(duration, 3)},
-    )  # fmt: skip
+        envelope.job_id,
+        request.job,
+        request.point.isoformat(),
+        result.published_now,
+        duration,
+        result.published_total,
+        extra={
+            "event": "fanout.finished",
+            **fields,
+            "published": result.published_now,
+            "published_total": result.published_total,
+            "invalid": result.invalid,
+            "resumed_after": result.resumed_after,
+            "duration_seconds": round(duration, 3),
+        },
+    )
     return result
 
 
 def _publish_all(
-    app: Any,
+    app: PlatformCelery,
     envelope: Envelope[FanOutRequest],
     request: FanOutRequest,
     tiers: tuple[str, ...] | None,
@@ -170,18 +231,20 @@ def _publish_all(
     counter = metrics.TENANTS_PUBLISHED.labels(job=request.job, kind=request.kind)
     publisher = open_publisher(app, queue=request.queue, bound=bound)
     try:
-        for batch in source.stream(after=progress.last_tenant_id, tiers=tiers,
-                                   batch_size=settings.fanout_batch_size):  # fmt: skip
+        for batch in source.stream(
+            after=progress.last_tenant_id, tiers=tiers, batch_size=settings.fanout_batch_size
+        ):
             envelopes = []
             for tenant in batch:
                 payload = {
-                    "job_id": str(tenant_job_id(request.job, request.point, request.kind,
-                                                tenant.tenant_id)),
+                    "job_id": str(
+                        tenant_job_id(request.job, request.point, request.kind, tenant.tenant_id)
+                    ),
                     "tenant_id": tenant.tenant_id,
                     "correlation_id": correlation_id,
                     "kind": request.kind,
                     "data": data,
-                }  # fmt: skip
+                }
                 try:
                     envelopes.append(
                         parse_envelope(payload, dict, max_bytes=settings.max_payload_bytes)
@@ -189,10 +252,12 @@ def _publish_all(
                 except EnvelopeError as exc:
                     invalid += 1
                     logger.error(
-                        "tenant %r left out of fan-out %s: %s", tenant.tenant_id[:128],
-                        envelope.job_id, exc,
+                        "tenant %r left out of fan-out %s: %s",
+                        tenant.tenant_id[:128],
+                        envelope.job_id,
+                        exc,
                         extra={"event": "fanout.tenant_invalid", **fields},
-                    )  # fmt: skip
+                    )
             publisher.publish(envelopes)
             published_now += len(envelopes)
             total += len(envelopes)
@@ -201,10 +266,16 @@ def _publish_all(
             if published_now >= next_log:
                 next_log += PROGRESS_LOG_EVERY
                 logger.info(
-                    "fan-out %s: %d tenant(s) published", envelope.job_id, total,
-                    extra={"event": "fanout.progress", **fields, "published_total": total,
-                           "last_tenant_id": batch[-1].tenant_id},
-                )  # fmt: skip
+                    "fan-out %s: %d tenant(s) published",
+                    envelope.job_id,
+                    total,
+                    extra={
+                        "event": "fanout.progress",
+                        **fields,
+                        "published_total": total,
+                        "last_tenant_id": batch[-1].tenant_id,
+                    },
+                )
     finally:
         publisher.close()
     return FanOutResult(published_now, total, progress.last_tenant_id, invalid)
@@ -225,7 +296,7 @@ class TenantsQueryCheckStep(bootsteps.Step):  # type: ignore[misc]
             check_tenants_query(settings.database_url, settings.tenants_query)
 
 
-def install_consumer(app: Any, *, start_up_checks: bool = True) -> None:
+def install_consumer(app: PlatformCelery, *, start_up_checks: bool = True) -> None:
     """Register the fan-out consumer task, its queue and the tenant source check.
 
     ``start_up_checks=False`` (what ``create_app`` installs for every app) registers the

@@ -15,7 +15,7 @@ from datetime import datetime
 
 import psycopg2
 
-from platform_tasks.queries import load_queries
+from platform_tasks.postgres.queries import load_queries
 
 __all__ = ["Progress", "ProgressStore"]
 

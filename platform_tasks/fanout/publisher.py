@@ -3,7 +3,7 @@
 A loop of ``publish`` costs one ``send_task`` (routing, header building, serialization)
 and one round trip per message. A fan-out publishes the same kind to the same queue for
 every tenant, so the first message of a batch is built by Celery's own ``send_task``
-(captured, not sent: :class:`~platform_tasks.wire.WireBuilder`), and the rest are that
+(captured, not sent: :class:`~platform_tasks.publishing.wire.WireBuilder`), and the rest are that
 message with the fields that differ per job replaced: the task id (header ``id``, property
 ``correlation_id``, and ``root_id`` when it is the task's own id), the redacted
 ``argsrepr`` (a header and a property), a fresh delivery tag and the body. One
@@ -23,21 +23,23 @@ import base64
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 from kombu.serialization import dumps as kombu_dumps
 from kombu.utils.json import dumps as json_dumps
 from kombu.utils.json import loads as json_loads
 
-from platform_tasks.brokers import broker_kind
 from platform_tasks.envelope import Envelope
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.backpressure import QueueBound
-from platform_tasks.queue_port import ATTEMPT_HEADER
-from platform_tasks.wire import WireBuilder, WireMessage
+from platform_tasks.publishing.queue_port import ATTEMPT_HEADER
+from platform_tasks.publishing.wire import WireBuilder, WireMessage
 
-__all__ = ["BatchPublisher", "TenantPublisher", "open_publisher"]
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
+
+__all__ = ["BatchPublisher", "TenantPublisher"]
 
 logger = logging.getLogger("platform_tasks.fanout")
 
@@ -60,17 +62,6 @@ class TenantPublisher(Protocol):
     def publish(self, envelopes: Sequence[Envelope[Any]]) -> None: ...
 
     def close(self) -> None: ...
-
-
-def open_publisher(app: Any, *, queue: str, bound: QueueBound | None = None) -> TenantPublisher:
-    """The batch publisher for ``app``'s broker: one ``LPUSH`` per batch on Redis, a
-    confirmed batch on RabbitMQ (:mod:`.amqp_publisher`); each batch waits for room under
-    ``bound`` first (:mod:`.backpressure`)."""
-    if broker_kind(app.platform_settings.effective_broker_url) == "amqp":
-        from platform_tasks.fanout.amqp_publisher import AmqpBatchPublisher
-
-        return AmqpBatchPublisher(app, queue=queue, bound=bound)
-    return BatchPublisher(app, queue=queue, bound=bound)
 
 
 class _Template:
@@ -96,8 +87,12 @@ class _Template:
         ):
             raise ValueError("message shape differs from the JSON/base64 wire format")
         body = json_loads(base64.b64decode(message["body"]))
-        if not (isinstance(body, list) and len(body) == 3 and body[0] == [envelope.to_message()]
-                and body[1] == {}):  # fmt: skip
+        if not (
+            isinstance(body, list)
+            and len(body) == 3
+            and body[0] == [envelope.to_message()]
+            and body[1] == {}
+        ):
             raise ValueError("message body differs from [[envelope], {}, embed]")
         self.embed = body[2]
         self.id_headers = [key for key, value in headers.items() if value == job_id]
@@ -142,7 +137,7 @@ def _argsrepr(envelope: Envelope[Any]) -> str:
 class BatchPublisher:
     """Publishes batches of envelopes of one kind to one queue over one connection."""
 
-    def __init__(self, app: Any, *, queue: str, bound: QueueBound | None = None) -> None:
+    def __init__(self, app: PlatformCelery, *, queue: str, bound: QueueBound | None = None) -> None:
         self.app = app
         self.queue = queue
         self.bound = bound
@@ -180,9 +175,10 @@ class BatchPublisher:
                 self._fallback = True
                 logger.warning(
                     "fan-out to %s builds every message through send_task (slower): %s",
-                    self.queue, exc,
+                    self.queue,
+                    exc,
                     extra={"event": "fanout.unbatched", "queue": self.queue},
-                )  # fmt: skip
+                )
         for envelope in envelopes[start:]:
             if self._template is not None:
                 by_list.setdefault(self._template.list_key, []).append(

@@ -18,8 +18,8 @@ import psycopg2
 import psycopg2.errors
 
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.fanout.tenants_query import SETTING, single_statement
-from platform_tasks.queries import load_queries
+from platform_tasks.postgres.queries import load_queries
+from platform_tasks.settings.tenants_query import SETTING, single_statement
 
 __all__ = ["REQUIRED_COLUMNS", "Tenant", "TenantSource", "check_tenants_query"]
 
@@ -36,7 +36,7 @@ def _source_sql(query: str | None) -> str:
     """The tenants query as a subquery: the product's own, else the default source.
 
     The product's query is checked here, at every use, to be exactly one statement
-    (:func:`~platform_tasks.fanout.tenants_query.single_statement`).
+    (:func:`~platform_tasks.settings.tenants_query.single_statement`).
     """
     if not query:
         return load_queries("fanout")["default_tenants"].strip()
@@ -86,8 +86,9 @@ def check_tenants_query(database_url: str, query: str | None) -> None:
                 cur.execute(sql)
             except psycopg2.Error as exc:
                 hint = " (run `platform-tasks migrate`)" if not query else ""
-                raise ConfigurationError(f"{origin}: the query failed: {_first_line(exc)}{hint}"
-                                         ) from None  # fmt: skip
+                raise ConfigurationError(
+                    f"{origin}: the query failed: {_first_line(exc)}{hint}"
+                ) from None
             columns = [column.name for column in cur.description or ()]
     finally:
         conn.close()

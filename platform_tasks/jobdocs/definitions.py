@@ -40,23 +40,56 @@ class FoundCalls:
 
 
 _SCALAR_FIELDS = frozenset(
-    {"name", "asname", "id", "attr", "arg", "module", "level", "names", "ctx", "op", "ops",
-     "kind", "conversion", "is_async", "simple", "type_comment", "tag", "rest", "kwd_attrs",
-     "lineno", "n", "s"}
-)  # fmt: skip
+    {
+        "name",
+        "asname",
+        "id",
+        "attr",
+        "arg",
+        "module",
+        "level",
+        "names",
+        "ctx",
+        "op",
+        "ops",
+        "kind",
+        "conversion",
+        "is_async",
+        "simple",
+        "type_comment",
+        "tag",
+        "rest",
+        "kwd_attrs",
+        "lineno",
+        "n",
+        "s",
+    }
+)
 """Fields that hold identifiers, flags or operator singletons: never a call below them."""
 
 _LEAVES: frozenset[type] = frozenset(
-    {ast.Import, ast.ImportFrom, ast.Pass, ast.Global, ast.Nonlocal, ast.Break, ast.Continue,
-     ast.Name, ast.Constant, ast.alias}
+    {
+        ast.Import,
+        ast.ImportFrom,
+        ast.Pass,
+        ast.Global,
+        ast.Nonlocal,
+        ast.Break,
+        ast.Continue,
+        ast.Name,
+        ast.Constant,
+        ast.alias,
+    }
     | {
         cls
         for cls in vars(ast).values()
         if isinstance(cls, type)
-        and issubclass(cls, ast.expr_context | ast.operator | ast.unaryop | ast.cmpop
-                       | ast.boolop | ast.pattern)
+        and issubclass(
+            cls,
+            ast.expr_context | ast.operator | ast.unaryop | ast.cmpop | ast.boolop | ast.pattern,
+        )
     }
-)  # fmt: skip
+)
 """Nodes that never contain a call (patterns included: a ``case`` pattern is a literal
 or a dotted name; its guard is visited). Every job file has several."""
 

@@ -237,9 +237,18 @@ class _Collector:
 
 
 _BINDS_NOTHING: frozenset[type] = frozenset(
-    {ast.Expr, ast.Pass, ast.Raise, ast.Assert, ast.Global, ast.Nonlocal, ast.Return,
-     ast.Break, ast.Continue}
-)  # fmt: skip
+    {
+        ast.Expr,
+        ast.Pass,
+        ast.Raise,
+        ast.Assert,
+        ast.Global,
+        ast.Nonlocal,
+        ast.Return,
+        ast.Break,
+        ast.Continue,
+    }
+)
 """Simple statements that bind no module-level name (every job file ends in an ``Expr``:
 its ``define_job(...)`` call)."""
 

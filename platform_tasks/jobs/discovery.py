@@ -188,9 +188,11 @@ def discover_jobs(
             )
         seen[definition.name] = file
         job = DiscoveredJob(
-            name=definition.name, definition=definition, schedule=schedule_for(definition),
+            name=definition.name,
+            definition=definition,
+            schedule=schedule_for(definition),
             file=file,
-        )  # fmt: skip
+        )
         if job.enabled:
             _check_has_future_point(job, now)
         jobs.append(job)

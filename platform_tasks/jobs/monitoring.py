@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from platform_tasks import alerts
 from platform_tasks.jobs.definition import JobDefinition
+from platform_tasks.observability import alerts
 
-__all__ = ["CheckIn", "monitor_config", "monitor_slug", "run_failed", "run_finished",
-           "run_started"]  # fmt: skip
+__all__ = ["CheckIn", "monitor_config", "monitor_slug", "run_failed", "run_finished", "run_started"]
 
 logger = logging.getLogger("platform_tasks.jobs")
 
@@ -87,8 +86,12 @@ def run_started(name: str, definition: JobDefinition) -> CheckIn | None:
             return None
         return CheckIn(slug, check_in_id, time.monotonic(), config)
     except Exception as exc:
-        logger.warning("Sentry check-in of %s failed: %s", name, exc,
-                       extra={"event": "jobs.checkin_failed", "job": name})  # fmt: skip
+        logger.warning(
+            "Sentry check-in of %s failed: %s",
+            name,
+            exc,
+            extra={"event": "jobs.checkin_failed", "job": name},
+        )
         return None
 
 
@@ -100,14 +103,19 @@ def run_finished(check_in: CheckIn | None, *, succeeded: bool) -> None:
         from sentry_sdk.crons import capture_checkin
 
         capture_checkin(
-            monitor_slug=check_in.slug, check_in_id=check_in.check_in_id,
+            monitor_slug=check_in.slug,
+            check_in_id=check_in.check_in_id,
             status="ok" if succeeded else "error",
             duration=time.monotonic() - check_in.started,
             monitor_config=check_in.config,  # type: ignore[arg-type]
-        )  # fmt: skip
+        )
     except Exception as exc:
-        logger.warning("Sentry check-in of %s failed: %s", check_in.slug, exc,
-                       extra={"event": "jobs.checkin_failed"})  # fmt: skip
+        logger.warning(
+            "Sentry check-in of %s failed: %s",
+            check_in.slug,
+            exc,
+            extra={"event": "jobs.checkin_failed"},
+        )
 
 
 def run_failed(name: str, exc: BaseException) -> None:
@@ -115,6 +123,8 @@ def run_failed(name: str, exc: BaseException) -> None:
     grouped by job and error type, without the local variables of its frames."""
     error_type = type(exc).__qualname__
     alerts.report_exception(
-        exc, message=f"job {name} failed: {error_type}", tags={"job": name},
+        exc,
+        message=f"job {name} failed: {error_type}",
+        tags={"job": name},
         fingerprint=["platform-job-failed", name, f"{type(exc).__module__}.{error_type}"],
-    )  # fmt: skip
+    )

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from platform_tasks.brokers.redis_client import REDIS_ERRORS
 from platform_tasks.jobs import monitoring
 from platform_tasks.jobs.discovery import JobSet
+from platform_tasks.jobs.leases import JobLeases, LeaseOutcome
 from platform_tasks.jobs.points import from_ms
-from platform_tasks.leases import JobLeases, LeaseOutcome
-from platform_tasks.redis_client import REDIS_ERRORS
-from platform_tasks.scheduler_metrics import lease_renewal_failed
+from platform_tasks.observability.scheduler_metrics import lease_renewal_failed
 
 __all__ = ["JobContext", "RunOutcome", "RunRegistry", "run_point"]
 
@@ -113,18 +113,23 @@ class _Renewer(threading.Thread):
             if outcome is not LeaseOutcome.RENEWED:
                 logger.warning(
                     "lease of %s could not be renewed (%s); cancellation requested",
-                    self.run_.job, reason,
+                    self.run_.job,
+                    reason,
                     extra={"event": "jobs.lease_lost", "job": self.run_.job},
-                )  # fmt: skip
+                )
                 self.run_.cancel.set()
                 return
 
 
 def _log_run(event: str, job: str, point_ms: int, outcome: str, level: int = logging.INFO) -> None:
     logger.log(
-        level, "job run job=%s point_ms=%d outcome=%s", job, point_ms, outcome,
+        level,
+        "job run job=%s point_ms=%d outcome=%s",
+        job,
+        point_ms,
+        outcome,
         extra={"event": event, "job": job, "outcome": outcome},
-    )  # fmt: skip
+    )
 
 
 def run_point(
@@ -142,18 +147,25 @@ def run_point(
     """Check, run and release one admitted point; never raises for handler errors."""
     found = jobs.get(job)
     if found is None or not found.enabled:
-        _log_run("jobs.run_unknown", job, point_ms, RunOutcome.SKIPPED_UNKNOWN_JOB,
-                 logging.ERROR)  # fmt: skip
+        _log_run("jobs.run_unknown", job, point_ms, RunOutcome.SKIPPED_UNKNOWN_JOB, logging.ERROR)
         _release(leases, job, token)
         return RunOutcome.SKIPPED_UNKNOWN_JOB
     try:
         start, _ = leases.renew(
-            job, token=token, lease_ttl_ms=lease_ttl_ms, deadline_ms=period_end_ms,
-            reacquire=True, now_ms=now_ms,
-        )  # fmt: skip
+            job,
+            token=token,
+            lease_ttl_ms=lease_ttl_ms,
+            deadline_ms=period_end_ms,
+            reacquire=True,
+            now_ms=now_ms,
+        )
     except REDIS_ERRORS as exc:
-        logger.warning("start check of %s failed: %s", job, exc,
-                       extra={"event": "jobs.start_check_error", "job": job})  # fmt: skip
+        logger.warning(
+            "start check of %s failed: %s",
+            job,
+            exc,
+            extra={"event": "jobs.start_check_error", "job": job},
+        )
         _log_run("jobs.run_skipped", job, point_ms, RunOutcome.SKIPPED_REDIS_ERROR)
         return RunOutcome.SKIPPED_REDIS_ERROR
     if start is LeaseOutcome.LATE:
@@ -167,9 +179,11 @@ def run_point(
     renewer = _Renewer(leases, run, lease_ttl_ms)
     renewer.start()
     ctx = JobContext(
-        name=job, scheduled_for=from_ms(point_ms), cancel_requested=run.cancel,
+        name=job,
+        scheduled_for=from_ms(point_ms),
+        cancel_requested=run.cancel,
         logger=logging.getLogger(f"platform_tasks.jobs.{job}"),
-    )  # fmt: skip
+    )
     outcome = RunOutcome.SUCCEEDED
     _log_run("jobs.run_started", job, point_ms, "started")
     check_in = monitoring.run_started(job, found.definition)
@@ -178,9 +192,12 @@ def run_point(
     except Exception as exc:
         outcome = RunOutcome.FAILED
         logger.error(
-            "job %s failed: %s", job, exc, exc_info=True,
+            "job %s failed: %s",
+            job,
+            exc,
+            exc_info=True,
             extra={"event": "jobs.run_failed", "job": job},
-        )  # fmt: skip
+        )
         monitoring.run_failed(job, exc)
     finally:
         renewer.stopped.set()
@@ -197,9 +214,11 @@ def _release(leases: JobLeases, job: str, token: str) -> None:
         leases.release(job, token=token)
     except REDIS_ERRORS as exc:
         logger.warning(
-            "could not release the lease of %s (it expires by itself): %s", job, exc,
+            "could not release the lease of %s (it expires by itself): %s",
+            job,
+            exc,
             extra={"event": "jobs.release_error", "job": job},
-        )  # fmt: skip
+        )
 
 
 def lease_ttl_ms(ttl: timedelta) -> int:

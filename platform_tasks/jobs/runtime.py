@@ -11,13 +11,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from platform_tasks.brokers.redis_client import ManagedRedis, check_redis_safe
 from platform_tasks.jobs.discovery import JobSet, discover_from_settings
+from platform_tasks.jobs.leases import JobLeases, resolve_namespace
 from platform_tasks.jobs.points import from_ms
-from platform_tasks.leases import JobLeases, resolve_namespace
-from platform_tasks.redis_client import ManagedRedis, check_redis_safe
 from platform_tasks.settings import PlatformSettings
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["LIVE", "TEST", "JobRuntime", "runtime_mode", "start_jobs"]
 
@@ -28,16 +31,16 @@ TEST = "test"
 _MODE_ATTRIBUTE = "platform_jobs_mode"
 
 
-def runtime_mode(app: Any) -> str:
+def runtime_mode(app: PlatformCelery) -> str:
     """``test`` for apps built by :mod:`platform_tasks.testing`, else ``live``."""
     return str(getattr(app, _MODE_ATTRIBUTE, LIVE))
 
 
-def mark_test_app(app: Any) -> None:
+def mark_test_app(app: PlatformCelery) -> None:
     setattr(app, _MODE_ATTRIBUTE, TEST)
 
 
-def app_name(app: Any) -> str:
+def app_name(app: PlatformCelery) -> str:
     """The package name the namespace is derived from: the Celery app's main module."""
     return str(app.main or "celery_app")
 
@@ -83,9 +86,11 @@ def start_jobs(
     namespace, prefix = resolve_namespace(settings, app_name=app_name, mode=mode)
     if not jobs.active:
         logger.info(
-            "%s: %d job(s), none active; Redis not needed", role, len(jobs),
+            "%s: %d job(s), none active; Redis not needed",
+            role,
+            len(jobs),
             extra={"event": "jobs.none_active"},
-        )  # fmt: skip
+        )
         return JobRuntime(jobs, datetime.now(UTC), namespace=namespace)
     managed = ManagedRedis(settings, client)
     try:
@@ -100,7 +105,11 @@ def start_jobs(
         managed.close()
         raise
     logger.info(
-        "%s ready: %d job(s), %d active, namespace %s", role, len(jobs), len(jobs.active),
-        namespace, extra={"event": "jobs.ready", "role": role},
-    )  # fmt: skip
+        "%s ready: %d job(s), %d active, namespace %s",
+        role,
+        len(jobs),
+        len(jobs.active),
+        namespace,
+        extra={"event": "jobs.ready", "role": role},
+    )
     return JobRuntime(jobs, ready_at, managed, leases, namespace)

@@ -29,16 +29,16 @@ from enum import StrEnum
 
 import redis
 
+from platform_tasks.brokers.redis_client import REDIS_ERRORS
 from platform_tasks.jobs.discovery import DiscoveredJob, JobSet
-from platform_tasks.jobs.points import from_ms, to_ms
-from platform_tasks.leases import (
+from platform_tasks.jobs.leases import (
     Admission,
     AdmissionOutcome,
     AdmissionRequest,
     JobLeases,
     new_token,
 )
-from platform_tasks.redis_client import REDIS_ERRORS
+from platform_tasks.jobs.points import from_ms, to_ms
 
 __all__ = ["DEFAULT_BATCH_SIZE", "PointOutcome", "PointResult", "TriggerEngine"]
 
@@ -218,18 +218,22 @@ class TriggerEngine:
                     continue  # its job's next point is still on the heap
                 if self.reconsider_current:
                     self._considered[item.job.name] = (item, result.outcome)
-                pending = item.point_ms if result.outcome is PointOutcome.NOT_YET else (
-                    item.period_end_ms
-                )  # fmt: skip
+                pending = (
+                    item.point_ms
+                    if result.outcome is PointOutcome.NOT_YET
+                    else (item.period_end_ms)
+                )
                 self._pending_ms[item.job.name] = pending
                 heapq.heappush(self._heap, (pending, item.job.name))
             self._finish(results, counts)
             yield results
         logger.info(
-            "jobs tick owner=%s considered=%d %s", self.owner, sum(counts.values()),
+            "jobs tick owner=%s considered=%d %s",
+            self.owner,
+            sum(counts.values()),
             " ".join(f"{k}={v}" for k, v in sorted(counts.items())),
             extra={"event": "jobs.tick", "owner": self.owner, "counts": dict(counts)},
-        )  # fmt: skip
+        )
 
     def _newest_due(
         self, job: DiscoveredJob, point_ms: int, now_ms: int, late: list[PointResult]
@@ -253,28 +257,36 @@ class TriggerEngine:
             if outcome is PointOutcome.SKIPPED_REDIS_ERROR:
                 local.append(self._result(item, outcome))
             else:
-                ask.append(_Due(item.job, item.point_ms, item.period_end_ms, item.lease_ttl_ms,
-                                again=True))  # fmt: skip
+                ask.append(
+                    _Due(item.job, item.point_ms, item.period_end_ms, item.lease_ttl_ms, again=True)
+                )
         return ask
 
     def _result(
-        self, due: _Due, outcome: PointOutcome, token: str | None = None,
+        self,
+        due: _Due,
+        outcome: PointOutcome,
+        token: str | None = None,
         judged_at_ms: int | None = None,
-    ) -> PointResult:  # fmt: skip
+    ) -> PointResult:
         return PointResult(
-            due.job.name, due.point_ms, outcome, due.period_end_ms, due.lease_ttl_ms,
-            token, judged_at_ms,
-        )  # fmt: skip
+            due.job.name,
+            due.point_ms,
+            outcome,
+            due.period_end_ms,
+            due.lease_ttl_ms,
+            token,
+            judged_at_ms,
+        )
 
     def _token(self) -> str:
         return f"{self._token_prefix}:{next(self._tokens)}"
 
     def _admit(self, chunk: list[_Due], now_ms: int) -> list[PointResult]:
         requests = [
-            AdmissionRequest(d.job.name, d.point_ms, d.period_end_ms, self._token(),
-                             d.lease_ttl_ms)
+            AdmissionRequest(d.job.name, d.point_ms, d.period_end_ms, self._token(), d.lease_ttl_ms)
             for d in chunk
-        ]  # fmt: skip
+        ]
         self.round_trips += 1
         try:
             answers: list[Admission | redis.RedisError] = self.leases.admit_many(
@@ -282,18 +294,22 @@ class TriggerEngine:
             )
         except REDIS_ERRORS as exc:
             logger.warning(
-                "admission of %d point(s) failed, points skipped: %s", len(chunk), exc,
+                "admission of %d point(s) failed, points skipped: %s",
+                len(chunk),
+                exc,
                 extra={"event": "jobs.admission_error"},
-            )  # fmt: skip
+            )
             return [self._result(d, PointOutcome.SKIPPED_REDIS_ERROR) for d in chunk]
         results = []
         for due, request, answer in zip(chunk, requests, answers, strict=True):
             if isinstance(answer, redis.RedisError):
                 logger.warning(
-                    "admission of %s at %d failed, point skipped: %s", due.job.name,
-                    due.point_ms, answer, extra={"event": "jobs.admission_error",
-                                                 "job": due.job.name},
-                )  # fmt: skip
+                    "admission of %s at %d failed, point skipped: %s",
+                    due.job.name,
+                    due.point_ms,
+                    answer,
+                    extra={"event": "jobs.admission_error", "job": due.job.name},
+                )
                 results.append(self._result(due, PointOutcome.SKIPPED_REDIS_ERROR))
                 continue
             outcome = _FROM_ADMISSION[answer.outcome]
@@ -309,11 +325,19 @@ class TriggerEngine:
             if debug:
                 point_logger.debug(
                     "job point job=%s point_ms=%d period_end_ms=%d outcome=%s "
-                    "judged_at_ms=%s owner=%s", result.job, result.point_ms,
-                    result.period_end_ms, result.outcome.value, result.judged_at_ms,
-                    self.owner, extra={"event": "jobs.point", "job": result.job,
-                                       "outcome": result.outcome.value},
-                )  # fmt: skip
+                    "judged_at_ms=%s owner=%s",
+                    result.job,
+                    result.point_ms,
+                    result.period_end_ms,
+                    result.outcome.value,
+                    result.judged_at_ms,
+                    self.owner,
+                    extra={
+                        "event": "jobs.point",
+                        "job": result.job,
+                        "outcome": result.outcome.value,
+                    },
+                )
             if self.on_result is not None:
                 self.on_result(result)
 

@@ -25,15 +25,18 @@ import signal
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
 from celery.signals import task_received, worker_process_init
 from celery.worker import state as worker_state
 
+from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.jobs.runner import REGISTRY, run_point
 from platform_tasks.jobs.runtime import JobRuntime, app_name, runtime_mode, start_jobs
-from platform_tasks.worker_queues import add_queue_source
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["RUN_TASK", "RUN_TIME_LIMIT_SECONDS", "JobsWorkerStep", "install"]
 
@@ -53,7 +56,7 @@ _RUNTIME_ATTRIBUTE = "platform_jobs_runtime"
 _CANCEL_SIGNAL = signal.SIGUSR2
 
 
-def _runtime(app: Any) -> JobRuntime:
+def _runtime(app: PlatformCelery) -> JobRuntime:
     runtime: JobRuntime | None = getattr(app, _RUNTIME_ATTRIBUTE, None)
     if runtime is None:
         runtime = start_jobs(
@@ -63,26 +66,38 @@ def _runtime(app: Any) -> JobRuntime:
     return runtime
 
 
-def _register_task(app: Any) -> None:
-    from platform_tasks.brokers import broker_kind
+def _register_task(app: PlatformCelery) -> None:
+    from platform_tasks.brokers.selection import broker_kind
 
     on_rabbitmq = broker_kind(app.platform_settings.effective_broker_url) == "amqp"
 
     @app.task(  # type: ignore[untyped-decorator]
-        name=RUN_TASK, acks_late=False, reject_on_worker_lost=False, ignore_result=True,
-        max_retries=0, shared=False,
+        name=RUN_TASK,
+        acks_late=False,
+        reject_on_worker_lost=False,
+        ignore_result=True,
+        max_retries=0,
+        shared=False,
         time_limit=RUN_TIME_LIMIT_SECONDS if on_rabbitmq else None,
-    )  # fmt: skip
+    )
     def run_job(job: str, point_ms: int, period_end_ms: int, token: str, lease_ttl_ms: int) -> None:
         runtime = _runtime(app)
         if runtime.leases is None:
-            logger.error("job %s triggered but no job is active in this worker", job,
-                         extra={"event": "jobs.run_unknown", "job": job})  # fmt: skip
+            logger.error(
+                "job %s triggered but no job is active in this worker",
+                job,
+                extra={"event": "jobs.run_unknown", "job": job},
+            )
             return
         run_point(
-            runtime.jobs, runtime.leases, job=job, point_ms=point_ms,
-            period_end_ms=period_end_ms, token=token, lease_ttl_ms=lease_ttl_ms,
-        )  # fmt: skip
+            runtime.jobs,
+            runtime.leases,
+            job=job,
+            point_ms=point_ms,
+            period_end_ms=period_end_ms,
+            token=token,
+            lease_ttl_ms=lease_ttl_ms,
+        )
 
 
 def _on_cancel_signal(signum: int, frame: Any) -> None:
@@ -154,8 +169,11 @@ class JobsWorkerStep(bootsteps.StartStopStep):  # type: ignore[misc]
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, _CANCEL_SIGNAL)
         if requests:
-            logger.info("cancellation requested for %d running job(s)", len(requests),
-                        extra={"event": "jobs.shutdown_cancel"})  # fmt: skip
+            logger.info(
+                "cancellation requested for %d running job(s)",
+                len(requests),
+                extra={"event": "jobs.shutdown_cancel"},
+            )
         deadline = time.monotonic() + self.budget
         while self._job_requests() and time.monotonic() < deadline:
             time.sleep(0.05)  # polling the worker's own state, bounded by the budget
@@ -166,8 +184,10 @@ class JobsWorkerStep(bootsteps.StartStopStep):  # type: ignore[misc]
     def _abandon(self, request: Any, why: str = "after the shutdown budget") -> None:
         pid = request.worker_pid
         if not pid or pid == os.getpid():
-            logger.warning("job still running past the shutdown budget",
-                           extra={"event": "jobs.shutdown_overrun"})  # fmt: skip
+            logger.warning(
+                "job still running past the shutdown budget",
+                extra={"event": "jobs.shutdown_overrun"},
+            )
             return
         if _is_child(pid):  # never a process that took a dead pool process's pid
             with contextlib.suppress(ProcessLookupError):
@@ -178,9 +198,11 @@ class JobsWorkerStep(bootsteps.StartStopStep):  # type: ignore[misc]
             with contextlib.suppress(Exception):
                 leases.release(kwargs["job"], token=kwargs["token"])
         logger.warning(
-            "job %s killed %s; lease released", kwargs.get("job"), why,
+            "job %s killed %s; lease released",
+            kwargs.get("job"),
+            why,
             extra={"event": "jobs.shutdown_killed", "job": kwargs.get("job")},
-        )  # fmt: skip
+        )
 
 
 def _is_child(pid: int) -> bool:
@@ -192,15 +214,16 @@ def _is_child(pid: int) -> bool:
     return fields[0] != "Z" and int(fields[1]) == os.getpid()
 
 
-def _job_queues(app: Any) -> list[str]:
+def _job_queues(app: PlatformCelery) -> list[str]:
     """The queues active job definitions send their triggers to."""
     return [job.definition.queue for job in _runtime(app).jobs.active]
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """Register the runner task; validate jobs and handle shutdown in every worker."""
     _register_task(app)
     add_queue_source(app, _job_queues)
     app.steps["worker"].add(JobsWorkerStep)
-    worker_process_init.connect(_install_child_handler, weak=False,
-                                dispatch_uid="platform_tasks.jobs.cancel_signal")  # fmt: skip
+    worker_process_init.connect(
+        _install_child_handler, weak=False, dispatch_uid="platform_tasks.jobs.cancel_signal"
+    )

@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from platform_tasks.notifications.message import EmailMessage
     from platform_tasks.notifications.provider import Provider, SendResult
     from platform_tasks.notifications.rails import RAILS, notification_queue
-    from platform_tasks.notifications.rate_limits import RateLimit
     from platform_tasks.notifications.setup import install, register_provider
     from platform_tasks.notifications.task import NotificationTask
+    from platform_tasks.settings.rate_limits import RateLimit
 
 __all__ = [
     "RAILS",
@@ -46,7 +46,7 @@ _HOMES: dict[str, str] = {
     "EmailMessage": "platform_tasks.notifications.message",
     "NotificationTask": "platform_tasks.notifications.task",
     "Provider": "platform_tasks.notifications.provider",
-    "RateLimit": "platform_tasks.notifications.rate_limits",
+    "RateLimit": "platform_tasks.settings.rate_limits",
     "SendResult": "platform_tasks.notifications.provider",
     "install": "platform_tasks.notifications.setup",
     "notification_queue": "platform_tasks.notifications.rails",

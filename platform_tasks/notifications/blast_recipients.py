@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from platform_tasks.queries import load_queries
+from platform_tasks.postgres.queries import load_queries
 
 __all__ = ["claim_recipients", "recipient_identity", "recipient_key"]
 

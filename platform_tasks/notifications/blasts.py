@@ -36,7 +36,7 @@ import psycopg2
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.notifications.blast_recipients import recipient_identity
 from platform_tasks.notifications.rails import MARKETING, notification_queue
-from platform_tasks.queries import load_queries
+from platform_tasks.postgres.queries import load_queries
 
 __all__ = ["MAX_CHUNK", "MAX_IN_FLIGHT", "blast_job_id", "publish_blast"]
 

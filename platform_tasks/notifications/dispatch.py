@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from platform_tasks.alerts import send_alert
+from platform_tasks.brokers.redis_client import REDIS_ERRORS
 from platform_tasks.errors import PermanentError, ServersUnavailable, Throttled
 from platform_tasks.notifications.limiter import RateLimiter
 from platform_tasks.notifications.message import EmailMessage
@@ -40,7 +40,6 @@ from platform_tasks.notifications.provider import (
     SendResult,
 )
 from platform_tasks.notifications.rails import MARKETING, TRANSACTIONAL
-from platform_tasks.notifications.rate_limits import LEARNED_WINDOW_SECONDS
 from platform_tasks.notifications.send_records import (
     KEY_TRUSTED_MS,
     SendProgress,
@@ -48,7 +47,8 @@ from platform_tasks.notifications.send_records import (
     decode_plan,
     encode_plan,
 )
-from platform_tasks.redis_client import REDIS_ERRORS
+from platform_tasks.observability.alerts import send_alert
+from platform_tasks.settings.rate_limits import LEARNED_WINDOW_SECONDS
 
 __all__ = [
     "LONGEST_TENANT_WAIT_SECONDS",
@@ -246,9 +246,13 @@ class Dispatcher:
             budget = self.wait_in_place_ms - waited if rail == TRANSACTIONAL else 0
             with _rate_limits_in_redis("take"):
                 decision = self.limiter.take(
-                    provider, tenant_id, requests=1, messages=messages, rail=rail,
+                    provider,
+                    tenant_id,
+                    requests=1,
+                    messages=messages,
+                    rail=rail,
                     wait_in_place_ms=max(0, budget),
-                )  # fmt: skip
+                )
             if decision.granted:
                 return
             if decision.reason != "provider_rate_wait":
@@ -306,8 +310,9 @@ class Dispatcher:
             outcome.add(result, chunk, number * size)
         return outcome
 
-    def _planned(self, job_id: object, messages: Sequence[Any], progress: SendProgress
-                 ) -> Sequence[Any]:  # fmt: skip
+    def _planned(
+        self, job_id: object, messages: Sequence[Any], progress: SendProgress
+    ) -> Sequence[Any]:
         """The messages to send: the record's plan when an earlier run stored one."""
         if progress.plan is None:
             return messages
@@ -321,8 +326,9 @@ class Dispatcher:
             )
         return planned
 
-    def _outcome_unknown(self, provider: str, job_id: object, number: int,
-                         age_ms: int) -> PermanentError:  # fmt: skip
+    def _outcome_unknown(
+        self, provider: str, job_id: object, number: int, age_ms: int
+    ) -> PermanentError:
         """Request ``number`` was tried ``age_ms`` ago and never answered; its key is stale.
 
         The provider may have sent it (an answer lost to a timeout) and no longer knows its
@@ -337,9 +343,13 @@ class Dispatcher:
             number,
             provider,
             age_ms / 3_600_000,
-            extra={"event": "notifications.outcome_unknown", "job_id": str(job_id),
-                   "provider": provider, "request": number},
-        )  # fmt: skip
+            extra={
+                "event": "notifications.outcome_unknown",
+                "job_id": str(job_id),
+                "provider": provider,
+                "request": number,
+            },
+        )
         return PermanentError(
             f"request {number} of this job was tried {age_ms / 3_600_000:.1f} h ago and "
             f"never answered: {provider} may have sent it and no longer knows its "
@@ -347,8 +357,16 @@ class Dispatcher:
             "blind; check the provider's log, and replay this dead letter to send it"
         )
 
-    def _request(self, adapter: Provider, provider: str, tenant_id: str, chunk: list[Any],
-                 job_id: object, number: int, batch: bool) -> SendResult:  # fmt: skip
+    def _request(
+        self,
+        adapter: Provider,
+        provider: str,
+        tenant_id: str,
+        chunk: list[Any],
+        job_id: object,
+        number: int,
+        batch: bool,
+    ) -> SendResult:
         """Send one request under its key; the provider's "not now" answers as Throttled."""
         key = idempotency_key(job_id, number)
         try:

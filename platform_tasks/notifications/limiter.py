@@ -24,9 +24,9 @@ from typing import Any, cast
 
 from redis.exceptions import NoScriptError
 
+from platform_tasks.brokers.scripts import script_source
 from platform_tasks.keys import RateLimitKeys, rate_limit_keys
-from platform_tasks.notifications.rate_limits import RateLimit
-from platform_tasks.scripts import script_source
+from platform_tasks.settings.rate_limits import RateLimit
 
 __all__ = [
     "LEARNED_RATE_TTL_MS",
@@ -170,20 +170,43 @@ class RateLimiter:
         try:
             if tenant_prefix is None:
                 verdict = self._execute(
-                    "EVALSHA", self._take.sha, 1, bucket, now, fixed[0],
-                    b"1" if requests == 1 else requests, fixed[1],
-                    b"1" if messages == 1 else messages, *fixed[2:], *extra,
-                )  # fmt: skip
+                    "EVALSHA",
+                    self._take.sha,
+                    1,
+                    bucket,
+                    now,
+                    fixed[0],
+                    b"1" if requests == 1 else requests,
+                    fixed[1],
+                    b"1" if messages == 1 else messages,
+                    *fixed[2:],
+                    *extra,
+                )
             else:
                 verdict = self._execute(
-                    "EVALSHA", self._take.sha, 2, bucket, tenant_prefix + tenant, now,
-                    fixed[0], b"1" if requests == 1 else requests, fixed[1],
-                    b"1" if messages == 1 else messages, *fixed[2:], *extra,
-                )  # fmt: skip
+                    "EVALSHA",
+                    self._take.sha,
+                    2,
+                    bucket,
+                    tenant_prefix + tenant,
+                    now,
+                    fixed[0],
+                    b"1" if requests == 1 else requests,
+                    fixed[1],
+                    b"1" if messages == 1 else messages,
+                    *fixed[2:],
+                    *extra,
+                )
         except NoScriptError:  # a restarted or flushed Redis: load it and ask again
             self._take.sha = self.client.script_load(self._take.script)
-            return self.take(provider, tenant, requests=requests, messages=messages, rail=rail,
-                             wait_in_place_ms=wait_in_place_ms)  # fmt: skip
+            return self.take(
+                provider,
+                tenant,
+                requests=requests,
+                messages=messages,
+                rail=rail,
+                wait_in_place_ms=wait_in_place_ms,
+            )
         if verdict == 0:
             return GRANTED
         verdict = int(verdict)

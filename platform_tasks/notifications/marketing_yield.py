@@ -31,13 +31,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
 from prometheus_client import Counter
 
 from platform_tasks.notifications.rails import MARKETING, TRANSACTIONAL, notification_queue
 from platform_tasks.notifications.yield_reader import Reading, Watched, YieldReader, broker_depth
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = [
     "CHECK_INTERVAL_SECONDS",
@@ -112,7 +115,7 @@ class YieldState:
         return None
 
 
-def _marketing_providers(app: Any, channel: str) -> tuple[str, ...]:
+def _marketing_providers(app: PlatformCelery, channel: str) -> tuple[str, ...]:
     """Providers of the app's marketing NotificationTasks on ``channel``."""
     names = {
         getattr(task, "provider", None)

@@ -10,7 +10,10 @@ consumers also yield while the transactional queue is deep
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["MARKETING", "RAILS", "TRANSACTIONAL", "notification_queue", "rail_queues"]
 
@@ -48,6 +51,6 @@ def rail_queues(channels: Iterable[str]) -> list[str]:
     return [notification_queue(c, rail, channels=names) for c in names for rail in RAILS]
 
 
-def queue_source(app: Any) -> list[str]:
+def queue_source(app: PlatformCelery) -> list[str]:
     """The worker-queues source: a worker without ``-Q`` consumes every configured rail."""
     return rail_queues(app.platform_settings.notification_channels)

@@ -39,10 +39,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from platform_tasks.brokers.scripts import script_source
 from platform_tasks.keys import SendRecordKeys, send_record_keys
 from platform_tasks.notifications.message import EmailMessage
 from platform_tasks.notifications.provider import RejectedItem, SendResult
-from platform_tasks.scripts import script_source
 
 __all__ = [
     "FINISHED_TTL_MS",

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
+from platform_tasks.brokers.redis_client import build_redis
+from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.notifications.dispatch import Dispatcher
 from platform_tasks.notifications.limiter import RateLimiter
 from platform_tasks.notifications.marketing_yield import MarketingYield
 from platform_tasks.notifications.provider import Provider
 from platform_tasks.notifications.rails import queue_source
-from platform_tasks.redis_client import build_redis
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.worker_queues import add_queue_source
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["ProviderFactory", "dispatcher_for", "install", "register_provider"]
 
@@ -35,7 +38,7 @@ def _resend(settings: PlatformSettings) -> Provider:
     return ResendProvider(settings.resend_api_key, settings.resend_base_url)
 
 
-def providers_of(app: Any) -> dict[str, ProviderFactory]:
+def providers_of(app: PlatformCelery) -> dict[str, ProviderFactory]:
     providers: dict[str, ProviderFactory] | None = getattr(app, _PROVIDERS_ATTRIBUTE, None)
     if providers is None:
         providers = {"resend": _resend}
@@ -43,7 +46,7 @@ def providers_of(app: Any) -> dict[str, ProviderFactory]:
     return providers
 
 
-def register_provider(app: Any, name: str, factory: ProviderFactory) -> None:
+def register_provider(app: PlatformCelery, name: str, factory: ProviderFactory) -> None:
     """Send ``NotificationTask(provider=name)`` jobs through the adapter ``factory`` builds.
 
     ``name`` needs a limit in ``PLATFORM_PROVIDER_RATE_LIMITS``; the adapter gets the same
@@ -62,7 +65,7 @@ def register_provider(app: Any, name: str, factory: ProviderFactory) -> None:
 _dispatchers: dict[tuple[int, int], Dispatcher] = {}
 
 
-def dispatcher_for(app: Any) -> Dispatcher:
+def dispatcher_for(app: PlatformCelery) -> Dispatcher:
     """This process's dispatcher for ``app`` (created on first use, again after a fork)."""
     key = (id(app), os.getpid())
     dispatcher = _dispatchers.get(key)
@@ -81,7 +84,7 @@ def dispatcher_for(app: Any) -> Dispatcher:
     return dispatcher
 
 
-def close_dispatcher(app: Any) -> None:
+def close_dispatcher(app: PlatformCelery) -> None:
     """Close this process's dispatcher for ``app``: its providers' HTTP connections.
 
     Called by ``app.close()``. A worker's app lives as long as its process, but an app made
@@ -93,7 +96,7 @@ def close_dispatcher(app: Any) -> None:
         dispatcher.close()
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """Rail queues for workers without ``-Q``; the marketing yield in every worker."""
     providers_of(app)
     add_queue_source(app, queue_source)

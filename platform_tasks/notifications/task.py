@@ -28,8 +28,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from platform_tasks.consumer.dead_letter_records import DeadLetterRecord, error_type_name
 from platform_tasks.consumer.task import PlatformTask
+from platform_tasks.dead_letters.records import DeadLetterRecord, error_type_name
 from platform_tasks.errors import ConfigurationError, PermanentError
 from platform_tasks.notifications.blast_recipients import claim_recipients
 from platform_tasks.notifications.dispatch import Rejection
@@ -106,9 +106,12 @@ class NotificationTask(PlatformTask):
         first_taken = False
         if planned:
             first_taken = dispatcher.take_first(
-                provider=self.provider, rail=self.rail, tenant_id=envelope.tenant_id,
-                planned=planned, progress=progress,
-            )  # fmt: skip
+                provider=self.provider,
+                rail=self.rail,
+                tenant_id=envelope.tenant_id,
+                planned=planned,
+                progress=progress,
+            )
         rendered = self.run(envelope, tx)
         messages = _as_messages(rendered, self.name)
         if not messages and progress.plan is None:

@@ -33,9 +33,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from platform_tasks.settings import PlatformSettings
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = [
     "ONE_ATTEMPT",
@@ -108,7 +111,7 @@ class YieldReader:
 
     def __init__(
         self,
-        app: Any,
+        app: PlatformCelery,
         settings: PlatformSettings,
         watched: Mapping[str, Watched],
         *,
@@ -224,8 +227,8 @@ class YieldReader:
         providers = sorted({p for w in self._watched.values() for p in w.providers})
         if not providers or time.monotonic() < self._redis_retry_at:
             return
+        from platform_tasks.brokers.redis_client import build_redis
         from platform_tasks.keys import rate_limit_keys
-        from platform_tasks.redis_client import build_redis
 
         try:
             if self._redis is None:  # a RedisCluster connects right here

@@ -17,7 +17,7 @@ import redis
 from pydantic import BaseModel
 
 from platform_tasks import Envelope, PermanentError, PlatformTask, RetryPolicy, create_app
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 
 QUEUE = "consumer"
 MAX_ATTEMPTS = int(os.environ.get("CONSUMER_TEST_MAX_ATTEMPTS", "3"))
@@ -68,14 +68,19 @@ def runs_key(job_id: object) -> str:
     return f"test:runs:{job_id}"
 
 
-@app.task(name="tests.consumer.apply", base=PlatformTask, data_model=Work,
-          permanent_errors=(Unfixable,))  # fmt: skip
+@app.task(
+    name="tests.consumer.apply", base=PlatformTask, data_model=Work, permanent_errors=(Unfixable,)
+)
 def apply_work(envelope: Envelope[Work], tx: Any) -> str:
     return _apply(envelope, tx)
 
 
-@app.task(name="tests.consumer.time_limited", base=PlatformTask, data_model=Work,
-          time_limit=TIME_LIMIT_SECONDS)  # fmt: skip
+@app.task(
+    name="tests.consumer.time_limited",
+    base=PlatformTask,
+    data_model=Work,
+    time_limit=TIME_LIMIT_SECONDS,
+)
 def apply_within_time_limit(envelope: Envelope[Work], tx: Any) -> str:
     """The same work under a hard time limit; ``hang_times`` runs block past it."""
     return _apply(envelope, tx)

@@ -34,16 +34,31 @@ def record(self: Any, label: str, seconds: float = 0.0) -> None:
     started = time.time()
     if seconds:
         time.sleep(seconds)  # the task's work: long enough to overlap its next point
-    _redis.rpush(RUNS, json.dumps({
-        "label": label, "point_ms": grant.point_ms if grant else None, "start": started,
-        "end": time.time(), "pid": os.getpid(),
-    }))  # fmt: skip
+    _redis.rpush(
+        RUNS,
+        json.dumps(
+            {
+                "label": label,
+                "point_ms": grant.point_ms if grant else None,
+                "start": started,
+                "end": time.time(),
+                "pid": os.getpid(),
+            }
+        ),
+    )
 
 
 @task_revoked.connect
 def _record_expired(request: Any = None, expired: bool = False, **_: Any) -> None:
     grant = LeaseGrant.from_request(request)
     if expired and grant is not None:
-        _redis.rpush(RUNS, json.dumps({
-            "label": request.args[0], "point_ms": grant.point_ms, "expired": True,
-        }))  # fmt: skip
+        _redis.rpush(
+            RUNS,
+            json.dumps(
+                {
+                    "label": request.args[0],
+                    "point_ms": grant.point_ms,
+                    "expired": True,
+                }
+            ),
+        )

@@ -7,7 +7,7 @@ import os
 import redis
 
 from platform_tasks import create_app
-from platform_tasks.event_batching import BatchingEventDispatcher, PlatformEvents
+from platform_tasks.observability.event_batching import BatchingEventDispatcher, PlatformEvents
 
 app = create_app("events_app")
 

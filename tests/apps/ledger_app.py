@@ -31,11 +31,19 @@ LEDGER_MAX_ATTEMPTS = 3
 
 _QUORUM = {"x-queue-type": "quorum"}
 QUEUES = [
-    Queue(DEFAULT_QUEUE, Exchange(DEFAULT_QUEUE, type="topic"), routing_key=DEFAULT_QUEUE,
-          queue_arguments=_QUORUM),
-    Queue(LEDGER_QUEUE, Exchange(LEDGER_QUEUE, type="topic"), routing_key=LEDGER_ROUTING_KEY,
-          queue_arguments=_QUORUM),
-]  # fmt: skip
+    Queue(
+        DEFAULT_QUEUE,
+        Exchange(DEFAULT_QUEUE, type="topic"),
+        routing_key=DEFAULT_QUEUE,
+        queue_arguments=_QUORUM,
+    ),
+    Queue(
+        LEDGER_QUEUE,
+        Exchange(LEDGER_QUEUE, type="topic"),
+        routing_key=LEDGER_ROUTING_KEY,
+        queue_arguments=_QUORUM,
+    ),
+]
 
 app = create_app(
     "ledger_app",
@@ -72,8 +80,9 @@ def apply_entry(envelope: Envelope[Entry], tx: Any) -> str:
     runs = int(_redis.incr(runs_key(job)))
     info = apply_entry.request.delivery_info or {}
     _redis.rpush(exchanges_key(job), str(info.get("exchange") or ""))
-    tx.execute("INSERT INTO public.consumer_work (job_id, key) VALUES (%s, %s)",
-               (job, envelope.data.key))  # fmt: skip
+    tx.execute(
+        "INSERT INTO public.consumer_work (job_id, key) VALUES (%s, %s)", (job, envelope.data.key)
+    )
     if runs <= envelope.data.fail_times:
         raise RuntimeError(f"failure {runs} of {envelope.data.fail_times}")
     return job

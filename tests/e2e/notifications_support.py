@@ -132,9 +132,9 @@ def rig(
             started.append(worker)
         for worker in started:
             worker.wait_for_log("ready.", timeout=120)
-        settings = PlatformSettings.build(redis_url=redis_url, broker_url=broker_url,
-                                          database_url=database_url,
-                                          profile="test")  # fmt: skip
+        settings = PlatformSettings.build(
+            redis_url=redis_url, broker_url=broker_url, database_url=database_url, profile="test"
+        )
         app = create_app("notifications_publisher", settings=settings)
         port = QueuePort(app)
         try:

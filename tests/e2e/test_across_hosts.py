@@ -52,9 +52,9 @@ import redis
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import PostgresServer, RedisServer, wait_until
-from platform_tasks.migrations import migrate
+from platform_tasks.postgres.migrations import migrate
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import PostgresServer, RedisServer, wait_until
 from tests.apps.hosts_app import QUEUE, RUNS_TABLE_SQL, TASK, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
 from tests.support.database import query
@@ -64,7 +64,7 @@ from tests.support.processes import (
     CeleryProcess,
     celery_processes,
     platform_env,
-    worker_argv,  # fmt: skip
+    worker_argv,
 )
 
 APP = "tests.apps.hosts_app"
@@ -124,8 +124,12 @@ def write_jobs(root: Path) -> list[str]:
 
 
 def payload(hold_ms: int = 0) -> dict[str, Any]:
-    return {"job_id": str(uuid7()), "tenant_id": "tenant-1", "kind": TASK,
-            "data": {"hold_ms": hold_ms}}  # fmt: skip
+    return {
+        "job_id": str(uuid7()),
+        "tenant_id": "tenant-1",
+        "kind": TASK,
+        "data": {"hold_ms": hold_ms},
+    }
 
 
 def points_of(log: str) -> list[dict[str, Any]]:
@@ -137,11 +141,16 @@ def points_of(log: str) -> list[dict[str, Any]]:
     for line in log.splitlines():
         m = POINT.search(line)
         if m:
-            pending.append({
-                "job": m["job"], "point": int(m["point"]), "outcome": m["outcome"],
-                "judged": None if m["judged"] == "None" else int(m["judged"]),
-                "owner": m["owner"], "ticked": False,
-            })  # fmt: skip
+            pending.append(
+                {
+                    "job": m["job"],
+                    "point": int(m["point"]),
+                    "outcome": m["outcome"],
+                    "judged": None if m["judged"] == "None" else int(m["judged"]),
+                    "owner": m["owner"],
+                    "ticked": False,
+                }
+            )
         elif TICK.search(line):
             for point in pending:
                 point["ticked"] = True
@@ -162,10 +171,12 @@ def network() -> Iterator[HostNetwork]:
 def test_partition_of_a_worker_host_and_a_beat_host(tmp_path: Path, network: HostNetwork) -> None:
     os.chmod(tmp_path, 0o755)
     servers = network["servers"]
-    redis_server = RedisServer(tmp_path / "redis", host=servers.address,
-                               netns=servers.namespace, appendfsync="always")  # fmt: skip
-    postgres = PostgresServer(tmp_path / "pg" / "data", host=servers.address,
-                              netns=servers.namespace)  # fmt: skip
+    redis_server = RedisServer(
+        tmp_path / "redis", host=servers.address, netns=servers.namespace, appendfsync="always"
+    )
+    postgres = PostgresServer(
+        tmp_path / "pg" / "data", host=servers.address, netns=servers.namespace
+    )
     jobs_root = tmp_path / "jobs"
     jobs_root.mkdir()
     job_names = write_jobs(jobs_root)
@@ -180,20 +191,31 @@ def test_partition_of_a_worker_host_and_a_beat_host(tmp_path: Path, network: Hos
         redis_server.stop()
 
 
-def _run(tmp_path: Path, network: HostNetwork, redis_server: RedisServer,
-         postgres: PostgresServer, jobs_root: Path, job_names: list[str]) -> None:  # fmt: skip
+def _run(
+    tmp_path: Path,
+    network: HostNetwork,
+    redis_server: RedisServer,
+    postgres: PostgresServer,
+    jobs_root: Path,
+    job_names: list[str],
+) -> None:
     database_url = postgres.url
     migrate(database_url)
     query(database_url, WORK_TABLE_SQL)
     query(database_url, RUNS_TABLE_SQL)
-    env = platform_env(redis_url=redis_server.url, database_url=database_url, extra={
-        "PLATFORM_JOBS_DIR": str(jobs_root),
-        "PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "5",  # see the module docstring
-        "PLATFORM_JOBS_SHUTDOWN_BUDGET_SECONDS": "5",
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=redis_server.url,
+        database_url=database_url,
+        extra={
+            "PLATFORM_JOBS_DIR": str(jobs_root),
+            "PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "5",  # see the module docstring
+            "PLATFORM_JOBS_SHUTDOWN_BUDGET_SECONDS": "5",
+        },
+    )
     clock = redis.Redis.from_url(redis_server.url, socket_timeout=10)
-    settings = PlatformSettings.build(redis_url=redis_server.url, database_url=database_url,
-                                      profile="test")  # fmt: skip
+    settings = PlatformSettings.build(
+        redis_url=redis_server.url, database_url=database_url, profile="test"
+    )
     producer = create_app("hosts_producer", settings=settings)
     port = QueuePort(producer)
     published: list[str] = []
@@ -218,8 +240,16 @@ def _run(tmp_path: Path, network: HostNetwork, redis_server: RedisServer,
                 worker.wait_for_log("ready.", timeout=120)
             beats = {}
             for name in BEATS:
-                argv = [CELERY, "-A", APP, "beat", "--loglevel", "INFO",
-                        "-s", str(tmp_path / f"{name}-schedule")]  # fmt: skip
+                argv = [
+                    CELERY,
+                    "-A",
+                    APP,
+                    "beat",
+                    "--loglevel",
+                    "INFO",
+                    "-s",
+                    str(tmp_path / f"{name}-schedule"),
+                ]
                 beats[name] = CeleryProcess(
                     network[name].command(argv),
                     env=env,
@@ -229,9 +259,14 @@ def _run(tmp_path: Path, network: HostNetwork, redis_server: RedisServer,
                 started.append(beats[name].start())
             for beat in beats.values():
                 beat.wait_for_log("beat scheduler ready", timeout=120)
-            wait_until(lambda: sum(log.count("outcome=admitted") for log in
-                                   (b.log() for b in beats.values())) >= 10,
-                       timeout=60, message="ten admitted points before the cut")  # fmt: skip
+            wait_until(
+                lambda: (
+                    sum(log.count("outcome=admitted") for log in (b.log() for b in beats.values()))
+                    >= 10
+                ),
+                timeout=60,
+                message="ten admitted points before the cut",
+            )
 
             # ---- before the cut: quick jobs, then jobs that hold their transaction open
             publish(QUICK_JOBS)
@@ -239,14 +274,20 @@ def _run(tmp_path: Path, network: HostNetwork, redis_server: RedisServer,
             worker2_address = network["worker2"].address
 
             def held_on_worker2() -> list[str]:
-                rows = query(database_url,
-                             "SELECT query FROM pg_stat_activity WHERE state = 'active' "
-                             "AND client_addr = %s AND query LIKE '%%held_job%%'",
-                             worker2_address)  # fmt: skip
+                rows = query(
+                    database_url,
+                    "SELECT query FROM pg_stat_activity WHERE state = 'active' "
+                    "AND client_addr = %s AND query LIKE '%%held_job%%'",
+                    worker2_address,
+                )
                 return [j for (text,) in rows for j in published if j in text]
 
-            wait_until(lambda: bool(held_on_worker2()), timeout=60, interval=0.02,
-                       message="worker2 in the middle of a held job")  # fmt: skip
+            wait_until(
+                lambda: bool(held_on_worker2()),
+                timeout=60,
+                interval=0.02,
+                message="worker2 in the middle of a held job",
+            )
             in_flight = held_on_worker2()
             beat3_offset = len(beats["beat3"].log())
             cut_ms = redis_ms(clock)
@@ -256,8 +297,11 @@ def _run(tmp_path: Path, network: HostNetwork, redis_server: RedisServer,
 
             # ---- during the partition: more jobs; beat3 judges points it cannot reach Redis for
             publish(QUICK_JOBS)
-            wait_until(lambda: "job point" in beats["beat3"].log()[beat3_offset:], timeout=30,
-                       message="beat3 considering a point while cut off")  # fmt: skip
+            wait_until(
+                lambda: "job point" in beats["beat3"].log()[beat3_offset:],
+                timeout=30,
+                message="beat3 considering a point while cut off",
+            )
             # the partition lasts PARTITION_SECONDS (a duration, not a synchronisation)
             time.sleep(max(0.0, PARTITION_SECONDS - (time.monotonic() - cut_at)))
             network.heal(*CUT)
@@ -268,18 +312,32 @@ def _run(tmp_path: Path, network: HostNetwork, redis_server: RedisServer,
             publish(QUICK_JOBS)
 
             def applied() -> int:
-                return int(query(database_url, "SELECT count(DISTINCT job_id) FROM "
-                                 "public.host_work")[0][0])  # fmt: skip
+                return int(
+                    query(database_url, "SELECT count(DISTINCT job_id) FROM public.host_work")[0][0]
+                )
 
-            wait_until(lambda: applied() >= len(published), timeout=90, interval=0.2,
-                       message=f"all {len(published)} published jobs applied")  # fmt: skip
-            wait_until(lambda: any(p["outcome"] == "admitted" and p["judged"] > heal_ms
-                                   for p in points_of(beats["beat3"].log())),
-                       timeout=60, message="beat3 admitting points after the heal")  # fmt: skip
+            wait_until(
+                lambda: applied() >= len(published),
+                timeout=90,
+                interval=0.2,
+                message=f"all {len(published)} published jobs applied",
+            )
+            wait_until(
+                lambda: any(
+                    p["outcome"] == "admitted" and p["judged"] > heal_ms
+                    for p in points_of(beats["beat3"].log())
+                ),
+                timeout=60,
+                message="beat3 admitting points after the heal",
+            )
             for beat in beats.values():
                 beat.stop(timeout=20)
-            admitted = {(p["job"], p["point"]) for b in beats.values()
-                        for p in points_of(b.log()) if p["outcome"] == "admitted"}  # fmt: skip
+            admitted = {
+                (p["job"], p["point"])
+                for b in beats.values()
+                for p in points_of(b.log())
+                if p["outcome"] == "admitted"
+            }
 
             def outcomes() -> dict[tuple[str, int], list[str]]:
                 seen: dict[tuple[str, int], list[str]] = defaultdict(list)
@@ -295,8 +353,12 @@ def _run(tmp_path: Path, network: HostNetwork, redis_server: RedisServer,
             # A trigger a beat could not send never reaches a worker: the accounting
             # below then names it, so the deadline is not an error by itself.
             with suppress(TimeoutError):
-                wait_until(lambda: not unsettled(), timeout=30, interval=0.2,
-                           message="every admitted point's trigger run or skipped")  # fmt: skip
+                wait_until(
+                    lambda: not unsettled(),
+                    timeout=30,
+                    interval=0.2,
+                    message="every admitted point's trigger run or skipped",
+                )
             for worker in workers.values():
                 worker.stop(timeout=30)
             logs = {name: proc.log() for name, proc in {**workers, **beats}.items()}
@@ -309,8 +371,9 @@ def _run(tmp_path: Path, network: HostNetwork, redis_server: RedisServer,
     points = {name: points_of(logs[name]) for name in BEATS}
     owners = {name: READY.search(logs[name])["owner"] for name in BEATS}  # type: ignore[index]
     work = query(database_url, "SELECT job_id::text, host(host) FROM public.host_work")
-    idempotency = query(database_url, "SELECT job_id::text, count(*) FROM core.processed_jobs "
-                        "GROUP BY job_id")  # fmt: skip
+    idempotency = query(
+        database_url, "SELECT job_id::text, count(*) FROM core.processed_jobs GROUP BY job_id"
+    )
     dead = query(database_url, "SELECT payload->>'job_id', reason FROM core.dead_letters")
     runs = query(database_url, "SELECT job, point_ms, host(host) FROM public.host_job_runs")
     run_outcomes: dict[tuple[str, int], list[str]] = defaultdict(list)
@@ -349,12 +412,16 @@ def _run(tmp_path: Path, network: HostNetwork, redis_server: RedisServer,
     beat3 = points["beat3"]
     during = [p for p in beat3 if p["outcome"] == "admitted" and cut_ms <= p["judged"] <= heal_ms]
     assert not during, f"beat3 admitted points during the partition: {during}"
-    assert any(p["outcome"] == "skipped_redis_error" and cut_ms <= p["point"] <= heal_ms
-               for p in beat3), "beat3 did not try (and fail) during the partition"  # fmt: skip
+    assert any(
+        p["outcome"] == "skipped_redis_error" and cut_ms <= p["point"] <= heal_ms for p in beat3
+    ), "beat3 did not try (and fail) during the partition"
     assert any(p["outcome"] == "admitted" and p["judged"] > heal_ms for p in beat3)
     # the other replicas kept admitting through the partition
-    assert any(p["outcome"] == "admitted" and cut_ms < p["judged"] < heal_ms
-               for name in ("beat1", "beat2") for p in points[name])  # fmt: skip
+    assert any(
+        p["outcome"] == "admitted" and cut_ms < p["judged"] < heal_ms
+        for name in ("beat1", "beat2")
+        for p in points[name]
+    )
 
     # ---- scheduled points: none admitted twice, none run twice, each accounted for
     admitted_by: dict[tuple[str, int], list[str]] = defaultdict(list)

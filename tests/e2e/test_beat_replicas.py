@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.support.processes import (
     CELERY,
     CeleryProcess,
     celery_processes,
     platform_env,
-    worker_argv,  # fmt: skip
+    worker_argv,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,8 +49,14 @@ LINE = re.compile(
     r"outcome=(?P<outcome>\S+) judged_at_ms=(?P<judged>\S+) owner=(?P<owner>\S+)"
 )
 READY = re.compile(r"beat scheduler ready owner=(?P<owner>\S+) ready_at_ms=(?P<ready>\d+)")
-DOCUMENTED = {"admitted", "skipped_overlap", "skipped_duplicate", "skipped_late",
-              "skipped_redis_error", "not_yet"}  # fmt: skip
+DOCUMENTED = {
+    "admitted",
+    "skipped_overlap",
+    "skipped_duplicate",
+    "skipped_late",
+    "skipped_redis_error",
+    "not_yet",
+}
 
 
 def write_jobs(root: Path) -> dict[str, int]:
@@ -79,26 +85,47 @@ def test_three_replicas_two_workers_kill_and_redis_restart(tmp_path: Path, serve
     jobs_root.mkdir()
     periods = write_jobs(jobs_root)
     runs_file = tmp_path / "runs.jsonl"
-    env = platform_env(redis_url=redis_server.url, database_url=None, extra={
-        "PLATFORM_JOBS_DIR": str(jobs_root), "E2E_RUNS_FILE": str(runs_file),
-        "PLATFORM_JOBS_SHUTDOWN_BUDGET_SECONDS": "5",
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=redis_server.url,
+        database_url=None,
+        extra={
+            "PLATFORM_JOBS_DIR": str(jobs_root),
+            "E2E_RUNS_FILE": str(runs_file),
+            "PLATFORM_JOBS_SHUTDOWN_BUDGET_SECONDS": "5",
+        },
+    )
 
     with celery_processes() as started:
         workers = [
-            CeleryProcess(worker_argv(APP, concurrency=4, hostname=f"w{i}@%h"),
-                          env=env, cwd=REPO, log_path=tmp_path / f"worker{i}.log").start()
+            CeleryProcess(
+                worker_argv(APP, concurrency=4, hostname=f"w{i}@%h"),
+                env=env,
+                cwd=REPO,
+                log_path=tmp_path / f"worker{i}.log",
+            ).start()
             for i in range(2)
-        ]  # fmt: skip
+        ]
         started.extend(workers)
         for worker in workers:
             worker.wait_for_log("ready.", timeout=90)
         beats = [
-            CeleryProcess([CELERY, "-A", APP, "beat", "--loglevel", "INFO",
-                           "-s", str(tmp_path / f"beat{i}-schedule")],
-                          env=env, cwd=REPO, log_path=tmp_path / f"beat{i}.log").start()
+            CeleryProcess(
+                [
+                    CELERY,
+                    "-A",
+                    APP,
+                    "beat",
+                    "--loglevel",
+                    "INFO",
+                    "-s",
+                    str(tmp_path / f"beat{i}-schedule"),
+                ],
+                env=env,
+                cwd=REPO,
+                log_path=tmp_path / f"beat{i}.log",
+            ).start()
             for i in range(3)
-        ]  # fmt: skip
+        ]
         started.extend(beats)
         for beat in beats:
             beat.wait_for_log("beat scheduler ready", timeout=90)
@@ -116,16 +143,25 @@ def test_three_replicas_two_workers_kill_and_redis_restart(tmp_path: Path, serve
         down_ms = int(time.time() * 1000)
         redis_server.stop(kill=True)
         # Redis stays down while the surviving replicas tick through several points.
-        wait_until(lambda: all(b.log().count("outcome=skipped_redis_error") >= 10
-                               for b in beats[1:]),
-                   timeout=60, message="replicas skipping points during the outage")  # fmt: skip
+        wait_until(
+            lambda: all(b.log().count("outcome=skipped_redis_error") >= 10 for b in beats[1:]),
+            timeout=60,
+            message="replicas skipping points during the outage",
+        )
         redis_server.start()
         up_ms = int(time.time() * 1000)
         restarted_count = started_runs()
-        wait_until(lambda: started_runs() >= restarted_count + 60, timeout=90,
-                   message="runs after the Redis restart")  # fmt: skip
-        wait_until(lambda: time.monotonic() - began >= RUN_SECONDS, timeout=RUN_SECONDS + 5,
-                   interval=0.5, message="the soak duration")  # fmt: skip
+        wait_until(
+            lambda: started_runs() >= restarted_count + 60,
+            timeout=90,
+            message="runs after the Redis restart",
+        )
+        wait_until(
+            lambda: time.monotonic() - began >= RUN_SECONDS,
+            timeout=RUN_SECONDS + 5,
+            interval=0.5,
+            message="the soak duration",
+        )
         for beat in beats[1:]:
             beat.stop(timeout=20)
         for worker in workers:
@@ -149,8 +185,9 @@ def test_three_replicas_two_workers_kill_and_redis_restart(tmp_path: Path, serve
 
     # ---- points skipped only for documented reasons, each justified
     assert {p["outcome"] for p in points} <= DOCUMENTED
-    admitted_by = {(p["job"], int(p["point"])): p["owner"] for p in points
-                   if p["outcome"] == "admitted"}  # fmt: skip
+    admitted_by = {
+        (p["job"], int(p["point"])): p["owner"] for p in points if p["outcome"] == "admitted"
+    }
     consumed = defaultdict(list)
     for p in points:
         if p["outcome"] in {"admitted", "skipped_overlap"}:
@@ -204,7 +241,6 @@ def test_three_replicas_two_workers_kill_and_redis_restart(tmp_path: Path, serve
     # ---- it really ran: every job, before and after the restart; long jobs overlapped
     assert set(by_job) == set(periods)
     assert any(int(p["point"]) > up_ms for p in points if p["outcome"] == "admitted")
-    assert any(p["outcome"] == "skipped_overlap" and p["job"].startswith("long_")
-               for p in points)  # fmt: skip
+    assert any(p["outcome"] == "skipped_overlap" and p["job"].startswith("long_") for p in points)
     assert any(p["outcome"] == "skipped_duplicate" for p in points)
     assert any(p["outcome"] == "skipped_redis_error" for p in points)

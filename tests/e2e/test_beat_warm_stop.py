@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 import redis
 
-from platform_tasks.harness import PostgresServer, wait_until
+from platform_tasks.jobs.leases import JobLeases, resolve_namespace
 from platform_tasks.keys import django_beat_namespace
-from platform_tasks.leases import JobLeases, resolve_namespace
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import PostgresServer, wait_until
 from tests.support.django_beat import django_beat_database, periodic_task
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env
 
@@ -51,8 +51,10 @@ def run(ctx):
 define_job(handler=run, interval=timedelta(seconds=2))
 """
 JOB_POINT = re.compile(r"job point job=(?P<job>\S+) point_ms=(?P<point>\d+) \S+ outcome=admitted")
-TASK_POINT = re.compile(r"periodic task point task=\S+ id=(?P<pk>\d+) point_ms=(?P<point>\d+) "
-                        r"outcome=admitted")  # fmt: skip
+TASK_POINT = re.compile(
+    r"periodic task point task=\S+ id=(?P<pk>\d+) point_ms=(?P<point>\d+) "
+    r"outcome=admitted"
+)
 
 
 def _messages(client: redis.Redis, queue: str) -> list[tuple[dict[str, Any], Any]]:
@@ -68,8 +70,10 @@ def _messages(client: redis.Redis, queue: str) -> list[tuple[dict[str, Any], Any
 
 
 def _queued_job_points(client: redis.Redis) -> set[tuple[str, int]]:
-    return {(kwargs["job"], kwargs["point_ms"])
-            for _, (_, kwargs, _) in _messages(client, "platform.jobs")}  # fmt: skip
+    return {
+        (kwargs["job"], kwargs["point_ms"])
+        for _, (_, kwargs, _) in _messages(client, "platform.jobs")
+    }
 
 
 def _queued_task_points(client: redis.Redis) -> set[tuple[str, int]]:
@@ -94,8 +98,11 @@ class _PausedBeat:
         wait_until(self.pause.exists, timeout=90, message="beat paused in its first publish")
         process.signal(signal.SIGTERM)
         # The fixed beat says it defers the stop; an unfixed one just exits.
-        wait_until(lambda: not process.running or DEFERRED in process.log(), timeout=30,
-                   message="beat deferring its stop, or exiting")  # fmt: skip
+        wait_until(
+            lambda: not process.running or DEFERRED in process.log(),
+            timeout=30,
+            message="beat deferring its stop, or exiting",
+        )
         if second:
             process.signal(signal.SIGTERM)
 
@@ -109,10 +116,19 @@ def _jobs_beat(tmp_path: Path, redis_url: str, extra: dict[str, str]) -> _Paused
     jobs_root.mkdir()
     for i in range(6):
         (jobs_root / f"quick_{i}.py").write_text(QUICK)
-    env = platform_env(redis_url=redis_url, database_url=None,
-                       extra={"PLATFORM_JOBS_DIR": str(jobs_root), **extra})  # fmt: skip
-    argv = [CELERY, "-A", JOBS_APP, "beat", "--loglevel", "INFO",
-            "-s", str(tmp_path / "beat-schedule")]  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url, database_url=None, extra={"PLATFORM_JOBS_DIR": str(jobs_root), **extra}
+    )
+    argv = [
+        CELERY,
+        "-A",
+        JOBS_APP,
+        "beat",
+        "--loglevel",
+        "INFO",
+        "-s",
+        str(tmp_path / "beat-schedule"),
+    ]
     return _PausedBeat(argv, env, tmp_path)
 
 
@@ -198,8 +214,9 @@ def test_django_scheduler_sigterm_while_a_tick_sends_lets_it_finish(
 def test_django_scheduler_stop_timeout_logs_and_releases_each_unsent_point(
     tmp_path: Path, redis_url: str, redis_client: redis.Redis, postgres_server: PostgresServer
 ) -> None:
-    beat = _django_beat(tmp_path, redis_url, postgres_server,
-                        {"PLATFORM_BEAT_STOP_TIMEOUT_SECONDS": "1"})  # fmt: skip
+    beat = _django_beat(
+        tmp_path, redis_url, postgres_server, {"PLATFORM_BEAT_STOP_TIMEOUT_SECONDS": "1"}
+    )
     namespace = django_beat_namespace(app_name="paused_django_beat_app", profile="test")
     leases = JobLeases(redis_client, namespace=namespace, prefix="")
     with celery_processes() as started:

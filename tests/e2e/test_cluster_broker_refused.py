@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from platform_tasks.harness import RedisClusterServers
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CELERY, platform_env
+from tests.support.servers import RedisClusterServers
 
 APP = "tests.apps.basic_app"
 
@@ -32,13 +32,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterSe
 def test_worker_with_a_cluster_node_as_broker_refuses_to_start(
     cluster: RedisClusterServers, redis_url: str, database_url: str, tmp_path: Path
 ) -> None:
-    env = platform_env(redis_url=redis_url, database_url=database_url,
-                       extra={"PLATFORM_BROKER_URL": cluster.url})  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url, database_url=database_url, extra={"PLATFORM_BROKER_URL": cluster.url}
+    )
     log_path = tmp_path / "worker.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen([CELERY, "-A", APP, "worker", "--loglevel", "INFO"],
-                                   cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        process = subprocess.Popen(
+            [CELERY, "-A", APP, "worker", "--loglevel", "INFO"],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         started = time.monotonic()
         try:
             code = process.wait(timeout=10)

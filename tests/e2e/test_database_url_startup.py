@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 import psycopg2
 import pytest
 
-from platform_tasks.harness import PostgresServer, free_port
-from platform_tasks.migrations import load_migrations, migrate
+from platform_tasks.postgres.migrations import load_migrations, migrate
+from platform_tasks.testing.servers import PostgresServer, free_port
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -26,10 +26,19 @@ PASSWORD = "Sup3r-s3cret-pw"
 
 def _start_worker(redis_url: str, database_url: str) -> subprocess.CompletedProcess[str]:
     env = platform_env(redis_url=redis_url, database_url=database_url)
-    argv = [CELERY, "-A", "tests.apps.consumer_app", "worker", "-P", "solo",
-            "--without-mingle", "--without-gossip", "--loglevel", "INFO"]  # fmt: skip
-    return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    argv = [
+        CELERY,
+        "-A",
+        "tests.apps.consumer_app",
+        "worker",
+        "-P",
+        "solo",
+        "--without-mingle",
+        "--without-gossip",
+        "--loglevel",
+        "INFO",
+    ]
+    return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
 def _urls(postgres: PostgresServer) -> dict[str, str]:
@@ -78,8 +87,9 @@ def scratch_database(postgres_server: PostgresServer) -> Iterator[str]:
         yield postgres_server.url.rsplit("/", 1)[0] + f"/{name}"
     finally:
         with admin.cursor() as cur:
-            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE datname = %s", (name,))  # fmt: skip
+            cur.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
+            )
             cur.execute(f"DROP DATABASE IF EXISTS {name}")
         admin.close()
 
@@ -118,8 +128,18 @@ def test_worker_refuses_a_schema_missing_the_newest_migration(
 
 def _start_worker_until_ready(redis_url: str, database_url: str, tmp_path: Path) -> str:
     env = platform_env(redis_url=redis_url, database_url=database_url)
-    argv = [CELERY, "-A", "tests.apps.consumer_app", "worker", "-P", "solo",
-            "--without-mingle", "--without-gossip", "--loglevel", "INFO"]  # fmt: skip
+    argv = [
+        CELERY,
+        "-A",
+        "tests.apps.consumer_app",
+        "worker",
+        "-P",
+        "solo",
+        "--without-mingle",
+        "--without-gossip",
+        "--loglevel",
+        "INFO",
+    ]
     with celery_processes() as started:
         proc = CeleryProcess(argv, env=env, cwd=REPO_ROOT, log_path=tmp_path / "w.log").start()
         started.append(proc)

@@ -19,9 +19,9 @@ import psycopg2
 import pytest
 import redis
 
-from platform_tasks.dead_letters import get_dead_letter, insert_dead_letter
+from platform_tasks.dead_letters.store import get_dead_letter, insert_dead_letter
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -98,12 +98,19 @@ class Env:
                     payload = envelope()
                     ids.append(
                         insert_dead_letter(
-                            cur, job_id=uuid.UUID(payload["job_id"]), queue=queue,
-                            kind=payload["kind"], tenant_id="t1", payload=payload, attempts=5,
-                            last_error="boom", error_type="RuntimeError",
-                            reason="retries_exhausted", correlation_id=payload["correlation_id"],
+                            cur,
+                            job_id=uuid.UUID(payload["job_id"]),
+                            queue=queue,
+                            kind=payload["kind"],
+                            tenant_id="t1",
+                            payload=payload,
+                            attempts=5,
+                            last_error="boom",
+                            error_type="RuntimeError",
+                            reason="retries_exhausted",
+                            correlation_id=payload["correlation_id"],
                         )
-                    )  # fmt: skip
+                    )
                 return ids
         finally:
             conn.close()
@@ -287,8 +294,11 @@ def test_replayed_job_is_consumed_by_a_real_worker(
             log_path=tmp_path / "worker.log",
         ).start()
         started.append(worker)
-        wait_until(lambda: redis_client.llen("test:recorded") >= 1, timeout=60,
-                   message="the replayed job to run")  # fmt: skip
+        wait_until(
+            lambda: redis_client.llen("test:recorded") >= 1,
+            timeout=60,
+            message="the replayed job to run",
+        )
     recorded = [json.loads(item) for item in redis_client.lrange("test:recorded", 0, -1)]
     assert recorded == [payload]
 
@@ -323,8 +333,10 @@ def test_concurrent_replays_publish_each_row_once(
     try:
         with gate.cursor() as cur:
             cur.execute("LOCK TABLE core.dead_letters IN EXCLUSIVE MODE")
-            procs = [cli.popen("replay", "--all", "--batch-size", "10", "--app", APP, "--json")
-                     for _ in range(2)]  # fmt: skip
+            procs = [
+                cli.popen("replay", "--all", "--batch-size", "10", "--app", APP, "--json")
+                for _ in range(2)
+            ]
 
             def both_waiting() -> bool:
                 cur.execute(
@@ -354,27 +366,48 @@ def test_concurrent_replays_publish_each_row_once(
 @pytest.mark.parametrize(
     ("command", "url", "code", "says"),
     [
-        (("dead-letters", "list"), "postgresql://ops:{pw}@127.0.0.1:{free}/platform", 1,
-         "cannot connect to PLATFORM_DATABASE_URL (postgresql://ops:***@127.0.0.1"),
-        (("dead-letters", "show", "1"), "postgresql://ops:{pw}@127.0.0.1:5x/platform", 2,
-         "PLATFORM_DATABASE_URL: Value error, postgresql://ops:***@127.0.0.1:5x"),
-        (("dead-letters", "list"), "postgresql://ops:{pw}@[::1/platform", 2,
-         "ops:***@[::1/platform"),
-        (("migrate",), "postgresql://ops:{pw}@127.0.0.1:{free}/platform", 1,
-         "PLATFORM_DATABASE_URL"),
-        (("maintenance", "purge-processed-jobs"), "postgresql://ops:{pw}@127.0.0.1:{free}/p", 1,
-         "Connection refused"),
+        (
+            ("dead-letters", "list"),
+            "postgresql://ops:{pw}@127.0.0.1:{free}/platform",
+            1,
+            "cannot connect to PLATFORM_DATABASE_URL (postgresql://ops:***@127.0.0.1",
+        ),
+        (
+            ("dead-letters", "show", "1"),
+            "postgresql://ops:{pw}@127.0.0.1:5x/platform",
+            2,
+            "PLATFORM_DATABASE_URL: Value error, postgresql://ops:***@127.0.0.1:5x",
+        ),
+        (
+            ("dead-letters", "list"),
+            "postgresql://ops:{pw}@[::1/platform",
+            2,
+            "ops:***@[::1/platform",
+        ),
+        (
+            ("migrate",),
+            "postgresql://ops:{pw}@127.0.0.1:{free}/platform",
+            1,
+            "PLATFORM_DATABASE_URL",
+        ),
+        (
+            ("maintenance", "purge-processed-jobs"),
+            "postgresql://ops:{pw}@127.0.0.1:{free}/p",
+            1,
+            "Connection refused",
+        ),
     ],
-)  # fmt: skip
+)
 def test_database_errors_never_print_the_password(
     redis_url: str, command: tuple[str, ...], url: str, code: int, says: str
 ) -> None:
-    from platform_tasks.harness import free_port
+    from platform_tasks.testing.servers import free_port
 
     password = "Op5-pa55word"
     env = platform_env(redis_url=redis_url, database_url=url.format(pw=password, free=free_port()))
-    result = subprocess.run([CLI, *command], cwd=REPO_ROOT, env=env, capture_output=True,
-                            text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [CLI, *command], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     output = result.stdout + result.stderr
     assert result.returncode == code, output
     assert says in output
@@ -382,8 +415,14 @@ def test_database_errors_never_print_the_password(
 
 
 def _run_in(cli: Env, cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CLI, "dead-letters", *args], cwd=cwd, env={**cli.env, **env},
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [CLI, "dead-letters", *args],
+        cwd=cwd,
+        env={**cli.env, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _reference_publish(cli: Env, queue: str, payload: dict[str, Any]) -> None:
@@ -396,8 +435,13 @@ def _reference_publish(cli: Env, queue: str, payload: dict[str, Any]) -> None:
         "port.publish(sys.argv[1], json.loads(sys.argv[2]))\n"
         "port.close()\n"
     )
-    subprocess.run([sys.executable, "-c", code, queue, json.dumps(payload)], cwd=REPO_ROOT,
-                   env=cli.env, check=True, timeout=60)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-c", code, queue, json.dumps(payload)],
+        cwd=REPO_ROOT,
+        env=cli.env,
+        check=True,
+        timeout=60,
+    )
 
 
 def _comparable(raw: bytes) -> dict[str, Any]:
@@ -444,8 +488,11 @@ def test_replay_needs_no_application_and_sends_what_the_app_would(
             log_path=tmp_path / "worker.log",
         ).start()
         started.append(worker)
-        wait_until(lambda: redis_client.llen("test:recorded") >= 1, timeout=60,
-                   message="the replayed job to run")  # fmt: skip
+        wait_until(
+            lambda: redis_client.llen("test:recorded") >= 1,
+            timeout=60,
+            message="the replayed job to run",
+        )
     recorded = [json.loads(item) for item in redis_client.lrange("test:recorded", 0, -1)]
     assert recorded == [payload]
 
@@ -454,7 +501,7 @@ def test_replay_exit_codes_outside_the_application_folder(
     cli: Env, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     """Unknown ids exit 1 before any application is imported or the broker is reached."""
-    from platform_tasks.harness import free_port
+    from platform_tasks.testing.servers import free_port
 
     marker = tmp_path / "imported"
     (tmp_path / "marker_app.py").write_text(
@@ -464,8 +511,7 @@ def test_replay_exit_codes_outside_the_application_folder(
     unknown = _run_in(cli, tmp_path, "replay", "987654321", **no_broker)
     assert unknown.returncode == 1, unknown.stderr
     assert "skipped 987654321: not found" in unknown.stderr
-    with_app = _run_in(cli, tmp_path, "replay", "987654321", "--app", "marker_app:app",
-                       **no_broker)  # fmt: skip
+    with_app = _run_in(cli, tmp_path, "replay", "987654321", "--app", "marker_app:app", **no_broker)
     assert with_app.returncode == 1, with_app.stderr
     assert not marker.exists(), "the application was imported for a replay of nothing"
 

@@ -28,9 +28,12 @@ def cli(redis_url: str, database_url: str) -> Env:
 
 def run_bytes(cli: Env, *args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [CLI, "dead-letters", *args], cwd=REPO_ROOT, env=cli.env, capture_output=True,
+        [CLI, "dead-letters", *args],
+        cwd=REPO_ROOT,
+        env=cli.env,
+        capture_output=True,
         timeout=60,
-    )  # fmt: skip
+    )
 
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

@@ -33,9 +33,15 @@ _MAX_RSS_OF_CHILD = (
 
 def _peak_rss_kib(cli: Env, *args: str, code: int = 0) -> int:
     """Peak resident memory (KiB) of one CLI run, measured by a parent that runs only it."""
-    out = subprocess.run([sys.executable, "-c", _MAX_RSS_OF_CHILD, CLI, "dead-letters", *args],
-                         cwd=REPO_ROOT, env=cli.env, capture_output=True, text=True,
-                         timeout=300, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _MAX_RSS_OF_CHILD, CLI, "dead-letters", *args],
+        cwd=REPO_ROOT,
+        env=cli.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     returncode, peak = out.stdout.split()
     assert int(returncode) == code, out.stderr
     return int(peak)
@@ -66,12 +72,15 @@ def test_list_and_dry_run_do_not_hold_every_payload_in_memory(cli: Env) -> None:
 
     one_row = _peak_rss_kib(cli, "list", "--limit", "1")
     every_row = _peak_rss_kib(cli, "list", "--limit", str(rows))
-    print(f"list peak RSS: 1 row {one_row} KiB, {rows} rows {every_row} KiB "
-          f"(payloads {loaded_mib} MiB)")  # fmt: skip
+    print(
+        f"list peak RSS: 1 row {one_row} KiB, {rows} rows {every_row} KiB "
+        f"(payloads {loaded_mib} MiB)"
+    )
     assert every_row - one_row < bound_kib
 
-    dry_one = _peak_rss_kib(cli, "replay", "--queue", "default", "--since", "2999-01-01",
-                            "--dry-run", "--json", code=1)  # fmt: skip
+    dry_one = _peak_rss_kib(
+        cli, "replay", "--queue", "default", "--since", "2999-01-01", "--dry-run", "--json", code=1
+    )
     dry_all = _peak_rss_kib(cli, "replay", "--all", "--dry-run", "--json")
     print(f"dry-run peak RSS: no row {dry_one} KiB, {rows} rows {dry_all} KiB")
     assert dry_all - dry_one < bound_kib

@@ -11,10 +11,10 @@ from pathlib import Path
 import redis
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.delay_store import DelayStore
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import delay_keys
+from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
 
@@ -28,23 +28,35 @@ def test_publish_and_schedule_reach_a_real_worker(redis_url: str, tmp_path: Path
     app = create_app("e2e_publisher", settings=settings)
     port = QueuePort(app)
     client = redis.Redis.from_url(redis_url)
-    env = platform_env(redis_url=redis_url, database_url=None,
-                       extra={"PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1"})  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=None,
+        extra={"PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1"},
+    )
     with celery_processes() as started:
         worker = CeleryProcess(
             worker_argv("tests.apps.basic_app", concurrency=1),
-            env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log",
-        ).start()  # fmt: skip
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+        ).start()
         started.append(worker)
         worker.wait_for_log("ready.")
         now_id = port.publish("default", {"tenant_id": "t", "kind": "tests.record", "data": {}})
         run_at = datetime.now(UTC) + timedelta(seconds=2)
-        later_id = port.schedule("default", {"tenant_id": "t", "kind": "tests.record",
-                                             "data": {"n": 1}}, run_at)  # fmt: skip
-        wait_until(lambda: str(now_id) in _recorded_ids(client), timeout=30,
-                   message="published job recorded")  # fmt: skip
-        wait_until(lambda: str(later_id) in _recorded_ids(client), timeout=30,
-                   message="delayed job recorded")  # fmt: skip
+        later_id = port.schedule(
+            "default", {"tenant_id": "t", "kind": "tests.record", "data": {"n": 1}}, run_at
+        )
+        wait_until(
+            lambda: str(now_id) in _recorded_ids(client),
+            timeout=30,
+            message="published job recorded",
+        )
+        wait_until(
+            lambda: str(later_id) in _recorded_ids(client),
+            timeout=30,
+            message="delayed job recorded",
+        )
         # Judged by when the handler ran (Redis TIME, this machine's clock), not by when
         # the test looked, so a slow worker cannot make the check pass or fail by accident.
         ran_at = {
@@ -64,9 +76,11 @@ def test_ten_thousand_due_at_once_two_promoters_one_killed(server_factory, tmp_p
     port = QueuePort(app)
     client = redis.Redis.from_url(server.url)
     store = DelayStore(client, delay_keys("test"))
-    env = platform_env(redis_url=server.url, database_url=None,
-                       extra={"PLATFORM_DELAY_BATCH_SIZE": "20",
-                              "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.05"})  # fmt: skip
+    env = platform_env(
+        redis_url=server.url,
+        database_url=None,
+        extra={"PLATFORM_DELAY_BATCH_SIZE": "20", "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.05"},
+    )
     argv = [sys.executable, "-m", "tests.support.promoter_main"]
     with celery_processes() as started:
         # Both promoters are polling before anything is stored, so how long their start-up
@@ -85,7 +99,7 @@ def test_ten_thousand_due_at_once_two_promoters_one_killed(server_factory, tmp_p
         items = [
             ({"tenant_id": "t", "kind": "tests.record", "data": {"n": n}}, later)
             for n in range(10_000)
-        ]  # fmt: skip
+        ]
         job_ids = [str(job_id) for job_id in port.schedule_many("bulk", items)]
         assert store.pending() == 10_000
         assert client.llen("bulk") == 0, "nothing is due yet"
@@ -95,8 +109,9 @@ def test_ten_thousand_due_at_once_two_promoters_one_killed(server_factory, tmp_p
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         retimed = {entry: now_ms + n % 1000 for n, entry in enumerate(entry_ids)}
         assert client.zadd(schedule_key, retimed, xx=True, ch=True) == 10_000
-        wait_until(lambda: client.llen("bulk") > 0, timeout=30, interval=0.001,
-                   message="promotion started")  # fmt: skip
+        wait_until(
+            lambda: client.llen("bulk") > 0, timeout=30, interval=0.001, message="promotion started"
+        )
         first.signal(signal.SIGKILL)
         pending_at_kill = store.pending()
         wait_until(lambda: store.pending() == 0, timeout=60, message="all entries promoted")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 
 
@@ -67,15 +67,32 @@ def test_dev_runs_everything_and_stops_everything(tmp_path: Path) -> None:
     cli = Path(sys.executable).with_name("platform-tasks")
     os.chmod(tmp_path, 0o755)
     proc = subprocess.Popen(
-        [str(cli), "dev", "--data-dir", str(tmp_path / "data"), "--flower-port", "0",
-         "--jobs-dir", str(jobs_dir), "--samples", "2"],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            str(cli),
+            "dev",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--flower-port",
+            "0",
+            "--jobs-dir",
+            str(jobs_dir),
+            "--samples",
+            "2",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     out = Output(proc.stdout)
     seen: set[int] = set()
     try:
-        wait_until(lambda: "Ready" in out.text() or proc.poll() is not None, timeout=120,
-                   message="dev platform ready")  # fmt: skip
+        wait_until(
+            lambda: "Ready" in out.text() or proc.poll() is not None,
+            timeout=120,
+            message="dev platform ready",
+        )
         assert proc.poll() is None, out.text()
         flower = re.search(r"Flower\s+(http://\S+)", out.text())
         assert flower, out.text()
@@ -85,29 +102,41 @@ def test_dev_runs_everything_and_stops_everything(tmp_path: Path) -> None:
         assert samples, out.text()
         worker_log = tmp_path / "data" / "logs" / "worker.log"
         for job_id in samples.groups():
-            wait_until(lambda job_id=job_id: f"[{job_id}] succeeded" in worker_log.read_text(),
-                       timeout=60, message=f"sample {job_id} processed")  # fmt: skip
+            wait_until(
+                lambda job_id=job_id: f"[{job_id}] succeeded" in worker_log.read_text(),
+                timeout=60,
+                message=f"sample {job_id} processed",
+            )
         seen |= _descendants(proc.pid)
         assert len(seen) >= 6, "redis, postgres, worker (+pool), two beats, flower"
 
         before = _descendants(proc.pid)
         # a new user adds a job while the platform runs, as in the README
         (jobs_dir / "hello.py").write_text(HELLO_JOB)
-        wait_until(lambda: "Restarted   generation 2" in out.text(), timeout=60,
-                   message="cold restart after a change")  # fmt: skip
+        wait_until(
+            lambda: "Restarted   generation 2" in out.text(),
+            timeout=60,
+            message="cold restart after a change",
+        )
         after = _descendants(proc.pid)
         seen |= after
         replaced = before - after
         assert replaced, "worker and beat processes were replaced, not reused"
         # the restarted beat admits its points and the worker (no -Q) runs the handler
-        wait_until(lambda: "hello from the dev platform" in worker_log.read_text(), timeout=90,
-                   message="the added job's handler log line in worker.log")  # fmt: skip
+        wait_until(
+            lambda: "hello from the dev platform" in worker_log.read_text(),
+            timeout=90,
+            message="the added job's handler log line in worker.log",
+        )
         seen |= _descendants(proc.pid)
 
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 0, out.text()
-        wait_until(lambda: not any(_alive(pid) for pid in seen), timeout=30,
-                   message="every started process gone")  # fmt: skip
+        wait_until(
+            lambda: not any(_alive(pid) for pid in seen),
+            timeout=30,
+            message="every started process gone",
+        )
         assert "Stopped" in out.text()
     finally:
         if proc.poll() is None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 
-from platform_tasks.harness import PostgresServer, wait_until
+from platform_tasks.testing.servers import PostgresServer, wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.django_beat import django_beat_database, periodic_task
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env
@@ -51,30 +51,44 @@ def test_interval_task_runs_every_second_with_a_plain_worker_and_three_replicas(
 
     env = platform_env(redis_url=redis_url, database_url=database_url)
     with celery_processes() as started:
-        worker = CeleryProcess([CELERY, "-A", APP, "worker", "--loglevel", "INFO"], env=env,
-                               cwd=REPO_ROOT, log_path=tmp_path / "worker.log").start()  # fmt: skip
+        worker = CeleryProcess(
+            [CELERY, "-A", APP, "worker", "--loglevel", "INFO"],
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+        ).start()
         started.append(worker)
         worker.wait_for_log("ready.", timeout=90)
         beats = [
-            CeleryProcess([CELERY, "-A", APP, "beat", "-S", SCHEDULER, "--loglevel", "INFO"],
-                          env=env, cwd=REPO_ROOT, log_path=tmp_path / f"beat{i}.log").start()
+            CeleryProcess(
+                [CELERY, "-A", APP, "beat", "-S", SCHEDULER, "--loglevel", "INFO"],
+                env=env,
+                cwd=REPO_ROOT,
+                log_path=tmp_path / f"beat{i}.log",
+            ).start()
             for i in range(3)
-        ]  # fmt: skip
+        ]
         started.extend(beats)
         for beat in beats:
             beat.wait_for_log("lease database scheduler ready", timeout=90)
 
         created_ms = _redis_ms(redis_client)
         every_second = IntervalSchedule.objects.create(every=1, period="seconds")
-        task = periodic_task("every-second", task=RECORD, interval=every_second,
-                             args='["every-second"]')  # fmt: skip
+        task = periodic_task(
+            "every-second", task=RECORD, interval=every_second, args='["every-second"]'
+        )
         try:
-            wait_until(lambda: _points(redis_client, "every-second"), timeout=60,
-                       message="the first run")  # fmt: skip
+            wait_until(
+                lambda: _points(redis_client, "every-second"), timeout=60, message="the first run"
+            )
             first = min(_points(redis_client, "every-second"))
             end = first + WINDOW_MS
-            wait_until(lambda: _redis_ms(redis_client) > end + 3_000, timeout=60,
-                       interval=0.2, message="the observed window")  # fmt: skip
+            wait_until(
+                lambda: _redis_ms(redis_client) > end + 3_000,
+                timeout=60,
+                interval=0.2,
+                message="the observed window",
+            )
         except (TimeoutError, AssertionError) as exc:
             logs = "\n".join(b.log()[-2000:] for b in beats)
             raise AssertionError(f"{exc}\n{worker.log()[-3000:]}\n{logs}") from exc

@@ -16,7 +16,7 @@ import redis
 from celery import Celery
 
 from platform_tasks.contrib.beat_leases import LEASE_HEADER, LeaseGrant
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env
 
@@ -28,8 +28,13 @@ NAMESPACE = "platform:django_beat_app:test:django-celery-beat"
 
 def _trigger(sender: Celery, point_ms: int, label: str) -> None:
     grant = LeaseGrant(NAMESPACE, "", "periodic-task-7", f"beat:{point_ms}", 60_000, point_ms)
-    sender.send_task(RECORD, args=[label], task_id=f"trigger-{point_ms}", queue="default",
-                     headers={LEASE_HEADER: grant.to_header()})  # fmt: skip
+    sender.send_task(
+        RECORD,
+        args=[label],
+        task_id=f"trigger-{point_ms}",
+        queue="default",
+        headers={LEASE_HEADER: grant.to_header()},
+    )
 
 
 def _labels(client: redis.Redis) -> list[str]:
@@ -42,18 +47,24 @@ def test_a_redelivered_trigger_of_a_point_that_ran_does_not_run_again(
     env = platform_env(redis_url=redis_url, database_url=database_url)
     sender = Celery("sender", broker=redis_url)
     with celery_processes() as started:
-        worker = CeleryProcess([CELERY, "-A", APP, "worker", "--loglevel", "INFO"], env=env,
-                               cwd=REPO_ROOT, log_path=tmp_path / "worker.log").start()  # fmt: skip
+        worker = CeleryProcess(
+            [CELERY, "-A", APP, "worker", "--loglevel", "INFO"],
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+        ).start()
         started.append(worker)
         worker.wait_for_log("ready.", timeout=90)
         try:
             _trigger(sender, 1_000, "first")
-            wait_until(lambda: _labels(redis_client) == ["first"], timeout=60,
-                       message="the first run")  # fmt: skip
+            wait_until(
+                lambda: _labels(redis_client) == ["first"], timeout=60, message="the first run"
+            )
             _trigger(sender, 1_000, "first")  # the same message again
             _trigger(sender, 2_000, "next")  # the next point: the duplicate was taken before
-            wait_until(lambda: "next" in _labels(redis_client), timeout=60,
-                       message="the next point's run")  # fmt: skip
+            wait_until(
+                lambda: "next" in _labels(redis_client), timeout=60, message="the next point's run"
+            )
         except TimeoutError as exc:
             raise AssertionError(f"{exc}\n{worker.log()[-3000:]}") from exc
         worker.stop(timeout=30)

@@ -21,7 +21,7 @@ from typing import Any
 
 import redis
 
-from platform_tasks.harness import PostgresServer, wait_until
+from platform_tasks.testing.servers import PostgresServer, wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.django_beat import django_beat_database, periodic_task
 from tests.support.processes import (
@@ -67,22 +67,31 @@ def test_three_replicas_edits_one_off_and_overlap(
     once = periodic_task("once", task=RECORD, interval=second, one_off=True, args='["once"]')
     slow = periodic_task("slow", task=RECORD, interval=second, args='["slow", 2.5]')
     edited = periodic_task("edited-crontab", task=RECORD, crontab=new_year, args='["edited"]')
-    enabled = periodic_task("enabled-later", task=RECORD, crontab=new_year, enabled=False,
-                            args='["enabled"]')  # fmt: skip
+    enabled = periodic_task(
+        "enabled-later", task=RECORD, crontab=new_year, enabled=False, args='["enabled"]'
+    )
     # The stock DatabaseScheduler runs a crontab whose last_run_at is long past at once.
     PeriodicTask.objects.filter(pk__in=[edited.pk, enabled.pk]).update(last_run_at=LONG_AGO)
 
     env = platform_env(redis_url=redis_url, database_url=database_url)
     with celery_processes() as started:
-        worker = CeleryProcess(worker_argv(APP, concurrency=4), env=env, cwd=REPO_ROOT,
-                               log_path=tmp_path / "worker.log").start()  # fmt: skip
+        worker = CeleryProcess(
+            worker_argv(APP, concurrency=4),
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+        ).start()
         started.append(worker)
         worker.wait_for_log("ready.", timeout=90)
         beats = [
-            CeleryProcess([CELERY, "-A", APP, "beat", "-S", SCHEDULER, "--loglevel", "INFO"],
-                          env=env, cwd=REPO_ROOT, log_path=tmp_path / f"beat{i}.log").start()
+            CeleryProcess(
+                [CELERY, "-A", APP, "beat", "-S", SCHEDULER, "--loglevel", "INFO"],
+                env=env,
+                cwd=REPO_ROOT,
+                log_path=tmp_path / f"beat{i}.log",
+            ).start()
             for i in range(3)
-        ]  # fmt: skip
+        ]
         started.extend(beats)
         for beat in beats:
             beat.wait_for_log("lease database scheduler ready", timeout=90)
@@ -107,10 +116,17 @@ def test_three_replicas_edits_one_off_and_overlap(
             edit_ms = int(time.time() * 1000)
             # the reload happens within beat's 5 s loop; then at least 3 even-second runs
             wait_until(
-                lambda: sum(1 for r in _of(_runs(redis_client), "ticking")
-                            if r["point_ms"] > edit_ms + 6000) >= 3,
-                timeout=60, message="ticking runs after the edit",
-            )  # fmt: skip
+                lambda: (
+                    sum(
+                        1
+                        for r in _of(_runs(redis_client), "ticking")
+                        if r["point_ms"] > edit_ms + 6000
+                    )
+                    >= 3
+                ),
+                timeout=60,
+                message="ticking runs after the edit",
+            )
         except (TimeoutError, AssertionError) as exc:
             logs = "\n".join(b.log()[-2000:] for b in beats)
             raise AssertionError(f"{exc}\n{worker.log()[-3000:]}\n{logs}") from exc
@@ -127,8 +143,11 @@ def test_three_replicas_edits_one_off_and_overlap(
             beat.stop(timeout=30)
         ticking_rows = PeriodicTask.objects.get(pk=ticking.pk)
         # every trigger sent before beat stopped runs or expires: wait for the worker
-        wait_until(lambda: count("ticking") >= ticking_rows.total_run_count, timeout=60,
-                   message="the worker ran every admitted ticking point")  # fmt: skip
+        wait_until(
+            lambda: count("ticking") >= ticking_rows.total_run_count,
+            timeout=60,
+            message="the worker ran every admitted ticking point",
+        )
         worker.stop(timeout=30)
         beat_logs = [b.log() for b in beats]
 
@@ -151,8 +170,9 @@ def test_three_replicas_edits_one_off_and_overlap(
     assert len(_of(runs, "once")) == 1
     assert (once_row.enabled, once_row.total_run_count) == (False, 1)
     # the slow task held its lease while it ran: its runs never overlap
-    slow_runs = sorted((r for r in _of(runs, "slow") if not r.get("expired")),
-                       key=lambda r: r["start"])  # fmt: skip
+    slow_runs = sorted(
+        (r for r in _of(runs, "slow") if not r.get("expired")), key=lambda r: r["start"]
+    )
     assert len(slow_runs) >= 2
     for before, after in itertools.pairwise(slow_runs):
         assert after["start"] >= before["end"] - 0.05, (before, after)

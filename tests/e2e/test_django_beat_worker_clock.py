@@ -24,8 +24,8 @@ import redis
 from celery import Celery
 
 from platform_tasks.contrib.beat_leases import LEASE_HEADER, LeaseGrant
-from platform_tasks.harness import PostgresServer, wait_until
 from platform_tasks.jobs.points import from_ms
+from platform_tasks.testing.servers import PostgresServer, wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.django_beat import django_beat_database, periodic_task
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env
@@ -57,8 +57,12 @@ def _header(namespace: str, label: str, point_ms: int, period_end_ms: int) -> di
 
 
 def _worker(env: dict[str, str], tmp_path: Path, name: str) -> CeleryProcess:
-    return CeleryProcess([CELERY, "-A", APP, "worker", "--loglevel", "INFO"], env=env,
-                         cwd=REPO_ROOT, log_path=tmp_path / f"{name}.log")  # fmt: skip
+    return CeleryProcess(
+        [CELERY, "-A", APP, "worker", "--loglevel", "INFO"],
+        env=env,
+        cwd=REPO_ROOT,
+        log_path=tmp_path / f"{name}.log",
+    )
 
 
 def test_a_worker_ahead_of_redis_runs_the_triggers_of_a_real_beat(
@@ -82,8 +86,11 @@ def test_a_worker_ahead_of_redis_runs_the_triggers_of_a_real_beat(
         ).start()
         started.append(beat)
         try:
-            wait_until(lambda: sum(1 for r in _runs(redis_client) if not r.get("expired")) >= 3,
-                       timeout=60, message="three runs on the skewed worker")  # fmt: skip
+            wait_until(
+                lambda: sum(1 for r in _runs(redis_client) if not r.get("expired")) >= 3,
+                timeout=60,
+                message="three runs on the skewed worker",
+            )
         except TimeoutError as exc:
             raise AssertionError(f"{exc}\n{worker.log()[-3000:]}\n{beat.log()[-2000:]}") from exc
         PeriodicTask.objects.filter(pk=task.pk).update(enabled=False)
@@ -104,16 +111,27 @@ def test_a_worker_behind_redis_discards_a_trigger_whose_period_ended(
         now = _redis_ms(redis_client)
         point, end = now - 30_000, now - 20_000
         header = _header(namespace, "late", point, end)
-        sender.send_task(RECORD, args=["late"], queue="default", expires=from_ms(end),
-                         headers={LEASE_HEADER: header})  # fmt: skip
+        sender.send_task(
+            RECORD,
+            args=["late"],
+            queue="default",
+            expires=from_ms(end),
+            headers={LEASE_HEADER: header},
+        )
         # a barrier: a trigger of a later point whose period has not ended runs
         point, end = now, now + 600_000
         header = _header(namespace, "fresh", point, end)
-        sender.send_task(RECORD, args=["fresh"], queue="default", expires=from_ms(end),
-                         headers={LEASE_HEADER: header})  # fmt: skip
+        sender.send_task(
+            RECORD,
+            args=["fresh"],
+            queue="default",
+            expires=from_ms(end),
+            headers={LEASE_HEADER: header},
+        )
         try:
-            wait_until(lambda: len(_runs(redis_client)) >= 2, timeout=60,
-                       message="both triggers judged")  # fmt: skip
+            wait_until(
+                lambda: len(_runs(redis_client)) >= 2, timeout=60, message="both triggers judged"
+            )
         except TimeoutError as exc:
             raise AssertionError(f"{exc}\n{worker.log()[-3000:]}") from exc
         worker.stop(timeout=30)

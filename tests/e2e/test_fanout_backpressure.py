@@ -17,7 +17,7 @@ import redis
 
 from platform_tasks import QueuePort
 from platform_tasks.fanout import FANOUT_QUEUE, fan_out
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.apps.fanout_app import KIND, WORK_QUEUE
 from tests.conftest import REPO_ROOT
 from tests.support.fanout import (
@@ -62,10 +62,12 @@ class DepthSampler:
         self.client.close()
 
 
-def _worker(env: dict[str, str], tmp_path: Path, name: str, queues: str,
-            concurrency: int) -> CeleryProcess:  # fmt: skip
-    argv = worker_argv("tests.apps.fanout_app", queues=queues, concurrency=concurrency,
-                       hostname=f"{name}@%h")  # fmt: skip
+def _worker(
+    env: dict[str, str], tmp_path: Path, name: str, queues: str, concurrency: int
+) -> CeleryProcess:
+    argv = worker_argv(
+        "tests.apps.fanout_app", queues=queues, concurrency=concurrency, hostname=f"{name}@%h"
+    )
     return CeleryProcess(argv, env=env, cwd=REPO_ROOT, log_path=tmp_path / f"{name}.log")
 
 
@@ -77,11 +79,15 @@ def test_a_fan_out_keeps_its_queue_under_the_bound_while_consumers_are_slow(
     tmp_path: Path,
 ) -> None:
     tenants = make_tenants(3000)
-    env = platform_env(redis_url=redis_url, database_url=database_url, extra={
-        "PLATFORM_FANOUT_BATCH_SIZE": str(BATCH),
-        "PLATFORM_FANOUT_MAX_QUEUE_DEPTH": str(BOUND),
-        "PLATFORM_JOBS_ENABLED": "false",
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=database_url,
+        extra={
+            "PLATFORM_FANOUT_BATCH_SIZE": str(BATCH),
+            "PLATFORM_FANOUT_MAX_QUEUE_DEPTH": str(BOUND),
+            "PLATFORM_JOBS_ENABLED": "false",
+        },
+    )
     client = redis.Redis.from_url(redis_url)
     with celery_processes() as started, DepthSampler(redis_url, WORK_QUEUE) as sampler:
         fanouts = _worker(env, tmp_path, "fanouts", FANOUT_QUEUE, 1).start()
@@ -89,17 +95,26 @@ def test_a_fan_out_keeps_its_queue_under_the_bound_while_consumers_are_slow(
         fanouts.wait_for_log("ready.")
         fan_out(ctx(), queue=WORK_QUEUE, kind=KIND, port=port)
         # no consumer: the fan-out fills the queue to the bound, marks it, and waits
-        wait_until(lambda: progress(database_url) in ((BOUND, False), (tenants, True)),
-                   timeout=90, message="the fan-out stopped at the bound")  # fmt: skip
+        wait_until(
+            lambda: progress(database_url) in ((BOUND, False), (tenants, True)),
+            timeout=90,
+            message="the fan-out stopped at the bound",
+        )
         assert progress(database_url) == (BOUND, False)
         assert client.llen(WORK_QUEUE) == BOUND
         # one slow consumer: the fan-out publishes a batch each time there is room for it
         consumer = _worker(env, tmp_path, "consumer", WORK_QUEUE, 1).start()
         started.append(consumer)
-        wait_until(lambda: progress(database_url) == (tenants, True), timeout=300,
-                   message="the fan-out finished")  # fmt: skip
-        wait_until(lambda: applied(database_url) >= tenants, timeout=300,
-                   message="every tenant job applied")  # fmt: skip
+        wait_until(
+            lambda: progress(database_url) == (tenants, True),
+            timeout=300,
+            message="the fan-out finished",
+        )
+        wait_until(
+            lambda: applied(database_url) >= tenants,
+            timeout=300,
+            message="every tenant job applied",
+        )
         wait_until(lambda: client.llen(WORK_QUEUE) == 0, timeout=60, message="queue drained")
     client.close()
     assert sampler.samples > 1000, sampler.samples

@@ -11,7 +11,7 @@ import redis
 
 from platform_tasks import QueuePort
 from platform_tasks.fanout import fan_out
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.apps.fanout_app import GATED_TENANTS_QUERY, KIND, WORK_QUEUE
 from tests.support.fanout import (
     applied,
@@ -39,34 +39,51 @@ def test_fan_out_killed_mid_publish_and_redelivered_applies_every_tenant_once(
     while ``fanout_hold`` has a row, so the kill lands mid-publish on purpose, not by luck."""
     tenants = make_tenants(1000)
     sql(database_url, "INSERT INTO public.fanout_hold VALUES ('hold the stream at t-0500')")
-    env = platform_env(redis_url=redis_url, database_url=database_url, extra={
-        "PLATFORM_TENANTS_QUERY": GATED_TENANTS_QUERY,
-        "PLATFORM_FANOUT_BATCH_SIZE": "50",
-        "PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "5",
-        "PLATFORM_JOBS_ENABLED": "false",
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=database_url,
+        extra={
+            "PLATFORM_TENANTS_QUERY": GATED_TENANTS_QUERY,
+            "PLATFORM_FANOUT_BATCH_SIZE": "50",
+            "PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "5",
+            "PLATFORM_JOBS_ENABLED": "false",
+        },
+    )
     with celery_processes() as started:
         first = fanout_worker(env, tmp_path / "w1.log", "w1").start()
         started.append(first)
         first.wait_for_log("ready.")
         fan_id = fan_out(ctx(), queue=WORK_QUEUE, kind=KIND, port=port)
-        wait_until(lambda: progress(database_url) == (500, False), timeout=60,
-                   message="the fan-out published 500 tenants and waits at t-0500")  # fmt: skip
+        wait_until(
+            lambda: progress(database_url) == (500, False),
+            timeout=60,
+            message="the fan-out published 500 tenants and waits at t-0500",
+        )
         first.kill_group()
         sql(database_url, "DELETE FROM public.fanout_hold")
         second = fanout_worker(env, tmp_path / "w2.log", "w2").start()
         started.append(second)
-        wait_until(lambda: progress(database_url) == (1000, True), timeout=90,
-                   message="the redelivered fan-out finished")  # fmt: skip
-        wait_until(lambda: applied(database_url) >= tenants, timeout=120,
-                   message="every tenant job applied")  # fmt: skip
+        wait_until(
+            lambda: progress(database_url) == (1000, True),
+            timeout=90,
+            message="the redelivered fan-out finished",
+        )
+        wait_until(
+            lambda: applied(database_url) >= tenants,
+            timeout=120,
+            message="every tenant job applied",
+        )
         second.wait_for_log("resuming after tenant 't-0499'")
         assert "published 500 tenant(s)" in second.log()
         # let redeliveries of jobs the killed worker held arrive and be skipped
-        wait_until(lambda: redis.Redis.from_url(redis_url).llen(WORK_QUEUE) == 0, timeout=60,
-                   message="work queue drained")  # fmt: skip
+        wait_until(
+            lambda: redis.Redis.from_url(redis_url).llen(WORK_QUEUE) == 0,
+            timeout=60,
+            message="work queue drained",
+        )
     assert_each_tenant_applied_once(database_url, tenants)
-    rows = sql(database_url, "SELECT count(*) FROM core.processed_jobs WHERE job_id = %s",
-               (str(fan_id),))  # fmt: skip
+    rows = sql(
+        database_url, "SELECT count(*) FROM core.processed_jobs WHERE job_id = %s", (str(fan_id),)
+    )
     assert rows == [(1,)]
     assert sql(database_url, "SELECT count(*) FROM core.dead_letters") == [(0,)]

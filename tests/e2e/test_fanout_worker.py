@@ -13,7 +13,7 @@ import redis
 
 from platform_tasks import QueuePort
 from platform_tasks.fanout import fan_out, fan_out_job_id
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.apps.fanout_app import GATED_TENANTS_QUERY, KIND, WORK_QUEUE
 from tests.conftest import REPO_ROOT
 from tests.support.fanout import (
@@ -41,8 +41,9 @@ def test_a_trigger_delivered_twice_fans_out_once(
     tmp_path: Path,
 ) -> None:
     tenants = make_tenants(200)
-    env = platform_env(redis_url=redis_url, database_url=database_url,
-                       extra={"PLATFORM_JOBS_ENABLED": "false"})  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url, database_url=database_url, extra={"PLATFORM_JOBS_ENABLED": "false"}
+    )
     with celery_processes() as started:
         worker = fanout_worker(env, tmp_path / "w.log", "w").start()
         started.append(worker)
@@ -51,13 +52,22 @@ def test_a_trigger_delivered_twice_fans_out_once(
         first = fan_out(ctx(), queue=WORK_QUEUE, kind=KIND, port=port)
         second = fan_out(ctx(), queue=WORK_QUEUE, kind=KIND, port=port)
         assert first == second == fan_out_job_id(JOB, POINT, KIND)
-        wait_until(lambda: applied(database_url) >= tenants, timeout=120,
-                   message="every tenant job applied")  # fmt: skip
+        wait_until(
+            lambda: applied(database_url) >= tenants,
+            timeout=120,
+            message="every tenant job applied",
+        )
         worker.wait_for_log(f"platform.fanout[{first}]", timeout=30)
-        wait_until(lambda: worker.log().count("duplicate delivery skipped") >= 1, timeout=60,
-                   message="the second fan-out delivery skipped as a duplicate")  # fmt: skip
-        wait_until(lambda: redis.Redis.from_url(redis_url).llen(WORK_QUEUE) == 0, timeout=60,
-                   message="work queue drained")  # fmt: skip
+        wait_until(
+            lambda: worker.log().count("duplicate delivery skipped") >= 1,
+            timeout=60,
+            message="the second fan-out delivery skipped as a duplicate",
+        )
+        wait_until(
+            lambda: redis.Redis.from_url(redis_url).llen(WORK_QUEUE) == 0,
+            timeout=60,
+            message="work queue drained",
+        )
     assert worker.log().count("published 200 tenant(s)") == 1
     assert progress(database_url) == (200, True)
     assert_each_tenant_applied_once(database_url, tenants)
@@ -74,34 +84,66 @@ def test_a_failing_fan_out_is_a_dead_letter_and_its_replay_resumes(
     ``fanout_fail`` has a row; the test app gives ``platform.fanout`` 3 attempts, 1-2 s apart."""
     tenants = make_tenants(600)
     sql(database_url, "INSERT INTO public.fanout_fail VALUES ('fail at t-0500')")
-    env = platform_env(redis_url=redis_url, database_url=database_url, extra={
-        "PLATFORM_TENANTS_QUERY": GATED_TENANTS_QUERY,
-        "PLATFORM_FANOUT_BATCH_SIZE": "50",
-        "PLATFORM_JOBS_ENABLED": "false",
-        "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1",
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=database_url,
+        extra={
+            "PLATFORM_TENANTS_QUERY": GATED_TENANTS_QUERY,
+            "PLATFORM_FANOUT_BATCH_SIZE": "50",
+            "PLATFORM_JOBS_ENABLED": "false",
+            "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1",
+        },
+    )
     with celery_processes() as started:
         worker = fanout_worker(env, tmp_path / "w.log", "w").start()
         started.append(worker)
         worker.wait_for_log("ready.")
         fan_id = fan_out(ctx(), queue=WORK_QUEUE, kind=KIND, port=port)
-        wait_until(lambda: sql(database_url, "SELECT attempts FROM core.dead_letters "
-                                             "WHERE job_id = %s", (str(fan_id),)) == [(3,)],
-                   timeout=90, message="the fan-out dead-lettered after 3 attempts")  # fmt: skip
+        wait_until(
+            lambda: (
+                sql(
+                    database_url,
+                    "SELECT attempts FROM core.dead_letters WHERE job_id = %s",
+                    (str(fan_id),),
+                )
+                == [(3,)]
+            ),
+            timeout=90,
+            message="the fan-out dead-lettered after 3 attempts",
+        )
         assert progress(database_url) == (500, False)
         sql(database_url, "DELETE FROM public.fanout_fail")
         replay = subprocess.run(
-            [str(Path(sys.executable).parent / "platform-tasks"), "dead-letters", "replay",
-             "--all", "--app", "tests.apps.fanout_app:app"],
-            env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            [
+                str(Path(sys.executable).parent / "platform-tasks"),
+                "dead-letters",
+                "replay",
+                "--all",
+                "--app",
+                "tests.apps.fanout_app:app",
+            ],
+            env=env,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert replay.returncode == 0, replay.stdout + replay.stderr
-        wait_until(lambda: progress(database_url) == (600, True), timeout=90,
-                   message="the replayed fan-out finished")  # fmt: skip
-        wait_until(lambda: applied(database_url) >= tenants, timeout=120,
-                   message="every tenant job applied")  # fmt: skip
-        wait_until(lambda: redis.Redis.from_url(redis_url).llen(WORK_QUEUE) == 0, timeout=60,
-                   message="work queue drained")  # fmt: skip
+        wait_until(
+            lambda: progress(database_url) == (600, True),
+            timeout=90,
+            message="the replayed fan-out finished",
+        )
+        wait_until(
+            lambda: applied(database_url) >= tenants,
+            timeout=120,
+            message="every tenant job applied",
+        )
+        wait_until(
+            lambda: redis.Redis.from_url(redis_url).llen(WORK_QUEUE) == 0,
+            timeout=60,
+            message="work queue drained",
+        )
         log = worker.log()
     assert log.count("resuming after tenant 't-0499'") == 3  # two retries and the replay
     assert "published 100 tenant(s)" in log
@@ -112,11 +154,15 @@ def test_a_failing_fan_out_is_a_dead_letter_and_its_replay_resumes(
 def test_a_worker_with_a_bad_tenants_query_refuses_to_start(
     redis_url: str, database_url: str, tmp_path: Path
 ) -> None:
-    env = platform_env(redis_url=redis_url, database_url=database_url, extra={
-        "PLATFORM_TENANTS_QUERY": "SELECT id AS tenant, 'nightly' AS freshness_tier FROM "
-                                  "(VALUES (1)) AS t(id)",
-        "PLATFORM_JOBS_ENABLED": "false",
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=database_url,
+        extra={
+            "PLATFORM_TENANTS_QUERY": "SELECT id AS tenant, 'nightly' AS freshness_tier FROM "
+            "(VALUES (1)) AS t(id)",
+            "PLATFORM_JOBS_ENABLED": "false",
+        },
+    )
     with celery_processes() as started:
         worker = fanout_worker(env, tmp_path / "w.log", "w").start()
         started.append(worker)

@@ -18,16 +18,16 @@ from pathlib import Path
 import redis
 
 from platform_tasks import create_app
-from platform_tasks.harness import wait_until
+from platform_tasks.jobs.leases import JobLeases, resolve_namespace
 from platform_tasks.jobs.worker import RUN_TASK
-from platform_tasks.leases import JobLeases, resolve_namespace
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.support.processes import (
     CELERY,
     CeleryProcess,
     celery_processes,
     platform_env,
-    worker_argv,  # fmt: skip
+    worker_argv,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,13 +102,19 @@ def test_worker_sigterm_cancels_kills_after_budget_and_releases_leases(
     (jobs_root / "cooperative.py").write_text(COOPERATIVE)
     (jobs_root / "stubborn.py").write_text(STUBBORN)
     runs_file = tmp_path / "runs.jsonl"
-    env = platform_env(redis_url=redis_url, database_url=None, extra={
-        "PLATFORM_JOBS_DIR": str(jobs_root), "E2E_RUNS_FILE": str(runs_file),
-        "PLATFORM_JOBS_SHUTDOWN_BUDGET_SECONDS": str(BUDGET_SECONDS),
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=None,
+        extra={
+            "PLATFORM_JOBS_DIR": str(jobs_root),
+            "E2E_RUNS_FILE": str(runs_file),
+            "PLATFORM_JOBS_SHUTDOWN_BUDGET_SECONDS": str(BUDGET_SECONDS),
+        },
+    )
     leases = leases_for(redis_url, redis_client)
-    app = create_app("jobs_app", settings=PlatformSettings.build(redis_url=redis_url,
-                                                                 profile="test"))  # fmt: skip
+    app = create_app(
+        "jobs_app", settings=PlatformSettings.build(redis_url=redis_url, profile="test")
+    )
 
     with celery_processes() as started:
         argv = worker_argv(APP, concurrency=2)
@@ -124,13 +130,25 @@ def test_worker_sigterm_cancels_kills_after_budget_and_releases_leases(
         tokens = {}
         for job in ("cooperative", "stubborn"):
             tokens[job] = f"e2e:{job}"
-            admission = leases.admit(job, point_ms=point, period_end_ms=point + hour,
-                                     token=tokens[job], lease_ttl_ms=600_000)  # fmt: skip
+            admission = leases.admit(
+                job,
+                point_ms=point,
+                period_end_ms=point + hour,
+                token=tokens[job],
+                lease_ttl_ms=600_000,
+            )
             assert admission.outcome.value == "admitted"
-            app.send_task(RUN_TASK, queue="platform.jobs", kwargs={
-                "job": job, "point_ms": point, "period_end_ms": point + hour,
-                "token": tokens[job], "lease_ttl_ms": 600_000,
-            })  # fmt: skip
+            app.send_task(
+                RUN_TASK,
+                queue="platform.jobs",
+                kwargs={
+                    "job": job,
+                    "point_ms": point,
+                    "period_end_ms": point + hour,
+                    "token": tokens[job],
+                    "lease_ttl_ms": 600_000,
+                },
+            )
 
         def both_started() -> bool:
             return {r["job"] for r in read_runs(runs_file) if r["event"] == "start"} == set(tokens)
@@ -174,30 +192,52 @@ def test_worker_cold_shutdown_kills_running_jobs_and_releases_their_leases(
     jobs_root.mkdir()
     (jobs_root / "stubborn.py").write_text(STUBBORN)
     runs_file = tmp_path / "runs.jsonl"
-    env = platform_env(redis_url=redis_url, database_url=None, extra={
-        "PLATFORM_JOBS_DIR": str(jobs_root), "E2E_RUNS_FILE": str(runs_file),
-        "PLATFORM_JOBS_SHUTDOWN_BUDGET_SECONDS": "60",
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=None,
+        extra={
+            "PLATFORM_JOBS_DIR": str(jobs_root),
+            "E2E_RUNS_FILE": str(runs_file),
+            "PLATFORM_JOBS_SHUTDOWN_BUDGET_SECONDS": "60",
+        },
+    )
     leases = leases_for(redis_url, redis_client)
-    app = create_app("jobs_app", settings=PlatformSettings.build(redis_url=redis_url,
-                                                                 profile="test"))  # fmt: skip
+    app = create_app(
+        "jobs_app", settings=PlatformSettings.build(redis_url=redis_url, profile="test")
+    )
     with celery_processes() as started:
-        worker = CeleryProcess(worker_argv(APP, concurrency=1), env=env, cwd=REPO,
-                               log_path=tmp_path / "worker.log").start()  # fmt: skip
+        worker = CeleryProcess(
+            worker_argv(APP, concurrency=1), env=env, cwd=REPO, log_path=tmp_path / "worker.log"
+        ).start()
         started.append(worker)
         worker.wait_for_log("ready.", timeout=90)
         hour = 3_600_000
         point = int(redis_client.time()[0]) * 1000 // hour * hour
         token = "e2e:cold"
-        admission = leases.admit("stubborn", point_ms=point, period_end_ms=point + hour,
-                                 token=token, lease_ttl_ms=600_000)  # fmt: skip
+        admission = leases.admit(
+            "stubborn",
+            point_ms=point,
+            period_end_ms=point + hour,
+            token=token,
+            lease_ttl_ms=600_000,
+        )
         assert admission.outcome.value == "admitted"
-        app.send_task(RUN_TASK, queue="platform.jobs", kwargs={
-            "job": "stubborn", "point_ms": point, "period_end_ms": point + hour,
-            "token": token, "lease_ttl_ms": 600_000,
-        })  # fmt: skip
-        wait_until(lambda: any(r["event"] == "start" for r in read_runs(runs_file)),
-                   timeout=60, message="handler running")  # fmt: skip
+        app.send_task(
+            RUN_TASK,
+            queue="platform.jobs",
+            kwargs={
+                "job": "stubborn",
+                "point_ms": point,
+                "period_end_ms": point + hour,
+                "token": token,
+                "lease_ttl_ms": 600_000,
+            },
+        )
+        wait_until(
+            lambda: any(r["event"] == "start" for r in read_runs(runs_file)),
+            timeout=60,
+            message="handler running",
+        )
         assert leases.lease_holder("stubborn") == token
         (handler_pid,) = {r["pid"] for r in read_runs(runs_file)}
         worker.signal(signal.SIGQUIT)
@@ -238,20 +278,34 @@ def test_beat_sigterm_stops_triggering_releases_unsent_leases_and_closes(
     jobs_root.mkdir()
     for i in range(20):
         (jobs_root / f"quick_{i:02d}.py").write_text(QUICK.format(interval=1 + i % 2))
-    env = platform_env(redis_url=redis_url, database_url=None,
-                       extra={"PLATFORM_JOBS_DIR": str(jobs_root)})  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url, database_url=None, extra={"PLATFORM_JOBS_DIR": str(jobs_root)}
+    )
     leases = leases_for(redis_url, redis_client)
     names = [f"quick_{i:02d}" for i in range(20)]
 
     with celery_processes() as started:
-        beat = CeleryProcess([CELERY, "-A", APP, "beat", "--loglevel", "INFO",
-                              "-s", str(tmp_path / "beat-schedule")],
-                             env=env, cwd=REPO, log_path=tmp_path / "beat.log").start()  # fmt: skip
+        beat = CeleryProcess(
+            [
+                CELERY,
+                "-A",
+                APP,
+                "beat",
+                "--loglevel",
+                "INFO",
+                "-s",
+                str(tmp_path / "beat-schedule"),
+            ],
+            env=env,
+            cwd=REPO,
+            log_path=tmp_path / "beat.log",
+        ).start()
         started.append(beat)
         beat.wait_for_log("beat scheduler ready", timeout=90)
         # several ticks' worth of triggers (nothing consumes them)
-        wait_until(lambda: redis_client.llen("platform.jobs") >= 40, timeout=30,
-                   message="triggers sent")  # fmt: skip
+        wait_until(
+            lambda: redis_client.llen("platform.jobs") >= 40, timeout=30, message="triggers sent"
+        )
 
         signalled_ms = int(redis_client.time()[0]) * 1000 + 1000
         beat.signal(signal.SIGTERM)

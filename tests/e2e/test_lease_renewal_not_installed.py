@@ -14,7 +14,7 @@ import redis
 from celery import Celery
 
 from platform_tasks.contrib.beat_leases import LEASE_HEADER, LeaseGrant
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env
 
@@ -24,8 +24,14 @@ WARNING = "does not renew or release those leases"
 
 
 def _grant(point_ms: int) -> LeaseGrant:
-    return LeaseGrant("platform:plain:test:django-celery-beat", "", "periodic-task-1",
-                      f"beat:{point_ms}", 60_000, point_ms)  # fmt: skip
+    return LeaseGrant(
+        "platform:plain:test:django-celery-beat",
+        "",
+        "periodic-task-1",
+        f"beat:{point_ms}",
+        60_000,
+        point_ms,
+    )
 
 
 def test_plain_app_worker_names_the_missing_line_once(
@@ -34,13 +40,20 @@ def test_plain_app_worker_names_the_missing_line_once(
     env = platform_env(redis_url=redis_url, database_url=None)
     sender = Celery("sender", broker=redis_url)
     with celery_processes() as started:
-        worker = CeleryProcess([CELERY, "-A", APP, "worker", "--loglevel", "INFO"], env=env,
-                               cwd=REPO_ROOT, log_path=tmp_path / "worker.log").start()  # fmt: skip
+        worker = CeleryProcess(
+            [CELERY, "-A", APP, "worker", "--loglevel", "INFO"],
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+        ).start()
         started.append(worker)
         worker.wait_for_log("ready.", timeout=90)
         for n, point_ms in enumerate((1_000, 2_000, 3_000)):
-            sender.send_task("tests.plain_lease.record", args=[f"run-{n}"],
-                             headers={LEASE_HEADER: _grant(point_ms).to_header()})  # fmt: skip
+            sender.send_task(
+                "tests.plain_lease.record",
+                args=[f"run-{n}"],
+                headers={LEASE_HEADER: _grant(point_ms).to_header()},
+            )
         try:
             wait_until(lambda: redis_client.llen(RUNS) == 3, timeout=60, message="three runs")
         except TimeoutError as exc:

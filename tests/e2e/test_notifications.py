@@ -11,8 +11,8 @@ from pathlib import Path
 
 import redis
 
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import rate_limit_keys
+from platform_tasks.testing.servers import wait_until
 from tests.e2e.notifications_support import key_of, rig
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import psycopg2
 import redis
 
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import delay_keys
 from platform_tasks.notifications import publish_blast
+from platform_tasks.testing.servers import wait_until
 from tests.e2e.notifications_support import Rig, rig
 
 ENV = {"PLATFORM_PROVIDER_RATE_LIMITS": "resend=50/s"}
@@ -126,14 +126,21 @@ def test_a_bounded_blast_never_holds_more_jobs_in_redis_than_its_bound(
             held.append(int(queued) + int(delayed))
             done.wait(0.005)  # sampling period of the observer, not synchronisation
 
-    with rig(redis_url, database_url, tmp_path,
-             env={"PLATFORM_PROVIDER_RATE_LIMITS": "resend=10/s"}) as r:  # fmt: skip
+    with rig(
+        redis_url, database_url, tmp_path, env={"PLATFORM_PROVIDER_RATE_LIMITS": "resend=10/s"}
+    ) as r:
         sampler = threading.Thread(target=sample)
         sampler.start()
         try:
-            ids = publish_blast(r.port, kind="notify.newsletter", tenant_id="acme",
-                                campaign_id="bounded", recipients=recipients, chunk_size=10,
-                                max_in_flight=bound)  # fmt: skip
+            ids = publish_blast(
+                r.port,
+                kind="notify.newsletter",
+                tenant_id="acme",
+                campaign_id="bounded",
+                recipients=recipients,
+                chunk_size=10,
+                max_in_flight=bound,
+            )
             _wait_settled(r, ids, "the bounded blast")
         finally:
             done.set()

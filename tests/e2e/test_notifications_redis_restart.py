@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from platform_tasks.harness import wait_until
 from platform_tasks.notifications import publish_blast
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import ServerFactory
 from tests.e2e.notifications_support import key_of, rig
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.e2e.notifications_support import key_of, rig
 
 BAD = "bad..dots@example.org"

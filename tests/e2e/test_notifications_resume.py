@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.e2e.notifications_support import key_of, rig
 
 
@@ -32,9 +32,12 @@ def test_429_on_the_second_request_resumes_there_without_resending_the_first(
     with rig(redis_url, database_url, tmp_path, env=env) as r:
         job = str(uuid7())
         r.server.fail_next(
-            429, "rate_limit_exceeded", headers={"retry-after": "1"},
-            message="Too many requests", key=key_of(job, 1),
-        )  # fmt: skip
+            429,
+            "rate_limit_exceeded",
+            headers={"retry-after": "1"},
+            message="Too many requests",
+            key=key_of(job, 1),
+        )
         r.digest("acme", 150, job)
         wait_until(lambda: r.applied(job), timeout=90, message="the digest job applied")
         requests, _ = r.server.snapshot()

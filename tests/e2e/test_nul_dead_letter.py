@@ -14,10 +14,10 @@ from pathlib import Path
 import psycopg2
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.dead_letters import ESCAPED_KEY
+from platform_tasks.dead_letters.store import ESCAPED_KEY
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
 
@@ -39,25 +39,36 @@ def test_nul_envelope_is_dead_lettered_and_the_next_job_applies(
     redis_url: str, database_url: str, tmp_path: Path
 ) -> None:
     _rows(database_url, WORK_TABLE_SQL)
-    settings = PlatformSettings.build(redis_url=redis_url, database_url=database_url,
-                                      profile="test")  # fmt: skip
+    settings = PlatformSettings.build(
+        redis_url=redis_url, database_url=database_url, profile="test"
+    )
     app = create_app("nul_producer", settings=settings)
     port = QueuePort(app)
     poison_id, good_id = str(uuid7()), str(uuid7())
-    poison = {"job_id": poison_id, "tenant_id": "t1", "correlation_id": "corr\x00-1",
-              "kind": TASK, "data": {"key": "a\x00b"}}  # fmt: skip
+    poison = {
+        "job_id": poison_id,
+        "tenant_id": "t1",
+        "correlation_id": "corr\x00-1",
+        "kind": TASK,
+        "data": {"key": "a\x00b"},
+    }
     try:
         app.send_task(TASK, args=[poison], task_id=poison_id, queue=QUEUE)
-        port.publish(QUEUE, {"job_id": good_id, "tenant_id": "t1", "kind": TASK,
-                             "data": {"key": "after-the-nul"}})  # fmt: skip
+        port.publish(
+            QUEUE,
+            {"job_id": good_id, "tenant_id": "t1", "kind": TASK, "data": {"key": "after-the-nul"}},
+        )
     finally:
         port.close()
         app.close()
     env = platform_env(redis_url=redis_url, database_url=database_url)
     with celery_processes() as started:
-        worker = CeleryProcess(worker_argv("tests.apps.consumer_app", concurrency=1),
-                               env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log",
-                               ).start()  # fmt: skip
+        worker = CeleryProcess(
+            worker_argv("tests.apps.consumer_app", concurrency=1),
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+        ).start()
         started.append(worker)
         wait_until(
             lambda: _rows(database_url, "SELECT count(*) FROM public.consumer_work")[0][0] >= 1,

@@ -55,34 +55,47 @@ def test_plain_worker_and_beat_run_a_new_job_and_the_shipped_platform_jobs(
     tmp_path: Path, redis_url: str, database_url: str
 ) -> None:
     jobs = tmp_path / "beat_schedules"
-    shutil.copytree(REPO_ROOT / "beat_schedules", jobs,
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copytree(
+        REPO_ROOT / "beat_schedules", jobs, ignore=shutil.ignore_patterns("__pycache__")
+    )
     (jobs / "hello.py").write_text(HELLO)
-    _execute(database_url,
-             "INSERT INTO core.processed_jobs (job_id, consumer, processed_at) "
-             "SELECT gen_random_uuid(), 'old', now() - interval '40 days' "
-             "FROM generate_series(1, 7)")  # fmt: skip
-    _execute(database_url,
-             "INSERT INTO core.dead_letters (queue, kind, payload, reason, status, created_at) "
-             "VALUES ('billing', 'billing.charge', '{}'::jsonb, 'poison', 'pending_review', "
-             "now() - interval '30 hours')")  # fmt: skip
-    env = platform_env(redis_url=redis_url, database_url=database_url, extra={
-        "PLATFORM_JOBS_DIR": str(jobs),
-        "PLATFORM_PROCESSED_JOBS_PURGE_CRON": "* * * * *",
-        "PLATFORM_DEAD_LETTER_REPORT_CRON": "* * * * *",
-    })  # fmt: skip
+    _execute(
+        database_url,
+        "INSERT INTO core.processed_jobs (job_id, consumer, processed_at) "
+        "SELECT gen_random_uuid(), 'old', now() - interval '40 days' "
+        "FROM generate_series(1, 7)",
+    )
+    _execute(
+        database_url,
+        "INSERT INTO core.dead_letters (queue, kind, payload, reason, status, created_at) "
+        "VALUES ('billing', 'billing.charge', '{}'::jsonb, 'poison', 'pending_review', "
+        "now() - interval '30 hours')",
+    )
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=database_url,
+        extra={
+            "PLATFORM_JOBS_DIR": str(jobs),
+            "PLATFORM_PROCESSED_JOBS_PURGE_CRON": "* * * * *",
+            "PLATFORM_DEAD_LETTER_REPORT_CRON": "* * * * *",
+        },
+    )
 
     with celery_processes() as started:
         worker = CeleryProcess(
             [CELERY, "-A", "celery_app", "worker", "--loglevel", "INFO"],
-            env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log",
-        ).start()  # fmt: skip
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+        ).start()
         started.append(worker)
         worker.wait_for_log("ready.", timeout=90)
         beat = CeleryProcess(
             [CELERY, "-A", "celery_app", "beat", "--loglevel", "INFO"],
-            env=env, cwd=REPO_ROOT, log_path=tmp_path / "beat.log",
-        ).start()  # fmt: skip
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "beat.log",
+        ).start()
         started.append(beat)
         beat.wait_for_log("beat scheduler ready", timeout=90)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
 from tests.support.resend_server import API_KEY
 
@@ -19,15 +19,21 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def test_worker_refuses_plain_http_to_a_remote_provider(
     redis_url: str, database_url: str, tmp_path: Path
 ) -> None:
-    env = platform_env(redis_url=redis_url, database_url=database_url, extra={
-        "PLATFORM_RESEND_API_KEY": API_KEY,
-        "PLATFORM_RESEND_BASE_URL": "http://api.resend.com",
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=database_url,
+        extra={
+            "PLATFORM_RESEND_API_KEY": API_KEY,
+            "PLATFORM_RESEND_BASE_URL": "http://api.resend.com",
+        },
+    )
     with celery_processes() as started:
         worker = CeleryProcess(
             worker_argv("tests.apps.notifications_app", concurrency=1, hostname="refused@%h"),
-            env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log",
-        ).start()  # fmt: skip
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+        ).start()
         started.append(worker)
         wait_until(
             lambda: not worker.running or "ready." in worker.log(),

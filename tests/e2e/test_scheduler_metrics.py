@@ -12,8 +12,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import free_port, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import free_port, wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env
 
@@ -44,16 +44,25 @@ def test_beat_serves_point_and_delay_metrics(tmp_path: Path, redis_url: str) -> 
     jobs.mkdir()
     (jobs / "tick.py").write_text(JOB)
     port = free_port()
-    env = platform_env(redis_url=redis_url, database_url=None, extra={
-        "PLATFORM_JOBS_DIR": str(jobs), "PLATFORM_METRICS_PORT": str(port),
-        "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1",
-    })  # fmt: skip
-    queue_port = QueuePort(create_app("e2e_metrics", settings=PlatformSettings.build(
-        redis_url=redis_url, profile="test")))  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=None,
+        extra={
+            "PLATFORM_JOBS_DIR": str(jobs),
+            "PLATFORM_METRICS_PORT": str(port),
+            "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1",
+        },
+    )
+    queue_port = QueuePort(
+        create_app(
+            "e2e_metrics", settings=PlatformSettings.build(redis_url=redis_url, profile="test")
+        )
+    )
     later = datetime.now(UTC) + timedelta(hours=1)
     for n in range(2):
-        queue_port.schedule("default", {"tenant_id": "t", "kind": "tests.record",
-                                        "data": {"n": n}}, later)  # fmt: skip
+        queue_port.schedule(
+            "default", {"tenant_id": "t", "kind": "tests.record", "data": {"n": n}}, later
+        )
     with celery_processes() as started:
         beat = CeleryProcess(
             [CELERY, "-A", APP, "beat", "--loglevel", "INFO"],
@@ -72,8 +81,11 @@ def test_beat_serves_point_and_delay_metrics(tmp_path: Path, redis_url: str) -> 
 
         wait_until(admitted_twice, timeout=60, message="two admitted points in /metrics")
         metrics = scrape(port)
-        wait_until(lambda: scrape(port).get(("platform_delay_entries_waiting", ())) == 2,
-                   timeout=30, message="the two delayed jobs counted as waiting")  # fmt: skip
+        wait_until(
+            lambda: scrape(port).get(("platform_delay_entries_waiting", ())) == 2,
+            timeout=30,
+            message="the two delayed jobs counted as waiting",
+        )
         beat.stop(timeout=20)
     queue_port.close()
 

@@ -7,7 +7,7 @@ succeeds, one raises: each run is an ``in_progress`` check-in followed by ``ok``
 configuration comes from the definition. The failing handler's exception is one event.
 
 The worker is started with ``-Q platform.jobs``: on Celery 5.7 a worker without ``-Q``
-does not add the job queue yet (``platform_tasks.worker_queues`` takes
+does not add the job queue yet (``platform_tasks.brokers.worker_queues`` takes
 ``Queues.consume_from``, which Celery 5.7 always returns as a separate dict, for a ``-Q``
 selection). Drop the option once that is fixed.
 """
@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.processes import (
     CELERY,
@@ -61,28 +61,51 @@ def test_job_runs_send_check_ins_and_one_failure_event(redis_url: str, tmp_path:
     (jobs / "crons_ok.py").write_text(JOB.format(fail=False))
     (jobs / "crons_fail.py").write_text(JOB.format(fail=True))
     with SentryReceiver() as sentry, celery_processes() as started:
-        env = platform_env(redis_url=redis_url, database_url=None,
-                           extra={"PLATFORM_JOBS_DIR": str(jobs), "SENTRY_DSN": sentry.dsn,
-                                  "E2E_SECRET": "token-must-not-leave"})  # fmt: skip
+        env = platform_env(
+            redis_url=redis_url,
+            database_url=None,
+            extra={
+                "PLATFORM_JOBS_DIR": str(jobs),
+                "SENTRY_DSN": sentry.dsn,
+                "E2E_SECRET": "token-must-not-leave",
+            },
+        )
         worker = CeleryProcess(
-            worker_argv(APP, concurrency=2), env=env, cwd=REPO_ROOT,
+            worker_argv(APP, concurrency=2),
+            env=env,
+            cwd=REPO_ROOT,
             log_path=tmp_path / "worker.log",
-        ).start()  # fmt: skip
+        ).start()
         started.append(worker)
         worker.wait_for_log("ready.", timeout=90)
-        beat = CeleryProcess([CELERY, "-A", APP, "beat", "--loglevel", "INFO",
-                              "-s", str(tmp_path / "beat-schedule")],
-                             env=env, cwd=REPO_ROOT,
-                             log_path=tmp_path / "beat.log").start()  # fmt: skip
+        beat = CeleryProcess(
+            [
+                CELERY,
+                "-A",
+                APP,
+                "beat",
+                "--loglevel",
+                "INFO",
+                "-s",
+                str(tmp_path / "beat-schedule"),
+            ],
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "beat.log",
+        ).start()
         started.append(beat)
 
         def finished(slug: str, status: str) -> bool:
-            return any(s == ["in_progress", status]
-                       for s in _pairs(sentry.check_ins, slug).values())  # fmt: skip
+            return any(
+                s == ["in_progress", status] for s in _pairs(sentry.check_ins, slug).values()
+            )
 
         try:
-            wait_until(lambda: finished("crons_ok", "ok") and finished("crons_fail", "error"),
-                       timeout=90, message="ok and error check-in pairs")  # fmt: skip
+            wait_until(
+                lambda: finished("crons_ok", "ok") and finished("crons_fail", "error"),
+                timeout=90,
+                message="ok and error check-in pairs",
+            )
         except TimeoutError as exc:
             raise AssertionError(f"{exc}\n{sentry.check_ins}\n{worker.log()[-3000:]}") from exc
         beat.stop(timeout=30)
@@ -97,8 +120,9 @@ def test_job_runs_send_check_ins_and_one_failure_event(redis_url: str, tmp_path:
             assert statuses in (["in_progress", final], ["in_progress"]), (check_in_id, statuses)
     for check_in in sentry.check_ins:
         assert check_in["monitor_config"] == {
-            "schedule": {"type": "interval", "value": 1, "unit": "minute"}, "timezone": "UTC",
-        }  # fmt: skip
+            "schedule": {"type": "interval", "value": 1, "unit": "minute"},
+            "timezone": "UTC",
+        }
         if check_in["status"] != "in_progress":
             assert check_in["duration"] >= 0
     failures = [e for e in sentry.events if e.get("tags", {}).get("job") == "crons_fail"]

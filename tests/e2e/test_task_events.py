@@ -21,14 +21,14 @@ from typing import Any
 import redis
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import free_port, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import free_port, wait_until
 from tests.support.processes import (
     CELERY,
     CeleryProcess,
     celery_processes,
     platform_env,
-    worker_argv,  # fmt: skip
+    worker_argv,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,8 +67,11 @@ class EventLog:
     def start(self, client: redis.Redis) -> EventLog:
         before = int(client.execute_command("PUBSUB", "NUMPAT"))
         self._thread.start()
-        wait_until(lambda: int(client.execute_command("PUBSUB", "NUMPAT")) > before,
-                   timeout=30, message="event receiver subscribed")  # fmt: skip
+        wait_until(
+            lambda: int(client.execute_command("PUBSUB", "NUMPAT")) > before,
+            timeout=30,
+            message="event receiver subscribed",
+        )
         return self
 
     def stop(self) -> None:
@@ -102,15 +105,20 @@ def test_flower_shows_every_job_of_5000_with_its_final_state(
     flower_env = dict(env, FLOWER_UNAUTHENTICATED_API="true")
     flower_argv = [CELERY, "-A", APP, "flower", f"--port={port}", "--address=127.0.0.1"]
     with celery_processes() as started:
-        flower = CeleryProcess(flower_argv, env=flower_env, cwd=REPO,
-                               log_path=tmp_path / "flower.log").start()  # fmt: skip
+        flower = CeleryProcess(
+            flower_argv, env=flower_env, cwd=REPO, log_path=tmp_path / "flower.log"
+        ).start()
         started.append(flower)
         client = redis.Redis.from_url(redis_url)
         # Flower subscribes to the event exchange once it is up; events before that are lost.
-        wait_until(lambda: int(client.execute_command("PUBSUB", "NUMPAT")) > 0, timeout=90,
-                   message=f"flower subscribed to events\n{flower.log()[-2000:]}")  # fmt: skip
-        worker = CeleryProcess(worker_argv(APP), env=env, cwd=REPO,
-                               log_path=tmp_path / "worker.log").start()  # fmt: skip
+        wait_until(
+            lambda: int(client.execute_command("PUBSUB", "NUMPAT")) > 0,
+            timeout=90,
+            message=f"flower subscribed to events\n{flower.log()[-2000:]}",
+        )
+        worker = CeleryProcess(
+            worker_argv(APP), env=env, cwd=REPO, log_path=tmp_path / "worker.log"
+        ).start()
         started.append(worker)
         app = create_app("events-publisher", settings=settings)
         port_ = QueuePort(app)
@@ -126,11 +134,11 @@ def test_flower_shows_every_job_of_5000_with_its_final_state(
             if not worker.running:
                 raise AssertionError(f"worker exited:\n{worker.log()[-3000:]}")
             tasks = _flower_tasks(port)
-            return all(tasks.get(job, {}).get("state") == want[2]
-                       for job, want in expected.items())  # fmt: skip
+            return all(tasks.get(job, {}).get("state") == want[2] for job, want in expected.items())
 
-        wait_until(all_final, timeout=240, interval=1.0,
-                   message="every job in Flower with its final state")  # fmt: skip
+        wait_until(
+            all_final, timeout=240, interval=1.0, message="every job in Flower with its final state"
+        )
         tasks = _flower_tasks(port)
         for job_id, (kind, tenant, state) in expected.items():
             task = tasks[job_id]
@@ -155,30 +163,41 @@ def test_last_task_succeeded_event_is_published_on_warm_shutdown(
     read by the test app), so the job's events can only go out through the flush when
     the consumer stops; with the default 0.1 s timer a pass could be luck of timing.
     """
-    env = platform_env(redis_url=redis_url, database_url=database_url,
-                       extra={"TEST_EVENTS_FLUSH_INTERVAL": "600"})  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url, database_url=database_url, extra={"TEST_EVENTS_FLUSH_INTERVAL": "600"}
+    )
     client = redis.Redis.from_url(redis_url)
     app = create_app("events-receiver", settings=settings)
     with event_log(app, client) as events, celery_processes() as started:
-        worker = CeleryProcess(worker_argv(APP), env=env, cwd=REPO,
-                               log_path=tmp_path / "worker.log").start()  # fmt: skip
+        worker = CeleryProcess(
+            worker_argv(APP), env=env, cwd=REPO, log_path=tmp_path / "worker.log"
+        ).start()
         started.append(worker)
         port = QueuePort(app)
-        last = str(port.publish("default", {"tenant_id": "t1", "kind": "tests.events.held",
-                                            "data": {}}))  # fmt: skip
-        wait_until(lambda: client.lindex(HOLDING_KEY, 0) == last.encode(), timeout=90,
-                   message="held job running")  # fmt: skip
-        wait_until(lambda: "task-sent" in events.types(last), timeout=30,
-                   message="the publisher's task-sent")  # fmt: skip
+        last = str(
+            port.publish("default", {"tenant_id": "t1", "kind": "tests.events.held", "data": {}})
+        )
+        wait_until(
+            lambda: client.lindex(HOLDING_KEY, 0) == last.encode(),
+            timeout=90,
+            message="held job running",
+        )
+        wait_until(
+            lambda: "task-sent" in events.types(last),
+            timeout=30,
+            message="the publisher's task-sent",
+        )
         assert events.types(last) == ["task-sent"], "the worker's events wait for the timer"
         worker.signal(signal.SIGTERM)
         worker.wait_for_log("Warm shutdown", timeout=30)
         client.rpush(RELEASE_KEY, "go")
         assert worker.popen is not None
         assert worker.popen.wait(timeout=60) == 0, worker.log()[-3000:]
-        wait_until(lambda: "task-succeeded" in events.types(last), timeout=30,
-                   message=f"task-succeeded of {last} after warm shutdown; saw "
-                           f"{events.types(last)}")  # fmt: skip
+        wait_until(
+            lambda: "task-succeeded" in events.types(last),
+            timeout=30,
+            message=f"task-succeeded of {last} after warm shutdown; saw {events.types(last)}",
+        )
         assert events.types(last) == [
             "task-sent",
             "task-received",

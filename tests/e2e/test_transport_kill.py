@@ -28,8 +28,8 @@ import pytest
 import redis
 
 from platform_tasks import create_app
-from platform_tasks.harness import RedisServer, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import RedisServer, wait_until
 from tests.support.processes import CeleryProcess, platform_env, worker_argv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -146,11 +146,19 @@ class KillRun:
         started = time.monotonic()
         worker = self._worker()
         try:
-            wait_until(lambda: self._processed() > before, timeout=60, interval=0.005,
-                       message=f"{self.transport} worker to start processing")  # fmt: skip
+            wait_until(
+                lambda: self._processed() > before,
+                timeout=60,
+                interval=0.005,
+                message=f"{self.transport} worker to start processing",
+            )
             self.startup.append(time.monotonic() - started)
-            wait_until(lambda: self._processed() >= target, timeout=60, interval=0.005,
-                       message=f"{self.transport} worker to process up to {target}")  # fmt: skip
+            wait_until(
+                lambda: self._processed() >= target,
+                timeout=60,
+                interval=0.005,
+                message=f"{self.transport} worker to process up to {target}",
+            )
             worker.signal(signal.SIGKILL)  # the main process only, as a crash would
             assert worker.popen is not None
             worker.popen.wait(timeout=10)

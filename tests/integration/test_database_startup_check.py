@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from platform_tasks.database import require_database_url
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.migrations import migrate
+from platform_tasks.postgres.database import require_database_url
+from platform_tasks.postgres.migrations import migrate
 from platform_tasks.settings import PlatformSettings
 from tests.conftest import ServerFactory
 

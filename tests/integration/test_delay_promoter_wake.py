@@ -13,9 +13,9 @@ from typing import Any
 
 import redis
 
-from platform_tasks.delay_promoter import DelayPromoter
-from platform_tasks.delay_store import DelayStore
 from platform_tasks.keys import delay_keys
+from platform_tasks.publishing.delay_promoter import DelayPromoter
+from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
 
 POLL_INTERVAL_SECONDS = 2.0

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import redis
 
-from platform_tasks.delay_store import DelayStore
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import rabbitmq_delay_keys
+from platform_tasks.publishing.delay_store import DelayStore
+from platform_tasks.testing.servers import wait_until
 
 
 def store(client: redis.Redis) -> DelayStore:
@@ -32,8 +32,11 @@ def test_a_claim_hides_the_entry_until_its_lease_ends(redis_client: redis.Redis)
     assert second.claim_due(10, lease_ms=500).entries == [], "leased to the first promoter"
     assert redis_client.hexists(first.keys.entries, "e1"), "still stored while leased"
     # the first promoter died without removing it: the entry comes back after the lease
-    wait_until(lambda: second.claim_due(10, lease_ms=60_000).entries == [("e1", b'{"m": 1}')],
-               timeout=30, message="entry claimable again after the lease")  # fmt: skip
+    wait_until(
+        lambda: second.claim_due(10, lease_ms=60_000).entries == [("e1", b'{"m": 1}')],
+        timeout=30,
+        message="entry claimable again after the lease",
+    )
     assert second.remove(["e1"]) == 1
     assert second.pending() == 1 and not redis_client.hexists(second.keys.entries, "e1")
     assert first.remove(["e1"]) == 0, "a late removal of a removed entry changes nothing"

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from platform_tasks.devserver import DevOptions, DevPlatform
+from platform_tasks.cli.devserver import DevOptions, DevPlatform
 from platform_tasks.errors import SettingsError
-from platform_tasks.harness import PostgresServer, RedisServer
 from platform_tasks.settings import SECRET_MASK
+from platform_tasks.testing.servers import PostgresServer, RedisServer
 
 
 def _options(tmp_path: Path) -> DevOptions:

@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg2
 from packaging.requirements import Requirement
 
-from platform_tasks.harness import PostgresServer
+from platform_tasks.testing.servers import PostgresServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,8 +60,11 @@ def test_django_extra_pins_a_working_django_celery_beat() -> None:
     assert version("django-celery-beat") in beat.specifier
     assert all(version(r.name) in r.specifier for r in extra)
     # the installed release accepts the installed Celery
-    celery_pin = next(Requirement(r) for r in requires("django-celery-beat") or []
-                      if r.lower().startswith("celery"))  # fmt: skip
+    celery_pin = next(
+        Requirement(r)
+        for r in requires("django-celery-beat") or []
+        if r.lower().startswith("celery")
+    )
     assert version("celery") in celery_pin.specifier
 
 
@@ -77,7 +80,12 @@ def test_django_celery_beat_migrates_and_schedules_on_postgres(
     finally:
         admin.close()
     port = str(postgres_server.port)
-    done = subprocess.run([sys.executable, "-c", _CHECK, "django_extra_check", port],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _CHECK, "django_extra_check", port],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "['every_5m', 'half_past']", done.stdout

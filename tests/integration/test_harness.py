@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from platform_tasks.errors import ServerStartError
-from platform_tasks.harness import PostgresServer, RedisServer, find_postgres_bin
+from platform_tasks.testing.servers import PostgresServer, RedisServer, find_postgres_bin
 
 
 def test_postgres_runs_unprivileged_and_survives_restart(server_factory) -> None:  # type: ignore[no-untyped-def]

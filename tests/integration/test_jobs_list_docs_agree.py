@@ -57,9 +57,13 @@ def _environment() -> dict[str, str]:
 
 def _run(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [SCRIPT, *args], cwd=project, env=_environment(),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [SCRIPT, *args],
+        cwd=project,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture

@@ -8,7 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg2
 
-from platform_tasks.migrations import applied_versions, load_migrations, migrate, migration_sql
+from platform_tasks.postgres.migrations import (
+    applied_versions,
+    load_migrations,
+    migrate,
+    migration_sql,
+)
 
 
 def _tables(url: str) -> set[str]:
@@ -39,8 +44,10 @@ def test_two_processes_migrate_at_once(server_factory) -> None:  # type: ignore[
     url = server_factory.postgres().url
     env = {"PLATFORM_DATABASE_URL": url, "PATH": "/usr/bin:/bin"}
     cli = [sys.executable, "-m", "platform_tasks.cli", "migrate"]
-    procs = [subprocess.Popen(cli, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for _ in range(2)]  # fmt: skip
+    procs = [
+        subprocess.Popen(cli, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
     outputs = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     texts = sorted(out.decode() for out, _ in outputs)
@@ -64,16 +71,20 @@ def test_sql_output_applies_cleanly_with_psql_semantics(server_factory) -> None:
 def test_cli_prints_sql() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "platform_tasks.cli", "migrate", "--sql"],
-        capture_output=True, check=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        check=True,
+        text=True,
+    )
     assert out.stdout == migration_sql()
 
 
 def test_cli_names_the_missing_variable() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "platform_tasks.cli", "migrate"],
-        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 2
     assert "PLATFORM_DATABASE_URL" in out.stderr
 

@@ -30,21 +30,30 @@ def _dead_pid() -> int:
 def _connects(network: HostNetwork, host: str, address: str, port: int) -> tuple[bool, str]:
     result = subprocess.run(
         network[host].command([sys.executable, "-c", CONNECT, address, str(port)]),
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     return result.returncode == 0, result.stdout.strip()
 
 
 def test_partition_drops_both_ways_and_heal_restores() -> None:
     with HostNetwork(["a", "b"]) as network:
         listener = subprocess.Popen(
-            network["b"].command([sys.executable, "-c",
-                                  "import socket, time\n"
-                                  "s = socket.create_server(('0.0.0.0', 4711))\n"
-                                  "print('listening', flush=True)\n"
-                                  "while True: s.accept()[0].close()\n"]),
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            network["b"].command(
+                [
+                    sys.executable,
+                    "-c",
+                    "import socket, time\n"
+                    "s = socket.create_server(('0.0.0.0', 4711))\n"
+                    "print('listening', flush=True)\n"
+                    "while True: s.accept()[0].close()\n",
+                ]
+            ),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert listener.stdout is not None and listener.stdout.readline() == "listening\n"
             b = network["b"].address

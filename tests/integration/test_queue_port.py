@@ -10,10 +10,10 @@ import pytest
 import redis
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.context import current_correlation_id
-from platform_tasks.delay_store import DelayStore
 from platform_tasks.errors import EnvelopeError, NaiveDatetimeError
 from platform_tasks.keys import delay_keys
+from platform_tasks.observability.context import current_correlation_id
+from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
 
 
@@ -59,8 +59,10 @@ def test_correlation_id_is_inherited_inside_a_job(port: QueuePort, redis_client)
     finally:
         current_correlation_id.reset(token)
     port.publish("q", payload())
-    bodies = [json.loads(__import__("base64").b64decode(m["body"]))[0][0]
-              for m in reversed(_messages(redis_client, "q"))]  # fmt: skip
+    bodies = [
+        json.loads(__import__("base64").b64decode(m["body"]))[0][0]
+        for m in reversed(_messages(redis_client, "q"))
+    ]
     assert bodies[0]["correlation_id"] == "parent-corr"
     assert bodies[1]["correlation_id"] not in ("parent-corr", "")
 

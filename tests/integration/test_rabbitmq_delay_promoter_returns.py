@@ -18,18 +18,19 @@ import pytest
 import redis
 
 from platform_tasks import create_app
-from platform_tasks.amqp_wire import AmqpMessage
-from platform_tasks.delay_store import DelayStore
-from platform_tasks.harness import RabbitMQServer, wait_until
 from platform_tasks.keys import rabbitmq_delay_keys
-from platform_tasks.rabbitmq_delay_promoter import (
+from platform_tasks.publishing.amqp_wire import AmqpMessage
+from platform_tasks.publishing.delay_store import DelayStore
+from platform_tasks.publishing.rabbitmq_delay_promoter import (
     CONFIRM_WAIT_FRACTION,
     MAX_RETURNS,
     UNROUTABLE_DELAYED,
     RabbitMQDelayPromoter,
 )
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.support.database import query
+from tests.support.servers import RabbitMQServer
 
 QUEUE = "promoter-returns"
 BACKOFF = 0.5
@@ -37,10 +38,16 @@ BACKOFF = 0.5
 
 def message_for(job_id: str) -> AmqpMessage:
     return AmqpMessage(
-        queue=QUEUE, exchange="", routing_key=QUEUE, body='{"n": 1}',
-        properties={"correlation_id": job_id, "content_type": "application/json",
-                    "application_headers": {"id": job_id, "task": "tests.returned"}},
-    )  # fmt: skip
+        queue=QUEUE,
+        exchange="",
+        routing_key=QUEUE,
+        body='{"n": 1}',
+        properties={
+            "correlation_id": job_id,
+            "content_type": "application/json",
+            "application_headers": {"id": job_id, "task": "tests.returned"},
+        },
+    )
 
 
 def now_ms(client: redis.Redis) -> int:
@@ -50,15 +57,20 @@ def now_ms(client: redis.Redis) -> int:
 
 @pytest.fixture
 def promoter_settings(rabbitmq_url: str, redis_url: str, database_url: str) -> PlatformSettings:
-    return PlatformSettings.build(broker_url=rabbitmq_url, redis_url=redis_url,
-                                  database_url=database_url, profile="test",
-                                  rabbitmq_delays="delay_store")  # fmt: skip
+    return PlatformSettings.build(
+        broker_url=rabbitmq_url,
+        redis_url=redis_url,
+        database_url=database_url,
+        profile="test",
+        rabbitmq_delays="delay_store",
+    )
 
 
 @pytest.fixture
 def promoter(promoter_settings: PlatformSettings) -> Iterator[RabbitMQDelayPromoter]:
-    app = create_app("rabbitmq_promoter_returns", settings=promoter_settings,
-                     task_default_queue=QUEUE)  # fmt: skip
+    app = create_app(
+        "rabbitmq_promoter_returns", settings=promoter_settings, task_default_queue=QUEUE
+    )
     running = RabbitMQDelayPromoter(app, return_backoff_seconds=BACKOFF)
     yield running
     running.stop()
@@ -86,8 +98,11 @@ def test_an_unroutable_delayed_message_backs_off_and_becomes_one_dead_letter(
     store.add_encoded(first, now_ms(redis_client) - 1, message_for(first).encode())
     promoter.start()
     # the promoter declares the queue on its first publish to it; then the queue goes
-    wait_until(lambda: rabbitmq_server.queue_depths(vhost).get(QUEUE) == 1, timeout=60,
-               message="the first delayed job published")  # fmt: skip
+    wait_until(
+        lambda: rabbitmq_server.queue_depths(vhost).get(QUEUE) == 1,
+        timeout=60,
+        message="the first delayed job published",
+    )
     with kombu.Connection(str(promoter.settings.broker_url)) as conn:
         conn.default_channel.queue_delete(QUEUE)
 
@@ -115,8 +130,11 @@ def test_an_unroutable_delayed_message_backs_off_and_becomes_one_dead_letter(
         assert planned * 0.6 <= backoffs[count] <= planned + 5, f"back-offs: {backoffs}"
     assert [backoffs[c] for c in sorted(backoffs)] == sorted(backoffs.values())
 
-    rows = query(database_url, "SELECT job_id::text, reason, queue, kind FROM core.dead_letters "
-                 "WHERE job_id = %s", returned)  # fmt: skip
+    rows = query(
+        database_url,
+        "SELECT job_id::text, reason, queue, kind FROM core.dead_letters WHERE job_id = %s",
+        returned,
+    )
     assert rows == [(returned, UNROUTABLE_DELAYED, QUEUE, "tests.returned")]
     assert store.pending() == 0 and not redis_client.hexists(store.keys.entries, returned)
     assert not redis_client.hexists(store.keys.returns, returned)
@@ -126,10 +144,14 @@ def test_an_unroutable_delayed_message_backs_off_and_becomes_one_dead_letter(
         conn.default_channel.queue_declare(QUEUE, durable=True)
     marker = str(uuid.uuid4())
     store.add_encoded(marker, now_ms(redis_client) - 1, message_for(marker).encode())
-    wait_until(lambda: store.pending() == 0 and promoter.moved_total > moved_before,
-               timeout=60, message="the promoter ran another pass")  # fmt: skip
-    again = query(database_url, "SELECT count(*) FROM core.dead_letters WHERE job_id = %s",
-                  returned)  # fmt: skip
+    wait_until(
+        lambda: store.pending() == 0 and promoter.moved_total > moved_before,
+        timeout=60,
+        message="the promoter ran another pass",
+    )
+    again = query(
+        database_url, "SELECT count(*) FROM core.dead_letters WHERE job_id = %s", returned
+    )
     assert again[0][0] == 1
 
 
@@ -143,12 +165,15 @@ def test_a_confirm_slower_than_the_lease_publishes_a_delayed_job_once(
     """Publishers blocked by a memory alarm (``set_vm_memory_high_watermark 0``): no confirm
     arrives until the alarm is cleared, longer than a 3 s lease. Two promoters share the
     store; the job must reach its queue once."""
-    settings = PlatformSettings.build(broker_url=rabbitmq_url, redis_url=redis_url,
-                                      database_url=database_url, profile="test",
-                                      rabbitmq_delays="delay_store",
-                                      delay_lease_seconds=3)  # fmt: skip
-    app = create_app("rabbitmq_promoter_slow_confirm", settings=settings,
-                     task_default_queue=QUEUE)  # fmt: skip
+    settings = PlatformSettings.build(
+        broker_url=rabbitmq_url,
+        redis_url=redis_url,
+        database_url=database_url,
+        profile="test",
+        rabbitmq_delays="delay_store",
+        delay_lease_seconds=3,
+    )
+    app = create_app("rabbitmq_promoter_slow_confirm", settings=settings, task_default_queue=QUEUE)
     store = DelayStore(redis_client, rabbitmq_delay_keys("test"))
     first, second = RabbitMQDelayPromoter(app, name="p1"), RabbitMQDelayPromoter(app, name="p2")
     rabbitmq_server.ctl("set_vm_memory_high_watermark", "0")
@@ -165,8 +190,11 @@ def test_a_confirm_slower_than_the_lease_publishes_a_delayed_job_once(
                 scores.add(score)
             return bool(scores) and max(scores) - min(scores) >= 3000  # a lease has passed
 
-        wait_until(claimed_past_a_lease, timeout=60,
-                   message="a lease passed while the broker blocks publishers")  # fmt: skip
+        wait_until(
+            claimed_past_a_lease,
+            timeout=60,
+            message="a lease passed while the broker blocks publishers",
+        )
     finally:
         rabbitmq_server.ctl("set_vm_memory_high_watermark", "0.4")
     try:

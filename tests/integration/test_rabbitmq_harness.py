@@ -10,7 +10,7 @@ import kombu
 import pytest
 from amqp.exceptions import NotFound  # type: ignore[import-untyped]
 
-from platform_tasks.harness import RabbitMQServer, find_epmd
+from tests.support.servers import RabbitMQServer, find_epmd
 
 
 def test_the_node_keeps_to_its_own_ports_and_folder(
@@ -19,8 +19,11 @@ def test_the_node_keeps_to_its_own_ports_and_folder(
     assert rabbitmq_server.port != 5672 and rabbitmq_server.epmd_port != 4369
     names = subprocess.run(
         [str(find_epmd()), "-port", str(rabbitmq_server.epmd_port), "-names"],
-        capture_output=True, text=True, timeout=30, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
     short_name = rabbitmq_server.nodename.split("@")[0]
     assert f"name {short_name} at port {rabbitmq_server.dist_port}" in names
     environment = rabbitmq_server.ctl("environment")

@@ -18,9 +18,9 @@ import redis
 from kombu.asynchronous import Hub, set_event_loop
 
 from platform_tasks import create_app
-from platform_tasks.event_batching import BatchingEventDispatcher
-from platform_tasks.harness import wait_until
+from platform_tasks.observability.event_batching import BatchingEventDispatcher
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 
 
 class Published:
@@ -29,8 +29,11 @@ class Published:
     def __init__(self, client: redis.Redis) -> None:
         self._pubsub = client.pubsub()
         self._pubsub.psubscribe("*celeryev*")
-        wait_until(lambda: self._pubsub.get_message(timeout=0.1) is not None, timeout=10,
-                   message="subscribed")  # fmt: skip
+        wait_until(
+            lambda: self._pubsub.get_message(timeout=0.1) is not None,
+            timeout=10,
+            message="subscribed",
+        )
 
     def messages(self, expected: int, timeout: float = 10.0) -> list[tuple[str, Any]]:
         """Wait for ``expected`` messages; then check that no further one is pending."""
@@ -73,8 +76,9 @@ def dispatcher(settings: PlatformSettings, hub: Hub) -> Iterator[BatchingEventDi
     app = create_app("events-unit", settings=settings)
     with app.connection_for_write() as conn:
         # What Celery's Events consumer step passes when the worker runs an event loop.
-        found = app.events.Dispatcher(conn, hostname="w1@test", buffer_group=["task"],
-                                      on_send_buffered=lambda: None)  # fmt: skip
+        found = app.events.Dispatcher(
+            conn, hostname="w1@test", buffer_group=["task"], on_send_buffered=lambda: None
+        )
         assert isinstance(found, BatchingEventDispatcher)
         yield found
         found.close()
@@ -102,8 +106,10 @@ def test_task_events_wait_for_the_timer_and_go_out_as_one_message(
     [(topic, body)] = published.messages(1)
     assert topic == "task.multi"
     assert [(e["type"], e["uuid"]) for e in body] == [
-        ("task-received", "j1"), ("task-started", "j1"), ("task-succeeded", "j1")
-    ]  # fmt: skip
+        ("task-received", "j1"),
+        ("task-started", "j1"),
+        ("task-succeeded", "j1"),
+    ]
     assert body[0]["args"] == "(tenant=t1)" and body[2]["runtime"] == 0.01
     assert body[0]["hostname"] == "w1@test"
     assert [e["clock"] for e in body] == sorted(e["clock"] for e in body)
@@ -129,8 +135,7 @@ def test_once_stopping_every_event_is_published_at_once(
     dispatcher.flush_now()
     dispatcher.send("task-succeeded", uuid="j1", runtime=0.5)
     got = published.messages(2)
-    assert [[e["type"] for e in body] for _, body in got] == [["task-received"],
-                                                             ["task-succeeded"]]  # fmt: skip
+    assert [[e["type"] for e in body] for _, body in got] == [["task-received"], ["task-succeeded"]]
 
 
 def test_worker_events_are_not_delayed(
@@ -149,12 +154,14 @@ def dispatcher_on_own_redis(
     """A Redis of the test's own (to stop it), an app on it, its connection, and the event
     dispatcher Celery's Events step builds from that connection in a worker."""
     server = server_factory.redis()
-    settings = PlatformSettings.build(redis_url=server.url, database_url="postgresql://unused",
-                                      profile="test")  # fmt: skip
+    settings = PlatformSettings.build(
+        redis_url=server.url, database_url="postgresql://unused", profile="test"
+    )
     app = create_app(name, settings=settings)
     conn = app.connection_for_write()
-    found = app.events.Dispatcher(conn, hostname="w1@test", buffer_group=["task"],
-                                  on_send_buffered=lambda: None)  # fmt: skip
+    found = app.events.Dispatcher(
+        conn, hostname="w1@test", buffer_group=["task"], on_send_buffered=lambda: None
+    )
     assert isinstance(found, BatchingEventDispatcher)
     return server, app, conn, found
 
@@ -174,16 +181,19 @@ def test_a_batch_that_cannot_be_published_is_kept_for_the_next_connection(
     client = redis.Redis.from_url(server.url)
     published = Published(client)
     with app.connection_for_write() as fresh:
-        after = app.events.Dispatcher(fresh, hostname="w1@test", buffer_group=["task"],
-                                      on_send_buffered=lambda: None)  # fmt: skip
+        after = app.events.Dispatcher(
+            fresh, hostname="w1@test", buffer_group=["task"], on_send_buffered=lambda: None
+        )
         after.extend_buffer(before)
         after.flush()
         [(topic, body)] = published.messages(1)
         after.close()
     conn.release()
     assert topic == "task.multi"
-    assert [(e["type"], e["uuid"]) for e in body] == [("task-received", "j1"),
-                                                      ("task-succeeded", "j1")]  # fmt: skip
+    assert [(e["type"], e["uuid"]) for e in body] == [
+        ("task-received", "j1"),
+        ("task-succeeded", "j1"),
+    ]
 
 
 def test_a_heartbeat_while_the_broker_is_down_gives_up_in_bounded_time(

@@ -16,6 +16,8 @@ def established_to(port: int) -> set[int]:
     return {
         conn.laddr.port
         for conn in psutil.net_connections(kind="tcp")
-        if conn.pid == os.getpid() and conn.raddr and conn.raddr.port == port
+        if conn.pid == os.getpid()
+        and conn.raddr
+        and conn.raddr.port == port
         and conn.status == psutil.CONN_ESTABLISHED
-    }  # fmt: skip
+    }

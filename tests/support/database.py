@@ -7,8 +7,9 @@ from typing import Any
 import psycopg2
 
 
-def query(database_url: str, sql: str, *params: Any, connect_timeout: int = 10
-          ) -> list[tuple[Any, ...]]:  # fmt: skip
+def query(
+    database_url: str, sql: str, *params: Any, connect_timeout: int = 10
+) -> list[tuple[Any, ...]]:
     """Run ``sql`` in its own committed transaction; the rows it returns, if any.
 
     A fresh connection each call, so a test never holds a transaction open across the

@@ -15,14 +15,20 @@ from typing import Any
 
 import psycopg2
 
-from platform_tasks.harness import PostgresServer
+from platform_tasks.testing.servers import PostgresServer
 
 DATABASE = "django_beat"
 SETTINGS_MODULE = "platform_tasks.contrib.django_settings"
 
 _url: str | None = None
-TABLES = ("periodictask", "periodictasks", "intervalschedule", "crontabschedule",
-          "clockedschedule", "solarschedule")  # fmt: skip
+TABLES = (
+    "periodictask",
+    "periodictasks",
+    "intervalschedule",
+    "crontabschedule",
+    "clockedschedule",
+    "solarschedule",
+)
 
 
 def _database_url(server: PostgresServer) -> str:
@@ -46,8 +52,12 @@ def django_beat_database(server: PostgresServer) -> str:
             cur.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
             cur.execute(f"CREATE DATABASE {DATABASE}")
         conn.close()
-        subprocess.run([sys.executable, "-m", "django", "migrate", "--verbosity", "0"],
-                       env=migrate_command_env(url), check=True, timeout=300)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "django", "migrate", "--verbosity", "0"],
+            env=migrate_command_env(url),
+            check=True,
+            timeout=300,
+        )
         _setup_django(url)
         _url = url
     conn = psycopg2.connect(_url)

@@ -44,11 +44,14 @@ def make_tenants(database_url: str) -> Callable[[int], int]:
 
     def make(count: int) -> int:
         sql(database_url, SCHEMA_SQL)
-        sql(database_url, "TRUNCATE public.fanout_applied, public.fanout_hold, "
-                          "public.fanout_fail")  # fmt: skip
-        sql(database_url, "INSERT INTO core.tenants (tenant_id, freshness_tier) "
-                          "SELECT 't-' || lpad(n::text, 4, '0'), '1h' "
-                          "FROM generate_series(0, %s - 1) AS n", (count,))  # fmt: skip
+        sql(database_url, "TRUNCATE public.fanout_applied, public.fanout_hold, public.fanout_fail")
+        sql(
+            database_url,
+            "INSERT INTO core.tenants (tenant_id, freshness_tier) "
+            "SELECT 't-' || lpad(n::text, 4, '0'), '1h' "
+            "FROM generate_series(0, %s - 1) AS n",
+            (count,),
+        )
         return count
 
     return make
@@ -56,22 +59,26 @@ def make_tenants(database_url: str) -> Callable[[int], int]:
 
 @pytest.fixture
 def port(redis_url: str, database_url: str) -> Iterator[QueuePort]:
-    settings = PlatformSettings.build(redis_url=redis_url, database_url=database_url,
-                                      profile="test")  # fmt: skip
+    settings = PlatformSettings.build(
+        redis_url=redis_url, database_url=database_url, profile="test"
+    )
     queue_port = QueuePort(create_test_app("fanout_e2e_publisher", settings=settings))
     yield queue_port
     queue_port.close()
 
 
 def ctx() -> JobContext:
-    return JobContext(name=JOB, scheduled_for=POINT, cancel_requested=threading.Event(),
-                      logger=logging.getLogger("test"))  # fmt: skip
+    return JobContext(
+        name=JOB,
+        scheduled_for=POINT,
+        cancel_requested=threading.Event(),
+        logger=logging.getLogger("test"),
+    )
 
 
 def fanout_worker(env: dict[str, str], log: Path, name: str) -> CeleryProcess:
     argv = worker_argv("tests.apps.fanout_app", hostname=f"{name}@%h")
-    return CeleryProcess(argv,
-                         env=env, cwd=REPO_ROOT, log_path=log)  # fmt: skip
+    return CeleryProcess(argv, env=env, cwd=REPO_ROOT, log_path=log)
 
 
 def applied(database_url: str) -> int:
@@ -85,8 +92,11 @@ def progress(database_url: str) -> tuple[int, bool] | None:
 
 def assert_each_tenant_applied_once(database_url: str, expected: int) -> None:
     assert applied(database_url) == expected
-    twice = sql(database_url, "SELECT tenant_id, count(*) FROM public.fanout_applied "
-                              "GROUP BY tenant_id HAVING count(*) > 1")  # fmt: skip
+    twice = sql(
+        database_url,
+        "SELECT tenant_id, count(*) FROM public.fanout_applied "
+        "GROUP BY tenant_id HAVING count(*) > 1",
+    )
     assert twice == []
     [(tenants, points)] = sql(
         database_url,

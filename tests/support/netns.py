@@ -184,8 +184,18 @@ class HostNetwork:
         ip("-n", self.switch, "link", "add", _BRIDGE, "type", "bridge")
         ip("-n", self.switch, "link", "set", _BRIDGE, "up")
         # the root namespace's own port: the test process reaches every host through it
-        ip("link", "add", self.control_link, "type", "veth", "peer", "name", "control",
-           "netns", self.switch)  # fmt: skip
+        ip(
+            "link",
+            "add",
+            self.control_link,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "control",
+            "netns",
+            self.switch,
+        )
         self._attach("control")
         ip("addr", "add", f"{self.control_address}/{prefix}", "dev", self.control_link)
         ip("link", "set", self.control_link, "up")
@@ -194,8 +204,20 @@ class HostNetwork:
             port = f"p{index}"
             address = str(addresses[9 + index])
             ip("netns", "add", namespace)
-            ip("-n", self.switch, "link", "add", port, "type", "veth", "peer", "name", "eth0",
-               "netns", namespace)  # fmt: skip
+            ip(
+                "-n",
+                self.switch,
+                "link",
+                "add",
+                port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                namespace,
+            )
             self._attach(port)
             ip("-n", namespace, "addr", "add", f"{address}/{prefix}", "dev", "eth0")
             ip("-n", namespace, "link", "set", "eth0", "up")

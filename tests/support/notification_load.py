@@ -16,8 +16,8 @@ from typing import Any
 
 import redis
 
-from platform_tasks.harness import wait_until
 from platform_tasks.notifications import publish_blast
+from platform_tasks.testing.servers import wait_until
 
 WINDOW_SECONDS = 10.0
 

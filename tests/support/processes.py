@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 
 VENV_BIN = Path(sys.executable).parent
 CELERY = str(VENV_BIN / "celery")
@@ -131,25 +131,53 @@ def platform_env(
     return env
 
 
-def worker_argv(app: str, *, queues: str | None = None, concurrency: int = 2,
-                pool: str = "prefork", hostname: str = "w1@%h",
-                extra: Sequence[str] = ()) -> list[str]:  # fmt: skip
+def worker_argv(
+    app: str,
+    *,
+    queues: str | None = None,
+    concurrency: int = 2,
+    pool: str = "prefork",
+    hostname: str = "w1@%h",
+    extra: Sequence[str] = (),
+) -> list[str]:
     """``celery -A app worker`` as a user starts it: no ``-Q``, so it consumes every queue
     the platform routes to. ``queues`` narrows it with ``-Q`` (a test passing it says
     why). Mingle and gossip are off only to save start-up time; they change no routing."""
-    argv = [CELERY, "-A", app, "worker", "-P", pool, "-c", str(concurrency), "-n", hostname,
-            "--loglevel", "INFO", "--without-mingle", "--without-gossip"]  # fmt: skip
+    argv = [
+        CELERY,
+        "-A",
+        app,
+        "worker",
+        "-P",
+        pool,
+        "-c",
+        str(concurrency),
+        "-n",
+        hostname,
+        "--loglevel",
+        "INFO",
+        "--without-mingle",
+        "--without-gossip",
+    ]
     if queues:
         argv += ["-Q", queues]
     return argv + list(extra)
 
 
-def start_worker(started: list[CeleryProcess], app: str, *, env: Mapping[str, str], cwd: Path,
-                 log_path: Path, concurrency: int = 1, ready_timeout: float = 60.0
-                 ) -> CeleryProcess:  # fmt: skip
+def start_worker(
+    started: list[CeleryProcess],
+    app: str,
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    log_path: Path,
+    concurrency: int = 1,
+    ready_timeout: float = 60.0,
+) -> CeleryProcess:
     """Start ``celery -A app worker`` (no ``-Q``), register it for reaping, wait until ready."""
-    worker = CeleryProcess(worker_argv(app, concurrency=concurrency), env=env, cwd=cwd,
-                           log_path=log_path)  # fmt: skip
+    worker = CeleryProcess(
+        worker_argv(app, concurrency=concurrency), env=env, cwd=cwd, log_path=log_path
+    )
     started.append(worker.start())
     worker.wait_for_log("ready.", timeout=ready_timeout)
     return worker

@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 
-from platform_tasks.delay_promoter import DelayPromoter
+from platform_tasks.publishing.delay_promoter import DelayPromoter
 from platform_tasks.settings import PlatformSettings
 
 

@@ -36,5 +36,6 @@ def _pause_first_publish(sender: Any = None, **_: Any) -> None:
 
 def install_publish_pause(app: Any) -> None:
     """Pause the first publish of this process (see the module docstring)."""
-    before_task_publish.connect(_pause_first_publish, weak=False,
-                                dispatch_uid="tests.publish_pause")  # fmt: skip
+    before_task_publish.connect(
+        _pause_first_publish, weak=False, dispatch_uid="tests.publish_pause"
+    )

@@ -1,10 +1,10 @@
 """A delay promoter for RabbitMQ that stops between confirm and removal, for fault tests.
 
 ``python -m tests.support.rabbitmq_promoter_main`` runs the production
-:class:`~platform_tasks.rabbitmq_delay_promoter.RabbitMQDelayPromoter` of the consumer test
-app (settings from the environment, as a worker has them) with one injected pause point:
-after RabbitMQ confirmed a batch and before its entries are removed, the promoter pushes
-the confirmed entry ids to the Redis list ``test:promoter:confirmed`` and waits forever,
+:class:`~platform_tasks.publishing.rabbitmq_delay_promoter.RabbitMQDelayPromoter` of the
+consumer test app (settings from the environment, as a worker has them) with one injected
+pause point: after RabbitMQ confirmed a batch and before its entries are removed, the promoter
+pushes the confirmed entry ids to the Redis list ``test:promoter:confirmed`` and waits forever,
 so the test can SIGKILL it exactly there.
 """
 
@@ -14,7 +14,7 @@ import threading
 
 import redis
 
-from platform_tasks.rabbitmq_delay_promoter import RabbitMQDelayPromoter
+from platform_tasks.publishing.rabbitmq_delay_promoter import RabbitMQDelayPromoter
 from tests.apps.consumer_app import app
 
 CONFIRMED_KEY = "test:promoter:confirmed"

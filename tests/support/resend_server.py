@@ -365,8 +365,11 @@ class ResendLikeServer:
                     limit_headers,
                     _error(422, "missing_required_field", "from, to and subject are required"),
                 )
-        invalid = {index: problem for index, item in enumerate(items)
-                   if (problem := _invalid_recipient(item)) is not None}  # fmt: skip
+        invalid = {
+            index: problem
+            for index, item in enumerate(items)
+            if (problem := _invalid_recipient(item)) is not None
+        }
         permissive = path == "/emails/batch" and headers.get("x-batch-validation") == "permissive"
         if invalid and not permissive:
             first = next(iter(invalid.values()))

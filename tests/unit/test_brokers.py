@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from platform_tasks import create_app
-from platform_tasks.brokers import (
+from platform_tasks.brokers.selection import (
     broker_holds_delays,
     check_time_limits,
     delay_countdown_seconds,
@@ -39,8 +39,9 @@ def test_broker_holds_delays(broker: str | None, holds: bool) -> None:
 
 
 def test_a_redis_cluster_broker_is_refused_naming_the_settings() -> None:
-    settings = PlatformSettings.build(redis_url="redis://:pw123@10.0.0.1:7000/0",
-                                      redis_cluster=True)  # fmt: skip
+    settings = PlatformSettings.build(
+        redis_url="redis://:pw123@10.0.0.1:7000/0", redis_cluster=True
+    )
     with pytest.raises(ConfigurationError) as caught:
         create_app("cluster_broker", settings=settings)
     message = str(caught.value)
@@ -50,8 +51,9 @@ def test_a_redis_cluster_broker_is_refused_naming_the_settings() -> None:
 
 
 def test_a_cluster_for_coordination_with_rabbitmq_as_broker_is_accepted() -> None:
-    settings = PlatformSettings.build(redis_url="redis://10.0.0.1:7000/0", redis_cluster=True,
-                                      broker_url=AMQP)  # fmt: skip
+    settings = PlatformSettings.build(
+        redis_url="redis://10.0.0.1:7000/0", redis_cluster=True, broker_url=AMQP
+    )
     app = create_app("cluster_coordination", settings=settings)
     assert app.conf.broker_url == AMQP
 
@@ -105,12 +107,17 @@ def test_a_time_limit_above_the_consumer_timeout_is_refused() -> None:
     assert "tests.short" not in message
 
 
-def test_a_prefetch_multiplier_whose_waiting_messages_outlive_the_consumer_timeout_is_refused(
-) -> None:  # fmt: skip
+def test_a_prefetch_multiplier_whose_waiting_messages_outlive_the_consumer_timeout_is_refused() -> (
+    None
+):
     """With 3 a message can wait behind two jobs of its process before its own run starts."""
     # the platform's own tasks get the default limit: 50 s, so 2 x 250 + 50 stays below
-    app = app_with_limits("amqp_prefetch", {"tests.report": 250, "tests.ping": 10},
-                          worker_prefetch_multiplier=3, task_time_limit=50)  # fmt: skip
+    app = app_with_limits(
+        "amqp_prefetch",
+        {"tests.report": 250, "tests.ping": 10},
+        worker_prefetch_multiplier=3,
+        task_time_limit=50,
+    )
     message = refusal(app)
     # 2 x 250 s waiting + 250 s of its own run; 2 x 250 + 10 = 510 s stays below 600 s
     assert "tests.report can stay unacknowledged 750s" in message
@@ -149,15 +156,25 @@ def test_delays_round_up_to_whole_seconds_never_early() -> None:
 def refused_worker_output(database_url: str, app: str, *args: str) -> str:
     """What ``celery -A app worker …`` printed on RabbitMQ (``consumer_timeout`` 600 s)
     before exiting with an error; the broker's port is closed, its password ``s3cret``."""
-    env = platform_env(redis_url="redis://127.0.0.1:1/0", database_url=database_url, extra={
-        "PLATFORM_BROKER_URL": "amqp://platform:s3cret@127.0.0.1:1/%2F",
-        "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS": "600",
-        "PLATFORM_JOBS_ENABLED": "false",  # no scheduled jobs: their Redis check would come first
-    })  # fmt: skip
+    env = platform_env(
+        redis_url="redis://127.0.0.1:1/0",
+        database_url=database_url,
+        extra={
+            "PLATFORM_BROKER_URL": "amqp://platform:s3cret@127.0.0.1:1/%2F",
+            "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS": "600",
+            # no scheduled jobs: their Redis check would come first
+            "PLATFORM_JOBS_ENABLED": "false",
+        },
+    )
     result = subprocess.run(
         [CELERY, "-A", app, "worker", "--loglevel", "INFO", *args],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     assert "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS" in output
@@ -181,8 +198,9 @@ def test_a_worker_with_a_larger_prefetch_multiplier_refuses_to_start(database_ur
     waiting behind one prefetched job first could stay unacknowledged 1,080 s. No broker
     needed (see above); the database is real.
     """
-    output = refused_worker_output(database_url, "tests.apps.consumer_app",
-                                   "--prefetch-multiplier", "2")  # fmt: skip
+    output = refused_worker_output(
+        database_url, "tests.apps.consumer_app", "--prefetch-multiplier", "2"
+    )
     assert "can stay unacknowledged 1080s" in output, output
     assert "worker_prefetch_multiplier=2" in output
 

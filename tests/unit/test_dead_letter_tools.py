@@ -9,9 +9,9 @@ import click
 import pytest
 
 from platform_tasks.cli.dead_letters import parse_since
-from platform_tasks.dead_letters import replay_refusal
+from platform_tasks.dead_letters.store import replay_refusal
 from platform_tasks.envelope import uuid7
-from platform_tasks.queries import load_queries, parse_queries
+from platform_tasks.postgres.queries import load_queries, parse_queries
 
 NOW = datetime(2030, 1, 10, 12, 0, tzinfo=UTC)
 

@@ -125,8 +125,9 @@ json_values = st.recursive(
     data=st.dictionaries(texts, json_values, max_size=5),
 )
 def test_round_trip_through_json(tenant: str, correlation: str, kind: str, data: dict) -> None:
-    envelope = parse_envelope(valid(tenant_id=tenant, correlation_id=correlation, kind=kind,
-                                    data=data), dict)  # fmt: skip
+    envelope = parse_envelope(
+        valid(tenant_id=tenant, correlation_id=correlation, kind=kind, data=data), dict
+    )
     wire = json.loads(json.dumps(envelope.to_message()))
     again = parse_envelope(wire, dict)
     assert again == envelope

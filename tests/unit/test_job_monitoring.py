@@ -17,8 +17,9 @@ def _run(ctx: object) -> None:
 def test_cron_job_is_a_crontab_monitor_in_its_zone() -> None:
     definition = define_job(handler=_run, cron="30 2 * * *", timezone="Europe/Berlin")
     assert monitor_config(definition) == {
-        "schedule": {"type": "crontab", "value": "30 2 * * *"}, "timezone": "Europe/Berlin",
-    }  # fmt: skip
+        "schedule": {"type": "crontab", "value": "30 2 * * *"},
+        "timezone": "Europe/Berlin",
+    }
 
 
 @pytest.mark.parametrize(

@@ -157,15 +157,22 @@ def test_order_is_path_order_not_string_order(tmp_path: Path) -> None:
     selected = select_job_files(tmp_path)
     assert selected == sorted(selected)
     assert [p.relative_to(tmp_path).as_posix() for p in selected] == [
-        "B.py", "a/a/x.py", "a/b.py", "a-c.py", "a_b/z.py",
-    ]  # fmt: skip
+        "B.py",
+        "a/a/x.py",
+        "a/b.py",
+        "a-c.py",
+        "a_b/z.py",
+    ]
 
 
 _NAME = st.text(alphabet="ab_.-1A", min_size=1, max_size=4)
 _DIRECTORY = _NAME.filter(lambda name: not name.startswith("."))
 """What a walk can report below the root: hidden directories (and ``.``) are pruned."""
-_GLOB = st.lists(st.sampled_from(["*", "?", "a", "_", ".py", "/", "[ab]", "[!a]", "1", "A"]),
-                 min_size=1, max_size=5).map("".join)  # fmt: skip
+_GLOB = st.lists(
+    st.sampled_from(["*", "?", "a", "_", ".py", "/", "[ab]", "[!a]", "1", "A"]),
+    min_size=1,
+    max_size=5,
+).map("".join)
 
 
 @settings(max_examples=300, deadline=None)

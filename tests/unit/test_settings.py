@@ -124,11 +124,13 @@ def test_redis_url_error_shows_no_password() -> None:
         ("redis://redis:6379/0", "redis://redis:6379/0"),
         ("postgresql://app@db/x", "postgresql://app@db/x"),
         ("postgresql://app:p@ss/w@db/x", "postgresql://app:***@db/x"),
-        ("postgresql://db/x?user=a&password=pw&sslmode=require",
-         "postgresql://db/x?user=a&password=***&sslmode=require"),
+        (
+            "postgresql://db/x?user=a&password=pw&sslmode=require",
+            "postgresql://db/x?user=a&password=***&sslmode=require",
+        ),
         ("not a url at all", "not a url at all"),
     ],
-)  # fmt: skip
+)
 def test_redact_url(url: str, shown: str) -> None:
     assert redact_url(url) == shown
 

@@ -12,7 +12,7 @@ from types import FrameType
 
 import pytest
 
-from platform_tasks.warm_stop import WarmStop
+from platform_tasks.jobs.warm_stop import WarmStop
 
 
 class _Stopped(Exception):

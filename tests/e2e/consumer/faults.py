@@ -11,11 +11,11 @@ import redis
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.app import PlatformCelery
-from platform_tasks.delay_store import DelayStore
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import delay_keys
+from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.fault_app import EFFECTS_TABLE_SQL, QUEUE, TASK
 from tests.conftest import REPO_ROOT
 from tests.support.database import query
@@ -34,16 +34,26 @@ def prepare_effects(database_url: str) -> None:
     query(database_url, "TRUNCATE public.effects")
 
 
-def start_worker(started: list[CeleryProcess], *, redis_url: str, database_url: str,
-                 log_path: Path, extra_env: dict[str, str] | None = None,
-                 concurrency: int = 2) -> CeleryProcess:  # fmt: skip
+def start_worker(
+    started: list[CeleryProcess],
+    *,
+    redis_url: str,
+    database_url: str,
+    log_path: Path,
+    extra_env: dict[str, str] | None = None,
+    concurrency: int = 2,
+) -> CeleryProcess:
     """A real ``celery worker -P prefork`` of the fault app, ready to consume."""
-    env = platform_env(redis_url=redis_url, database_url=database_url, extra={
-        # short, so a message whose ack was lost with the broker comes back within the test
-        "PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "5",
-        "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1",
-        **(extra_env or {}),
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=database_url,
+        extra={
+            # short, so a message whose ack was lost with the broker comes back within the test
+            "PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "5",
+            "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1",
+            **(extra_env or {}),
+        },
+    )
     argv = worker_argv("tests.apps.fault_app", concurrency=concurrency)
     proc = CeleryProcess(argv, env=env, cwd=REPO_ROOT, log_path=log_path).start()
     started.append(proc)
@@ -67,8 +77,7 @@ def producer(redis_url: str, database_url: str) -> Iterator[tuple[PlatformCelery
 
 
 def effect_payload(job_id: str | None = None, **data: Any) -> dict[str, Any]:
-    return {"job_id": job_id or str(uuid7()), "tenant_id": "tenant-1", "kind": TASK,
-            "data": data}  # fmt: skip
+    return {"job_id": job_id or str(uuid7()), "tenant_id": "tenant-1", "kind": TASK, "data": data}
 
 
 def publish_all(port: QueuePort, payloads: Sequence[dict[str, Any]]) -> None:
@@ -89,8 +98,14 @@ def delays_pending(client: redis.Redis) -> int:
     return DelayStore(client, delay_keys(PROFILE)).pending()
 
 
-def wait_for(condition: Any, *, timeout: float, message: str, worker: CeleryProcess,
-             describe: Callable[[], object] | None = None) -> None:  # fmt: skip
+def wait_for(
+    condition: Any,
+    *,
+    timeout: float,
+    message: str,
+    worker: CeleryProcess,
+    describe: Callable[[], object] | None = None,
+) -> None:
     """``wait_until`` that shows the state and the worker's log tail at the deadline."""
     try:
         wait_until(condition, timeout=timeout, interval=0.2, message=message)

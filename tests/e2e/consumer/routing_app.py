@@ -28,9 +28,11 @@ WORK_TABLE_SQL = (
     "CREATE TABLE IF NOT EXISTS public.routing_work (job_id uuid NOT NULL, task text NOT NULL)"
 )
 FAST = RetryPolicy(
-    max_attempts=3, base=timedelta(seconds=1), cap=timedelta(seconds=1),
+    max_attempts=3,
+    base=timedelta(seconds=1),
+    cap=timedelta(seconds=1),
     rationale="tests: a one-second retry keeps the routing test short",
-)  # fmt: skip
+)
 
 app = create_app(
     "routing_app",
@@ -58,12 +60,22 @@ def _work(envelope: Envelope[Work], tx: Any, task: str) -> None:
     runs = int(_redis.incr(runs_key(envelope.job_id)))
     if runs <= envelope.data.fail_times:
         raise RuntimeError(f"failure {runs}: {envelope.data.secret}")
-    tx.execute("INSERT INTO public.routing_work (job_id, task) VALUES (%s, %s)",
-               (str(envelope.job_id), task))  # fmt: skip
+    tx.execute(
+        "INSERT INTO public.routing_work (job_id, task) VALUES (%s, %s)",
+        (str(envelope.job_id), task),
+    )
 
 
-@app.task(base=PlatformTask, name="billing.charge", queue="billing", data_model=Work,
-          soft_time_limit=60, time_limit=90, acks_late=True, priority=3)  # fmt: skip
+@app.task(
+    base=PlatformTask,
+    name="billing.charge",
+    queue="billing",
+    data_model=Work,
+    soft_time_limit=60,
+    time_limit=90,
+    acks_late=True,
+    priority=3,
+)
 def charge(envelope: Envelope[Work], tx: Any) -> None:
     _work(envelope, tx, "billing.charge")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from platform_tasks.harness import free_port, wait_until
+from platform_tasks.testing.servers import free_port, wait_until
 from tests.e2e.consumer.faults import count, effect_payload, prepare_effects, producer, start_worker
 from tests.support.processes import celery_processes
 
@@ -37,10 +37,16 @@ def test_processed_counter_is_summed_across_prefork_processes(
     payloads = [effect_payload(hold_ms=50) for _ in range(JOBS)]
 
     with celery_processes() as started:
-        worker = start_worker(started, redis_url=redis_url, database_url=database_url,
-                              log_path=tmp_path / "worker.log", extra_env={
-                                  "PROMETHEUS_MULTIPROC_DIR": str(multiproc_dir),
-                                  "PLATFORM_METRICS_PORT": str(port)})  # fmt: skip
+        worker = start_worker(
+            started,
+            redis_url=redis_url,
+            database_url=database_url,
+            log_path=tmp_path / "worker.log",
+            extra_env={
+                "PROMETHEUS_MULTIPROC_DIR": str(multiproc_dir),
+                "PLATFORM_METRICS_PORT": str(port),
+            },
+        )
         pool = worker.children()
         assert len(pool) == 2
         with producer(redis_url, database_url) as (_, queue_port):

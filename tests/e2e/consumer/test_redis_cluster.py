@@ -20,16 +20,17 @@ import redis
 from redis.cluster import RedisCluster
 
 from platform_tasks import QueuePort, create_app
+from platform_tasks.brokers.redis_client import build_redis
 from platform_tasks.consumer.attempts import DeliveryCounter
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import RedisClusterServers, wait_until
 from platform_tasks.keys import delivery_keys
-from platform_tasks.redis_client import build_redis
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL, runs_key
 from tests.conftest import REPO_ROOT
 from tests.support.database import query
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
+from tests.support.servers import RedisClusterServers
 
 MAX_ATTEMPTS = 3
 CONSUMER = "tests.consumer.apply"
@@ -51,13 +52,22 @@ def cluster_settings(
     client = RedisCluster.from_url(cluster.url)
     client.flushall()  # every primary
     client.close()
-    yield PlatformSettings.build(redis_url=cluster.url, redis_cluster=True, broker_url=redis_url,
-                                 database_url=database_url, profile="test")  # fmt: skip
+    yield PlatformSettings.build(
+        redis_url=cluster.url,
+        redis_cluster=True,
+        broker_url=redis_url,
+        database_url=database_url,
+        profile="test",
+    )
 
 
 def payload(key: str, **data: Any) -> dict[str, Any]:
-    return {"job_id": str(uuid7()), "tenant_id": "t1", "kind": CONSUMER,
-            "data": {"key": key, **data}}  # fmt: skip
+    return {
+        "job_id": str(uuid7()),
+        "tenant_id": "t1",
+        "kind": CONSUMER,
+        "data": {"key": key, **data},
+    }
 
 
 def test_delivery_counts_live_on_the_cluster_one_slot_per_job(
@@ -96,15 +106,18 @@ def test_delivery_counts_live_on_the_cluster_one_slot_per_job(
 def worker(
     cluster_settings: PlatformSettings, redis_url: str, tmp_path: Path
 ) -> Iterator[CeleryProcess]:
-    env = platform_env(redis_url=cluster_settings.redis_url,
-                       database_url=str(cluster_settings.database_url), extra={
-        "PLATFORM_REDIS_CLUSTER": "true",
-        "PLATFORM_BROKER_URL": str(cluster_settings.broker_url),
-        "PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "5",
-        "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1",
-        "CONSUMER_TEST_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
-        "CONSUMER_TEST_RUNS_REDIS_URL": redis_url,
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=cluster_settings.redis_url,
+        database_url=str(cluster_settings.database_url),
+        extra={
+            "PLATFORM_REDIS_CLUSTER": "true",
+            "PLATFORM_BROKER_URL": str(cluster_settings.broker_url),
+            "PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "5",
+            "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1",
+            "CONSUMER_TEST_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
+            "CONSUMER_TEST_RUNS_REDIS_URL": redis_url,
+        },
+    )
     with celery_processes() as started:
         argv = worker_argv("tests.apps.consumer_app", concurrency=2)
         proc = CeleryProcess(argv, env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log")

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import RedisClusterServers, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
 from tests.e2e.consumer.test_redis_cluster import payload, query
@@ -30,6 +30,7 @@ from tests.support.processes import (
     start_worker,
     worker_argv,
 )
+from tests.support.servers import RedisClusterServers
 
 CLUSTER_DOWN_WAITING = "database or Redis unavailable (RedisCluster"
 """The warning of a delivery that waits for the cluster: the error's class name follows
@@ -49,15 +50,24 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterSe
 def test_a_job_waits_while_the_cluster_is_down_and_is_applied_once_after(
     cluster: RedisClusterServers, redis_url: str, database_url: str, tmp_path: Path
 ) -> None:
-    settings = PlatformSettings.build(redis_url=cluster.url, redis_cluster=True,
-                                      broker_url=redis_url, database_url=database_url,
-                                      profile="test")  # fmt: skip
+    settings = PlatformSettings.build(
+        redis_url=cluster.url,
+        redis_cluster=True,
+        broker_url=redis_url,
+        database_url=database_url,
+        profile="test",
+    )
     query(database_url, WORK_TABLE_SQL)
     query(database_url, "TRUNCATE public.consumer_work")
-    env = platform_env(redis_url=cluster.url, database_url=database_url, extra={
-        "PLATFORM_REDIS_CLUSTER": "true", "PLATFORM_BROKER_URL": redis_url,
-        "CONSUMER_TEST_RUNS_REDIS_URL": redis_url,
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=cluster.url,
+        database_url=database_url,
+        extra={
+            "PLATFORM_REDIS_CLUSTER": "true",
+            "PLATFORM_BROKER_URL": redis_url,
+            "CONSUMER_TEST_RUNS_REDIS_URL": redis_url,
+        },
+    )
     producer = create_app("cluster_outage_producer", settings=settings)
     port = QueuePort(producer)
 
@@ -65,8 +75,14 @@ def test_a_job_waits_while_the_cluster_is_down_and_is_applied_once_after(
         return int(query(database_url, "SELECT count(*) FROM public.consumer_work")[0][0])
 
     with celery_processes() as started:
-        worker = start_worker(started, "tests.apps.consumer_app", env=env, cwd=REPO_ROOT,
-                              log_path=tmp_path / "worker.log", ready_timeout=60)  # fmt: skip
+        worker = start_worker(
+            started,
+            "tests.apps.consumer_app",
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+            ready_timeout=60,
+        )
         try:
             port.publish(QUEUE, payload("before"))  # the pool process builds its client
             wait_until(lambda: applied() == 1, timeout=60, message="first job applied")
@@ -78,8 +94,12 @@ def test_a_job_waits_while_the_cluster_is_down_and_is_applied_once_after(
             assert applied() == 1
             assert query(database_url, "SELECT count(*) FROM core.dead_letters") == [(0,)]
             cluster.restart()
-            wait_until(lambda: applied() == 2, timeout=90, interval=0.2,
-                       message="job applied after the cluster came back")  # fmt: skip
+            wait_until(
+                lambda: applied() == 2,
+                timeout=90,
+                interval=0.2,
+                message="job applied after the cluster came back",
+            )
         except (TimeoutError, AssertionError) as exc:
             raise AssertionError(f"{exc}\n--- worker log ---\n{worker.log()[-6000:]}") from exc
         finally:
@@ -98,21 +118,34 @@ def test_a_pool_process_whose_first_job_finds_the_cluster_down_waits_then_applie
 
     The worker itself starts with the cluster up (its start-up check refuses an
     unreachable one, see ``tests/integration/jobs/test_cluster_outage.py``)."""
-    settings = PlatformSettings.build(redis_url=cluster.url, redis_cluster=True,
-                                      broker_url=redis_url, database_url=database_url,
-                                      profile="test")  # fmt: skip
+    settings = PlatformSettings.build(
+        redis_url=cluster.url,
+        redis_cluster=True,
+        broker_url=redis_url,
+        database_url=database_url,
+        profile="test",
+    )
     query(database_url, WORK_TABLE_SQL)
     query(database_url, "TRUNCATE public.consumer_work")
-    env = platform_env(redis_url=cluster.url, database_url=database_url, extra={
-        "PLATFORM_REDIS_CLUSTER": "true", "PLATFORM_BROKER_URL": redis_url,
-        "CONSUMER_TEST_RUNS_REDIS_URL": redis_url,
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=cluster.url,
+        database_url=database_url,
+        extra={
+            "PLATFORM_REDIS_CLUSTER": "true",
+            "PLATFORM_BROKER_URL": redis_url,
+            "CONSUMER_TEST_RUNS_REDIS_URL": redis_url,
+        },
+    )
     producer = create_app("cluster_outage_producer", settings=settings)
     port = QueuePort(producer)
     jobs = [payload(f"early{i}") for i in range(2)]
     with celery_processes() as started:
-        worker = CeleryProcess(worker_argv("tests.apps.consumer_app", concurrency=1), env=env,
-                               cwd=REPO_ROOT, log_path=tmp_path / "worker.log")  # fmt: skip
+        worker = CeleryProcess(
+            worker_argv("tests.apps.consumer_app", concurrency=1),
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+        )
         started.append(worker.start())
         try:
             worker.wait_for_log("ready.", timeout=60)
@@ -123,9 +156,11 @@ def test_a_pool_process_whose_first_job_finds_the_cluster_down_waits_then_applie
             assert query(database_url, "SELECT count(*) FROM core.processed_jobs") == [(0,)]
             cluster.restart()
             wait_until(
-                lambda: query(database_url, "SELECT count(*) FROM core.processed_jobs")
-                == [(2,)], timeout=90, interval=0.2, message="both jobs applied",
-            )  # fmt: skip
+                lambda: query(database_url, "SELECT count(*) FROM core.processed_jobs") == [(2,)],
+                timeout=90,
+                interval=0.2,
+                message="both jobs applied",
+            )
         except (TimeoutError, AssertionError) as exc:
             raise AssertionError(f"{exc}\n--- worker log ---\n{worker.log()[-6000:]}") from exc
         finally:

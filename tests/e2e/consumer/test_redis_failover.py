@@ -15,8 +15,8 @@ import redis
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT, ServerFactory
 from tests.support.database import query
@@ -24,19 +24,25 @@ from tests.support.processes import CeleryProcess, celery_processes, platform_en
 
 
 def applied(database_url: str, job_id: str) -> int:
-    rows = query(database_url, "SELECT count(*) FROM public.consumer_work WHERE job_id = %s",
-                 job_id)  # fmt: skip
+    rows = query(
+        database_url, "SELECT count(*) FROM public.consumer_work WHERE job_id = %s", job_id
+    )
     return int(rows[0][0])
 
 
 def publish(redis_url: str, database_url: str, key: str) -> str:
-    settings = PlatformSettings.build(redis_url=redis_url, database_url=database_url,
-                                      profile="test")  # fmt: skip
+    settings = PlatformSettings.build(
+        redis_url=redis_url, database_url=database_url, profile="test"
+    )
     app = create_app("failover_producer", settings=settings)
     port = QueuePort(app)
     try:
-        envelope = {"job_id": str(uuid7()), "tenant_id": "t1", "kind": "tests.consumer.apply",
-                    "data": {"key": key}}  # fmt: skip
+        envelope = {
+            "job_id": str(uuid7()),
+            "tenant_id": "t1",
+            "kind": "tests.consumer.apply",
+            "data": {"key": key},
+        }
         job_id = port.publish(QUEUE, envelope)
     finally:
         port.close()
@@ -54,23 +60,35 @@ def test_a_worker_applies_jobs_after_its_redis_is_demoted_and_promoted_again(
     client_a = redis.Redis.from_url(a.url)
     env = platform_env(redis_url=a.url, database_url=database_url)
     with celery_processes() as started:
-        worker = CeleryProcess(worker_argv("tests.apps.consumer_app", concurrency=1), env=env,
-                               cwd=REPO_ROOT, log_path=tmp_path / "worker.log")  # fmt: skip
+        worker = CeleryProcess(
+            worker_argv("tests.apps.consumer_app", concurrency=1),
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+        )
         started.append(worker.start())
         worker.wait_for_log("ready.", timeout=60)
         before = publish(a.url, database_url, "before")
-        wait_until(lambda: applied(database_url, before) == 1, timeout=60,
-                   message="job applied before the failover")  # fmt: skip
+        wait_until(
+            lambda: applied(database_url, before) == 1,
+            timeout=60,
+            message="job applied before the failover",
+        )
 
         client_a.execute_command("REPLICAOF", "127.0.0.1", str(b.port))
-        wait_until(lambda: client_a.info("replication").get("master_link_status") == "up",
-                   timeout=30, message="A replicates B")  # fmt: skip
+        wait_until(
+            lambda: client_a.info("replication").get("master_link_status") == "up",
+            timeout=30,
+            message="A replicates B",
+        )
         after = publish(b.url, database_url, "after")
-        wait_until(lambda: client_a.llen(QUEUE) == 1, timeout=30,
-                   message="the job replicated to A")  # fmt: skip
+        wait_until(lambda: client_a.llen(QUEUE) == 1, timeout=30, message="the job replicated to A")
         worker.wait_for_log("ReadOnlyError", timeout=30)
         client_a.execute_command("REPLICAOF", "NO", "ONE")
-        wait_until(lambda: applied(database_url, after) == 1, timeout=60,
-                   message="job applied after A was promoted again")  # fmt: skip
+        wait_until(
+            lambda: applied(database_url, after) == 1,
+            timeout=60,
+            message="job applied after A was promoted again",
+        )
         assert worker.running
     client_a.close()

@@ -18,8 +18,8 @@ import psycopg2
 import pytest
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
@@ -39,24 +39,36 @@ def test_dead_letter_alerts_carry_tags_and_one_fingerprint(
     with conn, conn.cursor() as cur:
         cur.execute(WORK_TABLE_SQL)
     conn.close()
-    env = platform_env(redis_url=redis_url, database_url=database_url,
-                       extra={"SENTRY_DSN": sentry.dsn})  # fmt: skip
-    settings = PlatformSettings.build(redis_url=redis_url, database_url=database_url,
-                                      profile="test")  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url, database_url=database_url, extra={"SENTRY_DSN": sentry.dsn}
+    )
+    settings = PlatformSettings.build(
+        redis_url=redis_url, database_url=database_url, profile="test"
+    )
     port = QueuePort(create_app("sentry_producer", settings=settings))
     with celery_processes() as started:
         worker = CeleryProcess(
             worker_argv("tests.apps.consumer_app", concurrency=2),
-            env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log",
-        ).start()  # fmt: skip
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+        ).start()
         started.append(worker)
         worker.wait_for_log("ready.")
         job_ids = {
-            str(port.publish(QUEUE, {"tenant_id": f"tenant-{n}", "kind": "tests.consumer.apply",
-                                     "correlation_id": f"corr-{n}",
-                                     "data": {"key": f"k{n}", "permanent": True}}))
+            str(
+                port.publish(
+                    QUEUE,
+                    {
+                        "tenant_id": f"tenant-{n}",
+                        "kind": "tests.consumer.apply",
+                        "correlation_id": f"corr-{n}",
+                        "data": {"key": f"k{n}", "permanent": True},
+                    },
+                )
+            )
             for n in range(3)
-        }  # fmt: skip
+        }
         try:
             wait_until(lambda: len(sentry.events) >= 3, timeout=60, message="3 Sentry events")
         except TimeoutError as exc:
@@ -99,26 +111,38 @@ def _dead_letters_under_host_sentry(
     with conn, conn.cursor() as cur:
         cur.execute(WORK_TABLE_SQL)
     conn.close()
-    settings = PlatformSettings.build(redis_url=redis_url, database_url=database_url,
-                                      profile="test")  # fmt: skip
+    settings = PlatformSettings.build(
+        redis_url=redis_url, database_url=database_url, profile="test"
+    )
     port = QueuePort(create_app("sentry_host_producer", settings=settings))
     with SentryReceiver() as host, SentryReceiver() as platform, celery_processes() as started:
         env = platform_env(
-            redis_url=redis_url, database_url=database_url,
+            redis_url=redis_url,
+            database_url=database_url,
             extra={"SENTRY_DSN": platform.dsn, "HOST_SENTRY_DSN": host.dsn},
-        )  # fmt: skip
+        )
         worker = CeleryProcess(
-            worker_argv(HOST_APP, concurrency=2), env=env, cwd=REPO_ROOT,
+            worker_argv(HOST_APP, concurrency=2),
+            env=env,
+            cwd=REPO_ROOT,
             log_path=tmp_path / "worker.log",
-        ).start()  # fmt: skip
+        ).start()
         started.append(worker)
         worker.wait_for_log("ready.")
         job_ids = {
-            str(port.publish(QUEUE, {"tenant_id": f"tenant-{n}", "kind": "tests.consumer.apply",
-                                     "correlation_id": f"corr-{n}",
-                                     "data": {"key": f"k{n}", "permanent": True}}))
+            str(
+                port.publish(
+                    QUEUE,
+                    {
+                        "tenant_id": f"tenant-{n}",
+                        "kind": "tests.consumer.apply",
+                        "correlation_id": f"corr-{n}",
+                        "data": {"key": f"k{n}", "permanent": True},
+                    },
+                )
+            )
             for n in range(count)
-        }  # fmt: skip
+        }
 
         def dead_lettered() -> bool:
             return worker.log().count("job dead-lettered") >= count
@@ -141,8 +165,9 @@ def _origin(event: dict[str, Any]) -> str:
         return "platform alert"
     if event.get("logger"):
         return f"logging integration ({event['logger']})"
-    mechanism = [v.get("mechanism", {}).get("type") for v in event.get("exception", {}).get(
-        "values", [])]  # fmt: skip
+    mechanism = [
+        v.get("mechanism", {}).get("type") for v in event.get("exception", {}).get("values", [])
+    ]
     return f"exception ({','.join(str(m) for m in mechanism)})"
 
 

@@ -12,7 +12,7 @@ import psycopg2
 import pytest
 import redis
 
-from platform_tasks.migrations import migrate
+from platform_tasks.postgres.migrations import migrate
 from tests.apps.fault_app import TASK
 from tests.conftest import ServerFactory
 from tests.e2e.consumer.faults import (
@@ -58,8 +58,12 @@ def assert_each_applied_once(database_url: str, published: list[str]) -> None:
 
 def stop_midway(worker: CeleryProcess, database_url: str) -> int:
     """Wait until a fifth of the jobs are applied; return how many were applied."""
-    wait_for(lambda: count(database_url, "public.effects") >= JOBS // 5, timeout=60,
-             message="a fifth of the jobs applied", worker=worker)  # fmt: skip
+    wait_for(
+        lambda: count(database_url, "public.effects") >= JOBS // 5,
+        timeout=60,
+        message="a fifth of the jobs applied",
+        worker=worker,
+    )
     return count(database_url, "public.effects")
 
 
@@ -77,8 +81,12 @@ def test_postgres_restart_while_jobs_run(
     published = [p["job_id"] for p in payloads]
 
     with celery_processes() as started:
-        worker = start_worker(started, redis_url=broker.url, database_url=postgres.url,
-                              log_path=tmp_path / "worker.log")  # fmt: skip
+        worker = start_worker(
+            started,
+            redis_url=broker.url,
+            database_url=postgres.url,
+            log_path=tmp_path / "worker.log",
+        )
         with producer(broker.url, postgres.url) as (_, port):
             publish_all(port, payloads)
         applied_before = stop_midway(worker, postgres.url)
@@ -87,8 +95,12 @@ def test_postgres_restart_while_jobs_run(
         assert applied_before < JOBS * 0.8, "the stop must catch jobs still running"
         worker.wait_for_log("database or Redis unavailable", timeout=30, after=log_offset)
         postgres.start()
-        wait_for(lambda: settled(postgres.url, client), timeout=90,
-                 message="all jobs applied after the restart", worker=worker)  # fmt: skip
+        wait_for(
+            lambda: settled(postgres.url, client),
+            timeout=90,
+            message="all jobs applied after the restart",
+            worker=worker,
+        )
         worker.stop()
 
     client.close()
@@ -106,8 +118,12 @@ def test_redis_restart_while_jobs_run(
     published = [p["job_id"] for p in payloads]
 
     with celery_processes() as started:
-        worker = start_worker(started, redis_url=broker.url, database_url=database_url,
-                              log_path=tmp_path / "worker.log")  # fmt: skip
+        worker = start_worker(
+            started,
+            redis_url=broker.url,
+            database_url=database_url,
+            log_path=tmp_path / "worker.log",
+        )
         with producer(broker.url, database_url) as (_, port):
             publish_all(port, payloads)
         applied_before = stop_midway(worker, database_url)
@@ -116,8 +132,12 @@ def test_redis_restart_while_jobs_run(
         assert applied_before < JOBS * 0.8, "the stop must catch jobs still running"
         worker.wait_for_log("Connection to broker lost", timeout=30, after=log_offset)
         broker.start()  # same port, same data directory
-        wait_for(lambda: settled(database_url, client), timeout=90,
-                 message="all jobs applied after the restart", worker=worker)  # fmt: skip
+        wait_for(
+            lambda: settled(database_url, client),
+            timeout=90,
+            message="all jobs applied after the restart",
+            worker=worker,
+        )
         worker.stop()
 
     client.close()
@@ -146,26 +166,44 @@ def test_redis_stopped_while_every_slot_is_busy_the_worker_consumes_again_after_
         with gate.cursor() as cur:
             cur.execute("SELECT pg_advisory_lock(%s)", (GATE,))
         with celery_processes() as started:
-            worker = start_worker(started, redis_url=broker.url, database_url=database_url,
-                                  log_path=tmp_path / "worker.log")  # fmt: skip
+            worker = start_worker(
+                started,
+                redis_url=broker.url,
+                database_url=database_url,
+                log_path=tmp_path / "worker.log",
+            )
             with producer(broker.url, database_url) as (_, port):
                 publish_all(port, gated)
-            wait_for(lambda: waiting_on_gate(database_url) == 2, timeout=60,
-                     message="both jobs waiting on the gate", worker=worker)  # fmt: skip
+            wait_for(
+                lambda: waiting_on_gate(database_url) == 2,
+                timeout=60,
+                message="both jobs waiting on the gate",
+                worker=worker,
+            )
             broker.stop()
             with gate.cursor() as cur:
                 cur.execute("SELECT pg_advisory_unlock(%s)", (GATE,))
-            wait_for(lambda: count(database_url, "public.effects") == 2, timeout=30,
-                     message="both gated jobs committed while Redis is down",
-                     worker=worker)  # fmt: skip
+            wait_for(
+                lambda: count(database_url, "public.effects") == 2,
+                timeout=30,
+                message="both gated jobs committed while Redis is down",
+                worker=worker,
+            )
             broker.start()  # same port, same data directory
             with producer(broker.url, database_url) as (_, port):
                 publish_all(port, [later])
-            wait_for(lambda: later["job_id"] in applied(database_url), timeout=60,
-                     message="a job published after the restart is applied",
-                     worker=worker)  # fmt: skip
-            wait_for(lambda: settled_jobs(database_url, client, 3), timeout=60,
-                     message="nothing left on the broker", worker=worker)  # fmt: skip
+            wait_for(
+                lambda: later["job_id"] in applied(database_url),
+                timeout=60,
+                message="a job published after the restart is applied",
+                worker=worker,
+            )
+            wait_for(
+                lambda: settled_jobs(database_url, client, 3),
+                timeout=60,
+                message="nothing left on the broker",
+                worker=worker,
+            )
             worker.stop()
     finally:
         gate.close()
@@ -177,8 +215,7 @@ def test_redis_stopped_while_every_slot_is_busy_the_worker_consumes_again_after_
 
 
 def waiting_on_gate(database_url: str) -> int:
-    sql = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = %s"
-           " AND NOT granted")  # fmt: skip
+    sql = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = %s AND NOT granted"
     return int(query(database_url, sql, GATE)[0][0])
 
 

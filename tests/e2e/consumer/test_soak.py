@@ -81,8 +81,13 @@ def fate_of(job_id: str) -> Fate:
 
 def poison_envelope(n: int) -> dict[str, Any]:
     """A message the queue port would refuse: published raw, it must be dead-lettered."""
-    bad: dict[str, Any] = {"job_id": str(uuid7()), "tenant_id": "tenant-1",
-                           "correlation_id": f"poison-{n}", "kind": TASK, "data": {}}  # fmt: skip
+    bad: dict[str, Any] = {
+        "job_id": str(uuid7()),
+        "tenant_id": "tenant-1",
+        "correlation_id": f"poison-{n}",
+        "kind": TASK,
+        "data": {},
+    }
     if n % 2:
         bad["tenant_id"] = "not a valid tenant!"
     else:
@@ -114,8 +119,12 @@ def test_soak_every_job_applied_once_or_dead_lettered_once(
     for job_id, fate in fates.items():
         # every field of the model, so a dead letter's payload (the envelope as the last
         # attempt carried it) compares equal to what was published
-        jobs[job_id]["data"] = {"hold_ms": 0, "gate": 0, "fail_times": fate.fail_times,
-                                "permanent": fate.permanent}  # fmt: skip
+        jobs[job_id]["data"] = {
+            "hold_ms": 0,
+            "gate": 0,
+            "fail_times": fate.fail_times,
+            "permanent": fate.permanent,
+        }
     poison = [poison_envelope(n) for n in range(POISON)]
     unknown = [effect_payload() | {"kind": UNKNOWN_KIND} for _ in range(UNKNOWN)]
 
@@ -150,22 +159,39 @@ def test_soak_every_job_applied_once_or_dead_lettered_once(
 
     def describe() -> dict[str, Any]:
         waiting = sorted(unsettled())
-        return {"without_verdict": len(waiting),
-                "examples": [(j, fates.get(j)) for j in waiting[:5]],
-                "lists": broker_lists(client), "delays": delays_pending(client)}  # fmt: skip
+        return {
+            "without_verdict": len(waiting),
+            "examples": [(j, fates.get(j)) for j in waiting[:5]],
+            "lists": broker_lists(client),
+            "delays": delays_pending(client),
+        }
 
     with celery_processes() as started:
-        worker = start_worker(started, redis_url=broker.url, database_url=database_url,
-                              log_path=tmp_path / "worker.log")  # fmt: skip
+        worker = start_worker(
+            started,
+            redis_url=broker.url,
+            database_url=database_url,
+            log_path=tmp_path / "worker.log",
+        )
         with producer(broker.url, database_url) as (app, port):
             for how, payload in sends:
                 if how == "raw":
-                    app.send_task(TASK, args=[payload], task_id=payload["job_id"], queue=QUEUE,
-                                  headers={"platform_attempt": 1})  # fmt: skip
+                    app.send_task(
+                        TASK,
+                        args=[payload],
+                        task_id=payload["job_id"],
+                        queue=QUEUE,
+                        headers={"platform_attempt": 1},
+                    )
                 else:
                     port.publish(QUEUE, payload)
-        wait_for(settled, timeout=120, message="a verdict for every job", worker=worker,
-                 describe=describe)  # fmt: skip
+        wait_for(
+            settled,
+            timeout=120,
+            message="a verdict for every job",
+            worker=worker,
+            describe=describe,
+        )
         worker.stop()  # warm: deliveries still running (duplicates) finish first
 
     runs_of = dict(zip(fates, client.mget([runs_key(j) for j in fates]), strict=True))
@@ -190,8 +216,11 @@ def test_soak_every_job_applied_once_or_dead_lettered_once(
         if job_id in jobs:
             assert stored["data"] == jobs[job_id]["data"], job_id
         actual[job_id] = (reason, attempts)
-    wrong = {j: (actual.get(j), expected.get(j)) for j in set(actual) | set(expected)
-             if actual.get(j) != expected.get(j)}  # fmt: skip
+    wrong = {
+        j: (actual.get(j), expected.get(j))
+        for j in set(actual) | set(expected)
+        if actual.get(j) != expected.get(j)
+    }
     assert wrong == {}, "dead letters (actual, expected)"
     assert count(database_url, "core.dead_letters") == len(expected)
 

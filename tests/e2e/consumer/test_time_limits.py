@@ -17,8 +17,8 @@ import redis
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, TIME_LIMIT_SECONDS, WORK_TABLE_SQL, Work, runs_key
 from tests.conftest import REPO_ROOT
 from tests.support.database import query
@@ -44,10 +44,14 @@ def worker(
     redis_url: str, database_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[CeleryProcess]:
     """A prefork worker on either Redis transport (the broker is the platform's Redis)."""
-    env = platform_env(redis_url=redis_url, database_url=database_url, extra={
-        "CONSUMER_TEST_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
-        "PLATFORM_TRANSPORT": request.param,
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=database_url,
+        extra={
+            "CONSUMER_TEST_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
+            "PLATFORM_TRANSPORT": request.param,
+        },
+    )
     with celery_processes() as started:
         argv = worker_argv("tests.apps.consumer_app", concurrency=1)
         proc = CeleryProcess(argv, env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log")
@@ -57,13 +61,13 @@ def worker(
 
 
 def payload(key: str, **data: Any) -> dict[str, Any]:
-    return {"job_id": str(uuid7()), "tenant_id": "t1", "kind": KIND,
-            "data": {"key": key, **data}}  # fmt: skip
+    return {"job_id": str(uuid7()), "tenant_id": "t1", "kind": KIND, "data": {"key": key, **data}}
 
 
 def work_rows(database_url: str, job_id: str) -> int:
-    rows = query(database_url, "SELECT count(*) FROM public.consumer_work WHERE job_id = %s",
-                 job_id)  # fmt: skip
+    rows = query(
+        database_url, "SELECT count(*) FROM public.consumer_work WHERE job_id = %s", job_id
+    )
     return int(rows[0][0])
 
 
@@ -74,11 +78,18 @@ def test_a_job_that_always_exceeds_its_hard_time_limit_is_retried_then_dead_lett
     port.publish(QUEUE, job)
 
     def dead_letter() -> list[tuple[Any, ...]]:
-        return query(database_url, "SELECT reason, attempts, error_type, last_error, payload "
-                     "FROM core.dead_letters WHERE job_id = %s", job["job_id"])  # fmt: skip
+        return query(
+            database_url,
+            "SELECT reason, attempts, error_type, last_error, payload "
+            "FROM core.dead_letters WHERE job_id = %s",
+            job["job_id"],
+        )
 
-    wait_until(lambda: bool(dead_letter()), timeout=120,
-               message="job stopped by its time limit dead-lettered")  # fmt: skip
+    wait_until(
+        lambda: bool(dead_letter()),
+        timeout=120,
+        message="job stopped by its time limit dead-lettered",
+    )
     ((reason, attempts, error_type, last_error, stored),) = dead_letter()
     assert (reason, attempts) == ("retries_exhausted", MAX_ATTEMPTS)
     assert error_type == "platform_tasks.errors.HardTimeLimitExceeded"
@@ -98,14 +109,20 @@ def test_a_job_stopped_once_by_its_time_limit_is_applied_once_on_its_retry(
 ) -> None:
     job = payload("hangs-once", hang_times=1)
     port.publish(QUEUE, job)
-    wait_until(lambda: work_rows(database_url, job["job_id"]) == 1, timeout=90,
-               message="job applied on its retry")  # fmt: skip
+    wait_until(
+        lambda: work_rows(database_url, job["job_id"]) == 1,
+        timeout=90,
+        message="job applied on its retry",
+    )
     assert int(redis_client.get(runs_key(job["job_id"]))) == 2
     assert query(database_url, "SELECT count(*) FROM core.dead_letters") == [(0,)]
     # the worker keeps serving: another job still applies, and nothing ran a third time
     other = payload("after")
     port.publish(QUEUE, other)
-    wait_until(lambda: work_rows(database_url, other["job_id"]) == 1, timeout=60,
-               message="later job applied")  # fmt: skip
+    wait_until(
+        lambda: work_rows(database_url, other["job_id"]) == 1,
+        timeout=60,
+        message="later job applied",
+    )
     assert work_rows(database_url, job["job_id"]) == 1
     assert int(redis_client.get(runs_key(job["job_id"]))) == 2

@@ -13,8 +13,8 @@ import redis
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL, runs_key
 from tests.conftest import REPO_ROOT
 from tests.support.database import query
@@ -39,11 +39,15 @@ def worker(
     redis_url: str, database_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[CeleryProcess]:
     """A worker on either Redis transport: both must mark a restored message redelivered."""
-    env = platform_env(redis_url=redis_url, database_url=database_url, extra={
-        "PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "5",
-        "CONSUMER_TEST_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
-        "PLATFORM_TRANSPORT": request.param,
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=database_url,
+        extra={
+            "PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "5",
+            "CONSUMER_TEST_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
+            "PLATFORM_TRANSPORT": request.param,
+        },
+    )
     with celery_processes() as started:
         argv = worker_argv("tests.apps.consumer_app", concurrency=1)
         proc = CeleryProcess(argv, env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log")
@@ -54,8 +58,12 @@ def worker(
 
 
 def payload(key: str, **data: Any) -> dict[str, Any]:
-    return {"job_id": str(uuid7()), "tenant_id": "t1", "kind": "tests.consumer.apply",
-            "data": {"key": key, **data}}  # fmt: skip
+    return {
+        "job_id": str(uuid7()),
+        "tenant_id": "t1",
+        "kind": "tests.consumer.apply",
+        "data": {"key": key, **data},
+    }
 
 
 def test_sigkill_in_the_middle_of_a_handler_is_redelivered_and_applied_once(
@@ -104,5 +112,6 @@ def test_crash_loop_is_dead_lettered_after_max_attempts_deliveries(
     port.publish(QUEUE, healthy)
     wait_until(
         lambda: query(database_url, "SELECT count(*) FROM public.consumer_work")[0][0] == 1,
-        timeout=30, message="healthy job applied",
-    )  # fmt: skip
+        timeout=30,
+        message="healthy job applied",
+    )

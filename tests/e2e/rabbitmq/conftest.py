@@ -14,17 +14,18 @@ from pathlib import Path
 import pytest
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import RabbitMQServer
 from platform_tasks.settings import PlatformSettings
 from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
 from tests.support.database import query
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
+from tests.support.servers import RabbitMQServer
 
 
 def applied(database_url: str, job_id: object) -> int:
-    rows = query(database_url, "SELECT count(*) FROM public.consumer_work WHERE job_id = %s",
-                 str(job_id))  # fmt: skip
+    rows = query(
+        database_url, "SELECT count(*) FROM public.consumer_work WHERE job_id = %s", str(job_id)
+    )
     return int(rows[0][0])
 
 
@@ -34,8 +35,9 @@ def vhost_of(settings: PlatformSettings) -> str:
 
 def queue_types(server: RabbitMQServer, settings: PlatformSettings) -> dict[str, str]:
     """Every queue of the test's virtual host and its type (``quorum``, ``classic``)."""
-    out = server.ctl("list_queues", "-p", vhost_of(settings), "--quiet", "--no-table-headers",
-                     "name", "type")  # fmt: skip
+    out = server.ctl(
+        "list_queues", "-p", vhost_of(settings), "--quiet", "--no-table-headers", "name", "type"
+    )
     return dict(line.split("\t") for line in out.splitlines() if "\t" in line)  # type: ignore[misc]
 
 
@@ -43,8 +45,9 @@ def queue_types(server: RabbitMQServer, settings: PlatformSettings) -> dict[str,
 def broker_settings(rabbitmq_url: str, redis_url: str, database_url: str) -> PlatformSettings:
     query(database_url, WORK_TABLE_SQL)
     query(database_url, "TRUNCATE public.consumer_work")
-    return PlatformSettings.build(broker_url=rabbitmq_url, redis_url=redis_url,
-                                  database_url=database_url, profile="test")  # fmt: skip
+    return PlatformSettings.build(
+        broker_url=rabbitmq_url, redis_url=redis_url, database_url=database_url, profile="test"
+    )
 
 
 @pytest.fixture
@@ -59,8 +62,9 @@ def port(broker_settings: PlatformSettings) -> Iterator[QueuePort]:
 class Workers:
     """Starts ``celery -A <app> worker`` (no ``-Q``) on the RabbitMQ vhost."""
 
-    def __init__(self, settings: PlatformSettings, tmp_path: Path, started: list[CeleryProcess]
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self, settings: PlatformSettings, tmp_path: Path, started: list[CeleryProcess]
+    ) -> None:
         self.env = platform_env(
             redis_url=settings.redis_url,
             database_url=settings.database_url,
@@ -69,11 +73,18 @@ class Workers:
         self.tmp_path = tmp_path
         self.started = started
 
-    def start(self, name: str = "w1", *, app: str = "tests.apps.consumer_app",
-              concurrency: int = 1, **extra: str) -> CeleryProcess:  # fmt: skip
+    def start(
+        self,
+        name: str = "w1",
+        *,
+        app: str = "tests.apps.consumer_app",
+        concurrency: int = 1,
+        **extra: str,
+    ) -> CeleryProcess:
         argv = worker_argv(app, concurrency=concurrency, hostname=f"{name}@%h")
-        proc = CeleryProcess(argv, env={**self.env, **extra}, cwd=REPO_ROOT,
-                             log_path=self.tmp_path / f"{name}.log")  # fmt: skip
+        proc = CeleryProcess(
+            argv, env={**self.env, **extra}, cwd=REPO_ROOT, log_path=self.tmp_path / f"{name}.log"
+        )
         self.started.append(proc.start())
         proc.wait_for_log("ready.", timeout=120)
         return proc

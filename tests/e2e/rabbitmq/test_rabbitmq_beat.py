@@ -13,11 +13,12 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from platform_tasks.harness import RabbitMQServer, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 from tests.e2e.rabbitmq.conftest import query, queue_types
 from tests.support.processes import CELERY, CeleryProcess, celery_processes, platform_env
+from tests.support.servers import RabbitMQServer
 
 APP = "tests.apps.jobs_app"
 JOBS = ("every_second_a", "every_second_b", "every_two_seconds")
@@ -45,8 +46,10 @@ def run(ctx):
 define_job(handler=run, interval=timedelta(seconds={interval}))
 """
 
-ADMISSION = re.compile(r"job point job=(?P<job>\S+) point_ms=(?P<point>\d+) \S+ "
-                       r"outcome=(?P<outcome>\S+)")  # fmt: skip
+ADMISSION = re.compile(
+    r"job point job=(?P<job>\S+) point_ms=(?P<point>\d+) \S+ "
+    r"outcome=(?P<outcome>\S+)"
+)
 RUN = re.compile(r"job run job=(?P<job>\S+) point_ms=(?P<point>\d+) outcome=(?P<outcome>\S+)")
 
 
@@ -54,51 +57,92 @@ def test_two_beat_replicas_admit_each_point_once_and_a_worker_applies_it_once(
     broker_settings: PlatformSettings, rabbitmq_server: RabbitMQServer, tmp_path: Path
 ) -> None:
     database_url = str(broker_settings.database_url)
-    query(database_url, "CREATE TABLE IF NOT EXISTS public.job_runs (job text NOT NULL, "
-          "point_ms bigint NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")  # fmt: skip
+    query(
+        database_url,
+        "CREATE TABLE IF NOT EXISTS public.job_runs (job text NOT NULL, "
+        "point_ms bigint NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+    )
     query(database_url, "TRUNCATE public.job_runs")
     jobs = tmp_path / "beat_schedules"
     jobs.mkdir()
     for name in JOBS:
         (jobs / f"{name}.py").write_text(JOB_SOURCE.format(interval=2 if "two" in name else 1))
-    env = platform_env(redis_url=broker_settings.redis_url, database_url=database_url, extra={
-        "PLATFORM_BROKER_URL": str(broker_settings.broker_url), "PLATFORM_JOBS_DIR": str(jobs),
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=broker_settings.redis_url,
+        database_url=database_url,
+        extra={
+            "PLATFORM_BROKER_URL": str(broker_settings.broker_url),
+            "PLATFORM_JOBS_DIR": str(jobs),
+        },
+    )
 
     def rows() -> list[tuple[str, int]]:
-        return [(job, int(point)) for job, point in
-                query(database_url, "SELECT job, point_ms FROM public.job_runs")]  # fmt: skip
+        return [
+            (job, int(point))
+            for job, point in query(database_url, "SELECT job, point_ms FROM public.job_runs")
+        ]
 
     with celery_processes() as started:
         worker = CeleryProcess(
-            [CELERY, "-A", APP, "worker", "--loglevel", "INFO", "-c", "2",
-             "--without-mingle", "--without-gossip"],
-            env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log",
-        ).start()  # fmt: skip
+            [
+                CELERY,
+                "-A",
+                APP,
+                "worker",
+                "--loglevel",
+                "INFO",
+                "-c",
+                "2",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+        ).start()
         started.append(worker)
         worker.wait_for_log("ready.", timeout=120)
         beats = [
-            CeleryProcess([CELERY, "-A", APP, "beat", "--loglevel", "INFO",
-                           "-s", str(tmp_path / f"beat{i}-schedule")],
-                          env=env, cwd=REPO_ROOT, log_path=tmp_path / f"beat{i}.log").start()
+            CeleryProcess(
+                [
+                    CELERY,
+                    "-A",
+                    APP,
+                    "beat",
+                    "--loglevel",
+                    "INFO",
+                    "-s",
+                    str(tmp_path / f"beat{i}-schedule"),
+                ],
+                env=env,
+                cwd=REPO_ROOT,
+                log_path=tmp_path / f"beat{i}.log",
+            ).start()
             for i in range(2)
-        ]  # fmt: skip
+        ]
         started.extend(beats)
         for beat in beats:
             beat.wait_for_log("beat scheduler ready", timeout=120)
-        wait_until(lambda: len(rows()) >= ROWS_WANTED, timeout=90,
-                   message=f"{ROWS_WANTED} scheduled runs applied")  # fmt: skip
+        wait_until(
+            lambda: len(rows()) >= ROWS_WANTED,
+            timeout=90,
+            message=f"{ROWS_WANTED} scheduled runs applied",
+        )
         for beat in beats:
             beat.stop(timeout=30)
         admitted = [
             (m["job"], int(m["point"]))
-            for beat in beats for m in ADMISSION.finditer(beat.log())
+            for beat in beats
+            for m in ADMISSION.finditer(beat.log())
             if m["outcome"] == "admitted"
-        ]  # fmt: skip
+        ]
 
         def every_trigger_handled() -> bool:
-            handled = {(m["job"], int(m["point"])) for m in RUN.finditer(worker.log())
-                       if m["outcome"] != "started"}  # fmt: skip
+            handled = {
+                (m["job"], int(m["point"]))
+                for m in RUN.finditer(worker.log())
+                if m["outcome"] != "started"
+            }
             return set(admitted) <= handled
 
         # triggers sent before the replicas stopped are still run (or judged late)

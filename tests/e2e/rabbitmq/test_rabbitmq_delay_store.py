@@ -20,9 +20,9 @@ import pytest
 import redis
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import RabbitMQServer, wait_until
 from platform_tasks.keys import rabbitmq_delay_keys
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import QUEUE, runs_key
 from tests.conftest import REPO_ROOT
 from tests.e2e.rabbitmq.conftest import Workers, applied
@@ -30,6 +30,7 @@ from tests.e2e.rabbitmq.test_rabbitmq_broker import job
 from tests.support.database import query
 from tests.support.processes import CeleryProcess, celery_processes
 from tests.support.rabbitmq_promoter_main import CONFIRMED_KEY
+from tests.support.servers import RabbitMQServer
 
 DELAY_STORE = {"PLATFORM_RABBITMQ_DELAYS": "delay_store"}
 KEYS = rabbitmq_delay_keys("test")
@@ -79,38 +80,50 @@ def queue_depth(url: str) -> int:
 
 
 def test_a_delayed_job_and_a_retry_go_through_the_store_and_apply_once(
-    store_port: QueuePort, workers: Workers, broker_settings: PlatformSettings,
-    redis_client: redis.Redis, store_events: redis.client.PubSub,
-) -> None:  # fmt: skip
+    store_port: QueuePort,
+    workers: Workers,
+    broker_settings: PlatformSettings,
+    redis_client: redis.Redis,
+    store_events: redis.client.PubSub,
+) -> None:
     database_url = str(broker_settings.database_url)
     workers.start(**DELAY_STORE)
     run_at = datetime.now(UTC) + timedelta(milliseconds=1500)  # not a whole second
     later_id = store_port.schedule(QUEUE, job("later"), run_at)
     (raw,) = redis_client.hvals(KEYS.entries)
     assert json.loads(raw)["p"]["correlation_id"] == str(later_id), "stored as the AMQP message"
-    wait_until(lambda: applied(database_url, later_id) == 1, timeout=90,
-               message="delayed job applied")  # fmt: skip
+    wait_until(
+        lambda: applied(database_url, later_id) == 1, timeout=90, message="delayed job applied"
+    )
     assert "zadd" in schedule_events(store_events), "the delayed job waited in the store"
 
     retried_id = store_port.publish(QUEUE, job("retried", fail_times=1))
-    wait_until(lambda: applied(database_url, retried_id) == 1, timeout=90,
-               message="retried job applied")  # fmt: skip
+    wait_until(
+        lambda: applied(database_url, retried_id) == 1, timeout=90, message="retried job applied"
+    )
     assert "zadd" in schedule_events(store_events), "the retry waited in the store"
 
-    (applied_at,) = query(database_url, "SELECT applied_at FROM public.consumer_work "
-                          "WHERE job_id = %s", str(later_id))[0]  # fmt: skip
+    (applied_at,) = query(
+        database_url, "SELECT applied_at FROM public.consumer_work WHERE job_id = %s", str(later_id)
+    )[0]
     assert applied_at >= run_at, "the delayed job ran before run_at"
     assert int(redis_client.get(runs_key(later_id)) or 0) == 1
     assert int(redis_client.get(runs_key(retried_id)) or 0) == 2, "one failure, one retry"
-    wait_until(lambda: store_is_empty(redis_client), timeout=30,
-               message="published entries removed from the store")  # fmt: skip
+    wait_until(
+        lambda: store_is_empty(redis_client),
+        timeout=30,
+        message="published entries removed from the store",
+    )
     assert applied(database_url, later_id) == 1 and applied(database_url, retried_id) == 1
 
 
 def test_a_promoter_killed_between_confirm_and_removal_publishes_again_and_applies_once(
-    store_port: QueuePort, workers: Workers, broker_settings: PlatformSettings,
-    redis_client: redis.Redis, tmp_path: Path,
-) -> None:  # fmt: skip
+    store_port: QueuePort,
+    workers: Workers,
+    broker_settings: PlatformSettings,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+) -> None:
     """A stand-alone promoter of the app (``tests/support/rabbitmq_promoter_main.py``) stops
     after RabbitMQ confirmed its publish and before it removes the entry; it is SIGKILLed
     there. The lease is 3 s so the worker's own promoter publishes the entry again soon."""
@@ -119,14 +132,19 @@ def test_a_promoter_killed_between_confirm_and_removal_publishes_again_and_appli
     with celery_processes() as started:
         promoter = CeleryProcess(
             [sys.executable, "-m", "tests.support.rabbitmq_promoter_main"],
-            env=env, cwd=REPO_ROOT, log_path=tmp_path / "promoter.log",
-        ).start()  # fmt: skip
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "promoter.log",
+        ).start()
         started.append(promoter)
         promoter.wait_for_log("promoter started", timeout=120)
         job_id = store_port.schedule(QUEUE, job("once"), datetime.now(UTC) + timedelta(seconds=1))
         (entry_id,) = [e.decode() for e in redis_client.hkeys(KEYS.entries)]
-        wait_until(lambda: redis_client.llen(CONFIRMED_KEY) == 1, timeout=90,
-                   message="promoter paused after the confirm")  # fmt: skip
+        wait_until(
+            lambda: redis_client.llen(CONFIRMED_KEY) == 1,
+            timeout=90,
+            message="promoter paused after the confirm",
+        )
         assert redis_client.lindex(CONFIRMED_KEY, 0) == entry_id.encode()
         assert redis_client.hexists(KEYS.entries, entry_id), "not yet removed"
         assert queue_depth(str(broker_settings.broker_url)) == 1, "confirmed: in the queue"
@@ -134,21 +152,33 @@ def test_a_promoter_killed_between_confirm_and_removal_publishes_again_and_appli
         assert not promoter.running
 
         worker = workers.start("w1", **DELAY_STORE, PLATFORM_DELAY_LEASE_SECONDS="3")
-        wait_until(lambda: applied(database_url, job_id) == 1, timeout=90,
-                   message="job applied from the first copy")  # fmt: skip
+        wait_until(
+            lambda: applied(database_url, job_id) == 1,
+            timeout=90,
+            message="job applied from the first copy",
+        )
         worker.wait_for_log("duplicate delivery skipped", timeout=120)  # the second copy
-        wait_until(lambda: store_is_empty(redis_client), timeout=30,
-                   message="entry removed after the second confirm")  # fmt: skip
-        wait_until(lambda: queue_depth(str(broker_settings.broker_url)) == 0, timeout=60,
-                   message="both copies consumed")  # fmt: skip
+        wait_until(
+            lambda: store_is_empty(redis_client),
+            timeout=30,
+            message="entry removed after the second confirm",
+        )
+        wait_until(
+            lambda: queue_depth(str(broker_settings.broker_url)) == 0,
+            timeout=60,
+            message="both copies consumed",
+        )
     assert applied(database_url, job_id) == 1
     assert int(redis_client.get(runs_key(job_id)) or 0) == 1, "the handler ran once"
 
 
 def test_entries_due_while_rabbitmq_is_stopped_are_all_delivered_after_it_restarts(
-    store_port: QueuePort, workers: Workers, broker_settings: PlatformSettings,
-    rabbitmq_server: RabbitMQServer, redis_client: redis.Redis,
-) -> None:  # fmt: skip
+    store_port: QueuePort,
+    workers: Workers,
+    broker_settings: PlatformSettings,
+    rabbitmq_server: RabbitMQServer,
+    redis_client: redis.Redis,
+) -> None:
     """The node stops cleanly (SIGTERM; docs/brokers.md says why not SIGKILL) with a worker
     running; jobs are scheduled (Redis only) and fall due while it is down."""
     database_url = str(broker_settings.database_url)
@@ -161,8 +191,11 @@ def test_entries_due_while_rabbitmq_is_stopped_are_all_delivered_after_it_restar
     assert int(redis_client.hlen(KEYS.entries)) == 20, "nothing removed while RabbitMQ is down"
     rabbitmq_server.start()
     try:
-        wait_until(lambda: all(applied(database_url, j) == 1 for j in ids), timeout=180,
-                   message="every job applied after the restart")  # fmt: skip
+        wait_until(
+            lambda: all(applied(database_url, j) == 1 for j in ids),
+            timeout=180,
+            message="every job applied after the restart",
+        )
     except TimeoutError as exc:
         raise AssertionError(f"{exc}\n--- worker log ---\n{worker.log()[-6000:]}") from exc
     wait_until(lambda: store_is_empty(redis_client), timeout=60, message="store emptied")

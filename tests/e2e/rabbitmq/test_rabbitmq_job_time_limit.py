@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from platform_tasks.harness import RabbitMQServer, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 from tests.e2e.rabbitmq.conftest import query
 from tests.support.processes import (
@@ -25,6 +25,7 @@ from tests.support.processes import (
     platform_env,
     worker_argv,
 )
+from tests.support.servers import RabbitMQServer
 
 APP = "tests.apps.jobs_app"
 CONSUMER_TIMEOUT_SECONDS = 8
@@ -64,45 +65,75 @@ def test_a_scheduled_job_longer_than_the_consumer_timeout_cut_runs_to_its_end(
     broker_settings: PlatformSettings, rabbitmq_server: RabbitMQServer, tmp_path: Path
 ) -> None:
     database_url = str(broker_settings.database_url)
-    query(database_url, "CREATE TABLE IF NOT EXISTS public.job_phases (job text NOT NULL, "
-          "point_ms bigint NOT NULL, phase text NOT NULL)")  # fmt: skip
+    query(
+        database_url,
+        "CREATE TABLE IF NOT EXISTS public.job_phases (job text NOT NULL, "
+        "point_ms bigint NOT NULL, phase text NOT NULL)",
+    )
     query(database_url, "TRUNCATE public.job_phases")
     jobs = tmp_path / "beat_schedules"
     jobs.mkdir()
     (jobs / "long_report.py").write_text(JOB_SOURCE.format(hold=HOLD_SECONDS))
-    env = platform_env(redis_url=broker_settings.redis_url, database_url=database_url, extra={
-        "PLATFORM_BROKER_URL": str(broker_settings.broker_url), "PLATFORM_JOBS_DIR": str(jobs),
-        "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS": str(CONSUMER_TIMEOUT_SECONDS),
-    })  # fmt: skip
+    env = platform_env(
+        redis_url=broker_settings.redis_url,
+        database_url=database_url,
+        extra={
+            "PLATFORM_BROKER_URL": str(broker_settings.broker_url),
+            "PLATFORM_JOBS_DIR": str(jobs),
+            "PLATFORM_RABBITMQ_CONSUMER_TIMEOUT_SECONDS": str(CONSUMER_TIMEOUT_SECONDS),
+        },
+    )
 
     def phases() -> list[tuple[int, str]]:
-        return [(int(point), phase) for point, phase in
-                query(database_url, "SELECT point_ms, phase FROM public.job_phases")]  # fmt: skip
+        return [
+            (int(point), phase)
+            for point, phase in query(database_url, "SELECT point_ms, phase FROM public.job_phases")
+        ]
 
     rabbitmq_server.set_consumer_timeout(CONSUMER_TIMEOUT_SECONDS * 1000)
     try:
         with celery_processes() as started:
-            worker = CeleryProcess(worker_argv(APP, concurrency=1), env=env, cwd=REPO_ROOT,
-                                   log_path=tmp_path / "worker.log").start()  # fmt: skip
+            worker = CeleryProcess(
+                worker_argv(APP, concurrency=1),
+                env=env,
+                cwd=REPO_ROOT,
+                log_path=tmp_path / "worker.log",
+            ).start()
             started.append(worker)
             worker.wait_for_log("ready.", timeout=120)
-            beat_argv = [CELERY, "-A", APP, "beat", "--loglevel", "INFO",
-                         "-s", str(tmp_path / "beat-schedule")]  # fmt: skip
-            beat = CeleryProcess(beat_argv, env=env, cwd=REPO_ROOT,
-                                 log_path=tmp_path / "beat.log").start()  # fmt: skip
+            beat_argv = [
+                CELERY,
+                "-A",
+                APP,
+                "beat",
+                "--loglevel",
+                "INFO",
+                "-s",
+                str(tmp_path / "beat-schedule"),
+            ]
+            beat = CeleryProcess(
+                beat_argv, env=env, cwd=REPO_ROOT, log_path=tmp_path / "beat.log"
+            ).start()
             started.append(beat)
             beat.wait_for_log("beat scheduler ready", timeout=120)
             try:
-                wait_until(lambda: any(p == "started" for _, p in phases()), timeout=90,
-                           message="the job's first point started")  # fmt: skip
+                wait_until(
+                    lambda: any(p == "started" for _, p in phases()),
+                    timeout=90,
+                    message="the job's first point started",
+                )
                 (point,) = {pt for pt, p in phases() if p == "started"}
-                wait_until(lambda: any(pt == point and p != "started" for pt, p in phases())
-                           or "Hard time limit" in worker.log(),
-                           timeout=HOLD_SECONDS + 60, message="the run ended")  # fmt: skip
+                wait_until(
+                    lambda: (
+                        any(pt == point and p != "started" for pt, p in phases())
+                        or "Hard time limit" in worker.log()
+                    ),
+                    timeout=HOLD_SECONDS + 60,
+                    message="the run ended",
+                )
                 beat.stop(timeout=30)
             except (TimeoutError, AssertionError) as exc:
-                raise AssertionError(f"{exc}\n--- worker log ---\n{worker.log()[-6000:]}"
-                                     ) from exc  # fmt: skip
+                raise AssertionError(f"{exc}\n--- worker log ---\n{worker.log()[-6000:]}") from exc
             log = worker.log()
     finally:
         rabbitmq_server.set_consumer_timeout(1_800_000)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from platform_tasks.harness import RabbitMQServer, wait_until
 from platform_tasks.notifications import publish_blast
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.e2e.notifications_support import key_of, rig
 from tests.e2e.rabbitmq.conftest import queue_types
+from tests.support.servers import RabbitMQServer
 
 TRANSACTIONAL = "notif.email.transactional"
 MARKETING = "notif.email.marketing"
@@ -29,8 +30,13 @@ def test_marketing_pauses_while_the_transactional_quorum_queue_is_deep_and_resum
         "PLATFORM_MARKETING_PAUSE_DEPTH": "20",
         "PLATFORM_MARKETING_RESUME_DEPTH": "5",
     }
-    with rig(broker_settings.redis_url, str(broker_settings.database_url), tmp_path, env=env,
-             broker_url=str(broker_settings.broker_url)) as r:  # fmt: skip
+    with rig(
+        broker_settings.redis_url,
+        str(broker_settings.database_url),
+        tmp_path,
+        env=env,
+        broker_url=str(broker_settings.broker_url),
+    ) as r:
         worker = r.workers[0]
         r.server.gate.clear()
         marketing = publish_blast(
@@ -43,8 +49,9 @@ def test_marketing_pauses_while_the_transactional_quorum_queue_is_deep_and_resum
         )
         transactional = [r.receipt("acme", n) for n in range(100)]
         worker.wait_for_log("marketing paused on email", timeout=60)
-        paused_line = next(line for line in worker.log().splitlines()
-                           if "marketing paused on email" in line)  # fmt: skip
+        paused_line = next(
+            line for line in worker.log().splitlines() if "marketing paused on email" in line
+        )
         r.server.gate.set()
         transactional_keys = {key_of(job) for job in transactional}
         marketing_keys = {key_of(job) for job in marketing}

@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import RabbitMQServer, wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.ledger_app import (
     DEFAULT_QUEUE,
     LEDGER_MAX_ATTEMPTS,
@@ -28,6 +28,7 @@ from tests.apps.ledger_app import (
     runs_key,
 )
 from tests.e2e.rabbitmq.conftest import Workers, applied, query, queue_types, vhost_of
+from tests.support.servers import RabbitMQServer
 
 APP = "tests.apps.ledger_app"
 
@@ -35,8 +36,12 @@ APP = "tests.apps.ledger_app"
 @pytest.fixture
 def ledger_port(broker_settings: PlatformSettings) -> Iterator[QueuePort]:
     """A producer with the application's own queue declarations, as ``celery_app`` gives."""
-    app = create_app("ledger_producer", settings=broker_settings,
-                     task_default_queue=DEFAULT_QUEUE, task_queues=QUEUES)  # fmt: skip
+    app = create_app(
+        "ledger_producer",
+        settings=broker_settings,
+        task_default_queue=DEFAULT_QUEUE,
+        task_queues=QUEUES,
+    )
     qp = QueuePort(app)
     yield qp
     qp.close()
@@ -44,14 +49,20 @@ def ledger_port(broker_settings: PlatformSettings) -> Iterator[QueuePort]:
 
 
 def dead_letters(database_url: str, job_id: object) -> list[tuple[object, ...]]:
-    return query(database_url, "SELECT queue, reason, attempts FROM core.dead_letters "
-                 "WHERE job_id = %s", str(job_id))  # fmt: skip
+    return query(
+        database_url,
+        "SELECT queue, reason, attempts FROM core.dead_letters WHERE job_id = %s",
+        str(job_id),
+    )
 
 
 def test_a_retried_job_keeps_its_queue_and_policy_through_native_delayed_delivery(
-    ledger_port: QueuePort, workers: Workers, broker_settings: PlatformSettings,
-    rabbitmq_server: RabbitMQServer, redis_client: redis.Redis,
-) -> None:  # fmt: skip
+    ledger_port: QueuePort,
+    workers: Workers,
+    broker_settings: PlatformSettings,
+    rabbitmq_server: RabbitMQServer,
+    redis_client: redis.Redis,
+) -> None:
     database_url = str(broker_settings.database_url)
     workers.start(app=APP)
     entry = {"tenant_id": "t1", "kind": "tests.ledger.apply"}
@@ -82,8 +93,9 @@ def test_a_retried_job_keeps_its_queue_and_policy_through_native_delayed_deliver
     assert int(redis_client.get(runs_key(recovers)) or 0) == 3
     assert dead_letters(database_url, recovers) == []
     # dead-lettered by ledger's policy: 3 attempts, and recorded against ledger
-    assert dead_letters(database_url, exhausted) == [(LEDGER_QUEUE, "retries_exhausted",
-                                                       LEDGER_MAX_ATTEMPTS)]  # fmt: skip
+    assert dead_letters(database_url, exhausted) == [
+        (LEDGER_QUEUE, "retries_exhausted", LEDGER_MAX_ATTEMPTS)
+    ]
     assert int(redis_client.get(runs_key(exhausted)) or 0) == LEDGER_MAX_ATTEMPTS
     assert applied(database_url, exhausted) == 0
     # the retries really came back through RabbitMQ's native delayed delivery
@@ -96,6 +108,9 @@ def test_a_retried_job_keeps_its_queue_and_policy_through_native_delayed_deliver
     assert [n for n in types if n[:2] in ("0.", "1.")] == [], types
     # queue counts lag by up to a second (the harness' statistics interval); a fourth
     # attempt still on its way would show in a delayed queue, then as a fourth run
-    wait_until(lambda: not any(rabbitmq_server.queue_depths(vhost_of(broker_settings)).values()),
-               timeout=60, message="every queue of the vhost empty")  # fmt: skip
+    wait_until(
+        lambda: not any(rabbitmq_server.queue_depths(vhost_of(broker_settings)).values()),
+        timeout=60,
+        message="every queue of the vhost empty",
+    )
     assert [int(redis_client.get(runs_key(j)) or 0) for j in (recovers, exhausted)] == [3, 3]

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import WORK_TABLE_SQL
 from tests.apps.yield_outage_app import QUEUE
 from tests.conftest import REPO_ROOT, ServerFactory
@@ -47,29 +47,48 @@ def test_jobs_are_applied_within_two_seconds_while_the_platform_redis_is_frozen(
     query(database_url, WORK_TABLE_SQL)
     query(database_url, "TRUNCATE public.consumer_work")
     platform_redis = server_factory.redis()
-    settings = PlatformSettings.build(broker_url=rabbitmq_url, redis_url=platform_redis.url,
-                                      database_url=database_url, profile="test")  # fmt: skip
-    env = platform_env(redis_url=platform_redis.url, database_url=database_url, extra={
-        "PLATFORM_BROKER_URL": rabbitmq_url,
-        "PLATFORM_PROVIDER_RATE_LIMITS": "resend=10/s",
-        "PLATFORM_RESEND_API_KEY": API_KEY,
-        # nothing listens here: no email is sent in this test
-        "PLATFORM_RESEND_BASE_URL": "http://127.0.0.1:9",
-    })  # fmt: skip
+    settings = PlatformSettings.build(
+        broker_url=rabbitmq_url,
+        redis_url=platform_redis.url,
+        database_url=database_url,
+        profile="test",
+    )
+    env = platform_env(
+        redis_url=platform_redis.url,
+        database_url=database_url,
+        extra={
+            "PLATFORM_BROKER_URL": rabbitmq_url,
+            "PLATFORM_PROVIDER_RATE_LIMITS": "resend=10/s",
+            "PLATFORM_RESEND_API_KEY": API_KEY,
+            # nothing listens here: no email is sent in this test
+            "PLATFORM_RESEND_BASE_URL": "http://127.0.0.1:9",
+        },
+    )
     producer = create_app("yield_outage_producer", settings=settings, task_default_queue=QUEUE)
     port = QueuePort(producer)
 
     def publish_and_time(key: str) -> float:
-        job_id = port.publish(QUEUE, {"tenant_id": "t1", "kind": "tests.yield_outage.apply",
-                                      "data": {"key": key}})  # fmt: skip
+        job_id = port.publish(
+            QUEUE, {"tenant_id": "t1", "kind": "tests.yield_outage.apply", "data": {"key": key}}
+        )
         started = time.monotonic()
-        wait_until(lambda: applied(database_url, job_id) == 1, timeout=60, interval=0.02,
-                   message=f"job {key} applied")  # fmt: skip
+        wait_until(
+            lambda: applied(database_url, job_id) == 1,
+            timeout=60,
+            interval=0.02,
+            message=f"job {key} applied",
+        )
         return time.monotonic() - started
 
     with celery_processes() as started:
-        worker = start_worker(started, "tests.apps.yield_outage_app", env=env, cwd=REPO_ROOT,
-                              log_path=tmp_path / "worker.log", ready_timeout=120)  # fmt: skip
+        worker = start_worker(
+            started,
+            "tests.apps.yield_outage_app",
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+            ready_timeout=120,
+        )
         try:
             publish_and_time("before the outage")
             platform_redis.freeze()

@@ -18,8 +18,13 @@ def test_closing_the_app_closes_its_consumers_database_connections(harness: Harn
     port = urlsplit(harness.database_url).port
     assert port is not None
     before = established_to(port)
-    payload = {"job_id": str(uuid7()), "tenant_id": "tenant-1", "correlation_id": "corr-1",
-               "kind": "tests.it.apply", "data": {"key": "close"}}  # fmt: skip
+    payload = {
+        "job_id": str(uuid7()),
+        "tenant_id": "tenant-1",
+        "correlation_id": "corr-1",
+        "kind": "tests.it.apply",
+        "data": {"key": "close"},
+    }
     assert harness.apply(payload).state == "SUCCESS"
     opened = established_to(port) - before
     # the consumer's own sessions among them (its connections name themselves)

@@ -16,8 +16,8 @@ import psycopg2
 import pytest
 
 from platform_tasks.consumer.pipeline import pipeline_for
-from platform_tasks.harness import PostgresServer, wait_until
-from platform_tasks.migrations import migrate
+from platform_tasks.postgres.migrations import migrate
+from platform_tasks.testing.servers import PostgresServer, wait_until
 from tests.integration.consumer.conftest import Harness
 from tests.integration.consumer.test_idempotency import envelope
 

@@ -24,9 +24,10 @@ def write_calls(client: redis.Redis) -> int:
 def redeliver(harness: Harness, payload: dict[str, Any], *, attempt: int = 1) -> Any:
     """A delivery as the broker makes it after a worker died: marked ``redelivered``."""
     return harness.task.apply(
-        args=(payload,), routing_key="consumer",
+        args=(payload,),
+        routing_key="consumer",
         headers={"platform_attempt": attempt, "redelivered": True},
-    )  # fmt: skip
+    )
 
 
 def test_first_delivery_of_a_healthy_job_writes_nothing_to_redis(

@@ -10,13 +10,13 @@ from typing import Any
 import psycopg2
 import redis
 
-from platform_tasks import idempotency
+from platform_tasks.consumer import idempotency
 from platform_tasks.consumer.marks import DeliveryMarks
-from platform_tasks.database import Database
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import delivery_keys
+from platform_tasks.postgres.database import Database
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.integration.consumer.conftest import Harness
 
 CONSUMER = "tests.it.apply"
@@ -51,8 +51,9 @@ def test_a_claim_granted_after_a_failing_holder_sees_the_holders_mark(
         with autocommit(url) as watcher, watcher.cursor() as cur:
 
             def waiting_on_the_claim() -> bool:
-                cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
-                            (waiter_pid,))  # fmt: skip
+                cur.execute(
+                    "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (waiter_pid,)
+                )
                 row = cur.fetchone()
                 return row is not None and row[0] == "Lock"
 
@@ -80,8 +81,9 @@ def test_the_claim_answers_claimed_and_marked(settings: PlatformSettings) -> Non
             cur.execute("COMMIT")
             assert idempotency.claim_and_look(cur, applied, CONSUMER)[0] is False
             cur.execute("ROLLBACK")
-            cur.execute("INSERT INTO core.dead_letters (job_id, payload) VALUES (%s, '{}')",
-                        (str(dead),))  # fmt: skip
+            cur.execute(
+                "INSERT INTO core.dead_letters (job_id, payload) VALUES (%s, '{}')", (str(dead),)
+            )
             assert idempotency.claim_and_look(cur, dead, CONSUMER) == (True, True)
             cur.execute("ROLLBACK")
             assert idempotency.claim_and_look(cur, fresh, CONSUMER) == (True, False)
@@ -98,8 +100,13 @@ def test_a_healthy_job_leaves_no_mark_and_a_failed_attempt_leaves_one(
     harness: Harness, redis_client: redis.Redis
 ) -> None:
     def payload(**data: Any) -> dict[str, Any]:
-        return {"job_id": str(uuid7()), "tenant_id": "t", "correlation_id": "c",
-                "kind": CONSUMER, "data": {"key": "k", **data}}  # fmt: skip
+        return {
+            "job_id": str(uuid7()),
+            "tenant_id": "t",
+            "correlation_id": "c",
+            "kind": CONSUMER,
+            "data": {"key": "k", **data},
+        }
 
     healthy, failing = payload(), payload(fail=True)
     assert harness.apply(healthy).state == "SUCCESS"
@@ -109,5 +116,7 @@ def test_a_healthy_job_leaves_no_mark_and_a_failed_attempt_leaves_one(
     assert redis_client.exists(delivery_keys("test").deliveries(CONSUMER, failing["job_id"]))
     # the duplicate copy of the failed job reads the count: it runs as attempt 2
     assert harness.apply(failing).state == "RETRY"
-    assert redis_client.hget(delivery_keys("test").deliveries(CONSUMER, failing["job_id"]),
-                             "f") == b"2"  # fmt: skip
+    assert (
+        redis_client.hget(delivery_keys("test").deliveries(CONSUMER, failing["job_id"]), "f")
+        == b"2"
+    )

@@ -58,8 +58,12 @@ def test_last_attempt_failing_is_dead_lettered_with_error_details(
         row
     )
     assert (job_id, queue, kind, tenant, corr) == (
-        payload["job_id"], "consumer", "tests.it.apply", "tenant-1", "corr-1",
-    )  # fmt: skip
+        payload["job_id"],
+        "consumer",
+        "tests.it.apply",
+        "tenant-1",
+        "corr-1",
+    )
     assert stored == payload
     assert attempts == MAX_ATTEMPTS
     assert reason == "retries_exhausted" and status == "pending_review"
@@ -138,16 +142,27 @@ def test_data_model_must_be_a_model(harness: Harness) -> None:
 
 
 CELERY_OPTIONS: dict[str, Any] = {
-    "queue": "billing", "routing_key": "billing.charge", "exchange": "billing",
-    "priority": 5, "time_limit": 60, "soft_time_limit": 30, "rate_limit": "10/s",
-    "ignore_result": True, "acks_late": True, "expires": 3600, "serializer": "json",
-    "track_started": True, "reject_on_worker_lost": True, "store_errors_even_if_ignored": False,
-}  # fmt: skip
+    "queue": "billing",
+    "routing_key": "billing.charge",
+    "exchange": "billing",
+    "priority": 5,
+    "time_limit": 60,
+    "soft_time_limit": 30,
+    "rate_limit": "10/s",
+    "ignore_result": True,
+    "acks_late": True,
+    "expires": 3600,
+    "serializer": "json",
+    "track_started": True,
+    "reject_on_worker_lost": True,
+    "store_errors_even_if_ignored": False,
+}
 
 
 def test_celery_task_options_keep_their_meaning_on_a_platform_task(harness: Harness) -> None:
-    @harness.app.task(name="billing.charge", base=PlatformTask, lazy=False, shared=False,
-                      **CELERY_OPTIONS)  # fmt: skip
+    @harness.app.task(
+        name="billing.charge", base=PlatformTask, lazy=False, shared=False, **CELERY_OPTIONS
+    )
     def charge(envelope: Any, tx: Any) -> None: ...
 
     for option, value in CELERY_OPTIONS.items():
@@ -161,8 +176,9 @@ def test_retry_options_the_platform_owns_stay_refused_with_the_reason(
 ) -> None:
     with pytest.raises(ConfigurationError, match=f"{option}.*RetryPolicy"):
 
-        @harness.app.task(name=f"tests.it.{option}", base=PlatformTask, lazy=False, shared=False,
-                          **{option: 3})  # fmt: skip
+        @harness.app.task(
+            name=f"tests.it.{option}", base=PlatformTask, lazy=False, shared=False, **{option: 3}
+        )
         def refused(envelope: Any, tx: Any) -> None: ...
 
 
@@ -171,15 +187,17 @@ def test_a_subclass_declares_the_options_it_owns(harness: Harness) -> None:
         platform_options = PlatformTask.platform_options | {"channel"}
         channel: str = "email"
 
-    @harness.app.task(name="tests.it.channel", base=ChannelTask, channel="sms", lazy=False,
-                      shared=False)  # fmt: skip
+    @harness.app.task(
+        name="tests.it.channel", base=ChannelTask, channel="sms", lazy=False, shared=False
+    )
     def send(envelope: Any, tx: Any) -> None: ...
 
     assert send.channel == "sms"
     with pytest.raises(ConfigurationError, match="unknown task option 'channel'"):
 
-        @harness.app.task(name="tests.it.nochannel", base=PlatformTask, channel="sms",
-                          lazy=False, shared=False)  # fmt: skip
+        @harness.app.task(
+            name="tests.it.nochannel", base=PlatformTask, channel="sms", lazy=False, shared=False
+        )
         def plain(envelope: Any, tx: Any) -> None: ...
 
 
@@ -199,8 +217,11 @@ def test_a_dead_letter_keeps_the_payload_as_received_when_the_handler_changed_it
         envelope.data["order"]["total"] = 0
         raise PermanentError("cannot ever work")
 
-    payload = {**envelope("meddled"), "kind": "tests.it.meddle",
-               "data": {"order": {"lines": [{"sku": "a-1"}], "total": 12}}}  # fmt: skip
+    payload = {
+        **envelope("meddled"),
+        "kind": "tests.it.meddle",
+        "data": {"order": {"lines": [{"sku": "a-1"}], "total": 12}},
+    }
     as_sent = copy.deepcopy(payload)
     result = meddle.apply(args=(payload,), routing_key=QUEUE)
     assert result.state == "FAILURE"

@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.integration.consumer.conftest import Harness
 
 
@@ -101,8 +101,11 @@ def race(harness: Harness, payload: dict[str, Any]) -> dict[str, Any]:
     assert harness.started.wait(10)
     second = threading.Thread(target=deliver, args=("second",))
     second.start()
-    wait_until(lambda: claims_waiting(harness) == 1, timeout=10,
-               message="second delivery blocked on the claim")  # fmt: skip
+    wait_until(
+        lambda: claims_waiting(harness) == 1,
+        timeout=10,
+        message="second delivery blocked on the claim",
+    )
     harness.release.set()
     first.join(15)
     second.join(15)

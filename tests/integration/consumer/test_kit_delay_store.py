@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import redis
 
-from platform_tasks.consumer_testing import empty_delay_store
 from platform_tasks.keys import delay_keys, rabbitmq_delay_keys
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.consumer import empty_delay_store
 
 AMQP = "amqp://platform:s3cret@127.0.0.1:1/%2F"  # port 1: nothing may connect
 

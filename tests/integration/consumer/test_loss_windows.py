@@ -26,9 +26,9 @@ from pydantic import BaseModel
 from platform_tasks import PlatformTask, RetryPolicy, create_app
 from platform_tasks.app import PlatformCelery
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import delay_keys
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import ServerFactory
 
 QUEUE = "losses"
@@ -68,8 +68,13 @@ class Pipeline:
 
 
 def payload(key: str, **data: Any) -> dict[str, Any]:
-    return {"job_id": str(uuid7()), "tenant_id": "tenant-1", "correlation_id": "corr-1",
-            "kind": "tests.losses.step", "data": {"key": key, **data}}  # fmt: skip
+    return {
+        "job_id": str(uuid7()),
+        "tenant_id": "tenant-1",
+        "correlation_id": "corr-1",
+        "kind": "tests.losses.step",
+        "data": {"key": key, **data},
+    }
 
 
 def build(settings: PlatformSettings) -> Pipeline:
@@ -254,8 +259,11 @@ def waiting() -> Iterator[WaitingSeen]:
 
 
 def wait_while_out_of_memory(thread: threading.Thread, waiting: WaitingSeen) -> None:
-    wait_until(lambda: waiting.seen.is_set() or not thread.is_alive(), timeout=SETTLE_TIMEOUT,
-               message="the delivery waits or ends")  # fmt: skip
+    wait_until(
+        lambda: waiting.seen.is_set() or not thread.is_alive(),
+        timeout=SETTLE_TIMEOUT,
+        message="the delivery waits or ends",
+    )
     assert thread.is_alive(), "the delivery settled while Redis refused every write"
 
 

@@ -192,9 +192,13 @@ def write_shop(root: Path, tests: str, conftest: str = CONFTEST) -> Path:
     """``root`` as a project: the ``shop`` package (app, consumer, schema), ``conftest.py``
     and ``test_orders.py``."""
     (root / "shop").mkdir()
-    for name, source in {"shop/__init__.py": "", "shop/celery_app.py": SHOP_APP,
-                         "shop/schema.py": SCHEMA, "conftest.py": conftest,
-                         "test_orders.py": tests}.items():  # fmt: skip
+    for name, source in {
+        "shop/__init__.py": "",
+        "shop/celery_app.py": SHOP_APP,
+        "shop/schema.py": SCHEMA,
+        "conftest.py": conftest,
+        "test_orders.py": tests,
+    }.items():
         (root / name).write_text(textwrap.dedent(source))
     return root
 

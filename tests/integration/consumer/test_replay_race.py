@@ -11,10 +11,10 @@ import threading
 
 import psycopg2
 
-from platform_tasks.consumer.dead_letter_records import latest_dead_letter
-from platform_tasks.dead_letters import insert_dead_letter
+from platform_tasks.dead_letters.records import latest_dead_letter
+from platform_tasks.dead_letters.store import insert_dead_letter
 from platform_tasks.envelope import uuid7
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 
 
 def test_consumer_read_waits_for_the_replay_commit(database_url: str) -> None:
@@ -22,10 +22,18 @@ def test_consumer_read_waits_for_the_replay_commit(database_url: str) -> None:
     setup = psycopg2.connect(database_url)
     with setup, setup.cursor() as cur:
         row_id = insert_dead_letter(
-            cur, job_id=job_id, queue="q", kind="billing.charge", tenant_id="t",
-            payload={"job_id": str(job_id)}, attempts=5, last_error="boom",
-            error_type="RuntimeError", reason="retries_exhausted", correlation_id="c",
-        )  # fmt: skip
+            cur,
+            job_id=job_id,
+            queue="q",
+            kind="billing.charge",
+            tenant_id="t",
+            payload={"job_id": str(job_id)},
+            attempts=5,
+            last_error="boom",
+            error_type="RuntimeError",
+            reason="retries_exhausted",
+            correlation_id="c",
+        )
     setup.close()
 
     replay = psycopg2.connect(database_url)
@@ -51,8 +59,7 @@ def test_consumer_read_waits_for_the_replay_commit(database_url: str) -> None:
 
     wait_until(consumer_waits, timeout=10, message="the consumer waiting on the row lock")
     assert seen == [], "the consumer read the row before the replay committed"
-    replay_cur.execute("UPDATE core.dead_letters SET status = 'replayed' WHERE id = %s",
-                       (row_id,))  # fmt: skip
+    replay_cur.execute("UPDATE core.dead_letters SET status = 'replayed' WHERE id = %s", (row_id,))
     replay.commit()
     reader.join(10)
     assert seen == [(row_id, "replayed")]

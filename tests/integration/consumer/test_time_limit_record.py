@@ -72,9 +72,11 @@ def test_a_first_delivery_does_not_settle_another_copy_s_stop(
 
 
 def test_when_redis_refuses_the_record_the_stop_counts_as_a_crash(
-    harness: Harness, server_factory: ServerFactory, settings: PlatformSettings,
+    harness: Harness,
+    server_factory: ServerFactory,
+    settings: PlatformSettings,
     redis_client: redis.Redis,
-) -> None:  # fmt: skip
+) -> None:
     """The main process's one try fails fast; the requeued copy is then a crash redelivery:
     it runs again (and would end as a crash-loop dead letter), it is not lost."""
     payload = envelope("unrecorded")

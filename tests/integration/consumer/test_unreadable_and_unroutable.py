@@ -21,9 +21,9 @@ import psycopg2
 import redis
 from kombu import Connection, Exchange, Queue
 
-from platform_tasks.harness import wait_until
+from platform_tasks.brokers.transport import TRANSPORT_PATH
 from platform_tasks.keys import TRANSPORT_LEGACY_QUARANTINE
-from platform_tasks.transport import TRANSPORT_PATH
+from platform_tasks.testing.servers import wait_until
 from tests.apps.consumer_app import WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
 from tests.integration.consumer.test_dropped_messages import celery_headers, valid_envelope
@@ -49,39 +49,56 @@ def dead_letters(database_url: str, reason: str) -> list[tuple[Any, ...]]:
 
 
 def start_worker(started: list[CeleryProcess], env: dict[str, str], log: Path) -> CeleryProcess:
-    proc = CeleryProcess(worker_argv("tests.apps.consumer_app", concurrency=1), env=env,
-                         cwd=REPO_ROOT, log_path=log)  # fmt: skip
+    proc = CeleryProcess(
+        worker_argv("tests.apps.consumer_app", concurrency=1), env=env, cwd=REPO_ROOT, log_path=log
+    )
     started.append(proc.start())
     proc.wait_for_log("ready.", timeout=60)
     return proc
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CLI, "dead-letters", *args], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    return subprocess.run(
+        [CLI, "dead-letters", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_unreadable_items_are_dead_lettered_with_their_bytes_and_an_alert(
     redis_url: str, database_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
-    foreign = {"content-type": "text/plain", "headers": {"origin": "another client"},
-               "body": "hello"}  # fmt: skip
+    foreign = {
+        "content-type": "text/plain",
+        "headers": {"origin": "another client"},
+        "body": "hello",
+    }
     items = [b"\xff\xfe\x00binary", b"plain text, not JSON", json.dumps(foreign).encode()]
     redis_client.lpush(QUEUE, *items)  # the oldest is taken first (RPOP)
     redis_client.lpush(TRANSPORT_LEGACY_QUARANTINE, b"set aside by an old version")
     env = platform_env(redis_url=redis_url, database_url=database_url)
     with celery_processes() as started:
         worker = start_worker(started, env, tmp_path / "worker.log")
-        wait_until(lambda: len(dead_letters(database_url, "unreadable_message")) == 4,
-                   timeout=60, message="four unreadable items dead-lettered")  # fmt: skip
+        wait_until(
+            lambda: len(dead_letters(database_url, "unreadable_message")) == 4,
+            timeout=60,
+            message="four unreadable items dead-lettered",
+        )
         assert worker.running
     rows = dead_letters(database_url, "unreadable_message")
     payloads = {row[4]["raw"]: row[4] for row in rows}
     assert {row[1:3] for row in rows} == {(None, QUEUE)}, "no job id, the queue it was on"
     assert {row[6] for row in rows} == {"pending_review"}
     assert payloads[base64.b64encode(items[0]).decode()] == {
-        "raw": base64.b64encode(items[0]).decode(), "raw_encoding": "base64",
-        "content_type": None, "headers": {}}  # fmt: skip
+        "raw": base64.b64encode(items[0]).decode(),
+        "raw_encoding": "base64",
+        "content_type": None,
+        "headers": {},
+    }
     assert payloads["plain text, not JSON"]["content_type"] is None
     assert payloads[json.dumps(foreign)]["content_type"] == "text/plain"
     assert payloads[json.dumps(foreign)]["headers"] == {"origin": "another client"}
@@ -114,20 +131,36 @@ def test_an_unacked_message_whose_queue_was_deleted_is_dead_lettered_not_kept_fo
     query(database_url, "TRUNCATE public.consumer_work")
     job = valid_envelope("tests.consumer.apply")
     job_id = job["job_id"]
-    body = json.dumps([[job], {}, {"callbacks": None, "errbacks": None, "chain": None,
-                                    "chord": None}])  # fmt: skip
+    body = json.dumps(
+        [[job], {}, {"callbacks": None, "errbacks": None, "chain": None, "chord": None}]
+    )
     doomed = Queue("doomed", Exchange("doomed", "direct"), "doomed")
     with Connection(redis_url, transport=TRANSPORT_PATH) as conn:
         # a named exchange: the anonymous one routes by queue name, deleted queue or not
-        conn.Producer().publish(body, exchange=doomed.exchange, routing_key="doomed",
-                                declare=[doomed], content_type="application/json",
-                                content_encoding="utf-8", serializer=None,
-                                headers=celery_headers("tests.consumer.apply", job_id))  # fmt: skip
+        conn.Producer().publish(
+            body,
+            exchange=doomed.exchange,
+            routing_key="doomed",
+            declare=[doomed],
+            content_type="application/json",
+            content_encoding="utf-8",
+            serializer=None,
+            headers=celery_headers("tests.consumer.apply", job_id),
+        )
     killed = subprocess.run(
-        [sys.executable, "-m", "tests.integration.transport.kill_after_fetch", redis_url,
-         TRANSPORT_PATH, "doomed"],
-        cwd=REPO_ROOT, capture_output=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.transport.kill_after_fetch",
+            redis_url,
+            TRANSPORT_PATH,
+            "doomed",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]
     assert redis_client.hlen("unacked") == 1
     with Connection(redis_url, transport=TRANSPORT_PATH) as conn:  # kombu deletes the
@@ -135,14 +168,19 @@ def test_an_unacked_message_whose_queue_was_deleted_is_dead_lettered_not_kept_fo
         bound.declare()
         bound.delete()
     assert not redis_client.keys("_kombu.binding.doomed*")
-    env = platform_env(redis_url=redis_url, database_url=database_url,
-                       extra={"PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "5"})  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=database_url,
+        extra={"PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "5"},
+    )
     with celery_processes() as started:
         worker = start_worker(started, env, tmp_path / "worker.log")
-        wait_until(lambda: bool(dead_letters(database_url, "unroutable")), timeout=60,
-                   message="unroutable unacked message dead-lettered")  # fmt: skip
-        wait_until(lambda: redis_client.hlen("unacked") == 0, timeout=30,
-                   message="its record gone")  # fmt: skip
+        wait_until(
+            lambda: bool(dead_letters(database_url, "unroutable")),
+            timeout=60,
+            message="unroutable unacked message dead-lettered",
+        )
+        wait_until(lambda: redis_client.hlen("unacked") == 0, timeout=30, message="its record gone")
         assert worker.running
     ((_, dead_job_id, queue, kind, payload, last_error, _),) = dead_letters(
         database_url, "unroutable"

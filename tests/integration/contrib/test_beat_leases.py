@@ -11,15 +11,21 @@ from celery import Celery
 
 from platform_tasks.contrib import beat_leases
 from platform_tasks.contrib.beat_leases import LEASE_HEADER, LeaseGrant
-from platform_tasks.leases import AdmissionOutcome, JobLeases
+from platform_tasks.jobs.leases import AdmissionOutcome, JobLeases
 from platform_tasks.settings import PlatformSettings
 
 NAMESPACE = "platform:tests:test:django-celery-beat"
 
 
 def _admit(leases: JobLeases, job: str, token: str, point_ms: int) -> LeaseGrant:
-    admission = leases.admit(job, point_ms=point_ms, period_end_ms=point_ms + 3_600_000,
-                             token=token, lease_ttl_ms=60_000, now_ms=point_ms)  # fmt: skip
+    admission = leases.admit(
+        job,
+        point_ms=point_ms,
+        period_end_ms=point_ms + 3_600_000,
+        token=token,
+        lease_ttl_ms=60_000,
+        now_ms=point_ms,
+    )
     assert admission.outcome is AdmissionOutcome.ADMITTED
     return LeaseGrant(NAMESPACE, "", job, token, 60_000, point_ms)
 

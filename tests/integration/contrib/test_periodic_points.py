@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from platform_tasks.harness import PostgresServer
 from platform_tasks.jobs.points import to_ms
+from platform_tasks.testing.servers import PostgresServer
 from tests.support.django_beat import django_beat_database, periodic_task
 
 T = "tests.django_beat.record"
@@ -43,8 +43,9 @@ def _crontab(**fields: str) -> object:
 
 
 def test_crontab_in_berlin_follows_the_platform_dst_rules(orm: None) -> None:
-    nightly = periodic_task("nightly", task=T, crontab=_crontab(
-        minute="30", hour="2", timezone="Europe/Berlin"))  # fmt: skip
+    nightly = periodic_task(
+        "nightly", task=T, crontab=_crontab(minute="30", hour="2", timezone="Europe/Berlin")
+    )
     # an ordinary winter night: 02:30 CET is 01:30 UTC
     assert _after(nightly, _utc(2025, 1, 10, 12)) == _utc(2025, 1, 11, 1, 30)
     # spring forward (30 March 2025): 02:30 does not exist; it fires once at 03:00 CEST
@@ -56,8 +57,9 @@ def test_crontab_in_berlin_follows_the_platform_dst_rules(orm: None) -> None:
 
 
 def test_crontab_every_15_minutes_across_the_spring_gap(orm: None) -> None:
-    quarter = periodic_task("quarter", task=T, crontab=_crontab(
-        minute="*/15", hour="2", timezone="Europe/Berlin"))  # fmt: skip
+    quarter = periodic_task(
+        "quarter", task=T, crontab=_crontab(minute="*/15", hour="2", timezone="Europe/Berlin")
+    )
     # the whole 02:xx hour is skipped: its four points collapse into one at 03:00 CEST
     assert _after(quarter, _utc(2025, 3, 30, 0, 50)) == _utc(2025, 3, 30, 1, 0)
     assert _after(quarter, _utc(2025, 3, 30, 1, 0)) == _utc(2025, 3, 31, 0, 0)
@@ -65,8 +67,11 @@ def test_crontab_every_15_minutes_across_the_spring_gap(orm: None) -> None:
 
 def test_crontab_day_of_month_and_day_of_week_must_both_match_as_in_celery(orm: None) -> None:
     # Friday the 13th at noon UTC; June 2025 has one (the 13th is a Friday)
-    friday_13th = periodic_task("f13", task=T, crontab=_crontab(
-        minute="0", hour="12", day_of_month="13", day_of_week="5", timezone="UTC"))  # fmt: skip
+    friday_13th = periodic_task(
+        "f13",
+        task=T,
+        crontab=_crontab(minute="0", hour="12", day_of_month="13", day_of_week="5", timezone="UTC"),
+    )
     assert _after(friday_13th, _utc(2025, 1, 1)) == _utc(2025, 6, 13, 12)
 
 
@@ -88,14 +93,20 @@ def test_start_time_expires_and_clocked(orm: None) -> None:
     from platform_tasks.contrib.periodic_points import CLOCKED_WINDOW, points_for
 
     every = IntervalSchedule.objects.create(every=1, period="hours")
-    task = periodic_task("bounded", task=T, interval=every, start_time=_utc(2025, 5, 5, 10, 30),
-                         expires=_utc(2025, 5, 5, 13))  # fmt: skip
+    task = periodic_task(
+        "bounded",
+        task=T,
+        interval=every,
+        start_time=_utc(2025, 5, 5, 10, 30),
+        expires=_utc(2025, 5, 5, 13),
+    )
     assert _after(task, _utc(2025, 5, 5, 8)) == _utc(2025, 5, 5, 11)
     assert _after(task, _utc(2025, 5, 5, 12)) == _utc(2025, 5, 5, 13)
     assert _after(task, _utc(2025, 5, 5, 13)) is None
     at = _utc(2025, 5, 5, 9, 0, 5)
-    once = periodic_task("once", task=T, one_off=True,
-                         clocked=ClockedSchedule.objects.create(clocked_time=at))  # fmt: skip
+    once = periodic_task(
+        "once", task=T, one_off=True, clocked=ClockedSchedule.objects.create(clocked_time=at)
+    )
     assert _after(once, _utc(2025, 5, 5)) == at
     assert _after(once, at) is None  # one point only, never again
     points = points_for(once)

@@ -12,8 +12,8 @@ import pytest
 
 from platform_tasks import create_app
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.harness import PostgresServer
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import PostgresServer
 from tests.support.django_beat import django_beat_database, periodic_task
 
 T = "tests.django_beat.record"
@@ -27,8 +27,9 @@ def database(postgres_server: PostgresServer) -> Iterator[str]:
 def _scheduler(redis_url: str) -> object:
     from platform_tasks.contrib.django_celery_beat import LeaseDatabaseScheduler
 
-    app = create_app("dcb_startup", settings=PlatformSettings.build(redis_url=redis_url,
-                                                                    profile="test"))  # fmt: skip
+    app = create_app(
+        "dcb_startup", settings=PlatformSettings.build(redis_url=redis_url, profile="test")
+    )
     return LeaseDatabaseScheduler(app=app)
 
 
@@ -78,7 +79,10 @@ def test_valid_tasks_start_and_every_problem_is_listed(database: str, redis_url:
         assert "fine" in scheduler.schedule  # type: ignore[attr-defined]
     finally:
         scheduler.close()  # type: ignore[attr-defined]
-    periodic_task("bad-cron", task=T, crontab=CrontabSchedule.objects.create(
-        minute="75", hour="*", timezone="UTC"))  # fmt: skip
+    periodic_task(
+        "bad-cron",
+        task=T,
+        crontab=CrontabSchedule.objects.create(minute="75", hour="*", timezone="UTC"),
+    )
     with pytest.raises(ConfigurationError, match=r"'bad-cron'.*not a valid schedule"):
         _scheduler(redis_url)

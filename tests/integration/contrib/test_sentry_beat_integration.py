@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 
-from platform_tasks.harness import PostgresServer, wait_until
+from platform_tasks.testing.servers import PostgresServer, wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.django_beat import SETTINGS_MODULE, django_beat_database, periodic_task
 from tests.support.sentry_receiver import SentryReceiver
@@ -50,11 +50,21 @@ def test_sentry_beat_check_in_goes_out_for_an_admitted_point(
     periodic_task("minutely-report", task="tests.django_beat.record", crontab=every_minute)
     with SentryReceiver() as sentry:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PLATFORM_", "SENTRY_"))}
-        env.update(PLATFORM_REDIS_URL=redis_url, PLATFORM_DATABASE_URL=database_url,
-                   PLATFORM_PROFILE="test", DJANGO_SETTINGS_MODULE=SETTINGS_MODULE,
-                   HOST_SENTRY_DSN=sentry.dsn)  # fmt: skip
-        done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=REPO_ROOT,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        env.update(
+            PLATFORM_REDIS_URL=redis_url,
+            PLATFORM_DATABASE_URL=database_url,
+            PLATFORM_PROFILE="test",
+            DJANGO_SETTINGS_MODULE=SETTINGS_MODULE,
+            HOST_SENTRY_DSN=sentry.dsn,
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", SCRIPT],
+            env=env,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         wait_until(lambda: sentry.check_ins, timeout=30, message="the beat check-in")
     [check_in] = sentry.check_ins

@@ -11,14 +11,14 @@ import psycopg2
 import pytest
 from psycopg2.extensions import connection as Connection
 
-from platform_tasks.harness import wait_until
-from platform_tasks.maintenance import (
+from platform_tasks.postgres.maintenance import (
     STALE_ALERT_FINGERPRINT,
     purge_expired_processed_jobs,
     purge_processed_jobs,
     report_stale_dead_letters,
 )
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.integration.dead_letters.conftest import AddRow
 
 NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
@@ -111,8 +111,11 @@ def test_purge_never_waits_for_a_row_a_consumer_holds(
             purger.start()
             # The lock is still held while this waits: a purge that waited for it would
             # never finish, and the deadline turns that into a failure instead of a hang.
-            wait_until(lambda: bool(outcome), timeout=30,
-                       message="the purge to finish while a consumer holds a row")  # fmt: skip
+            wait_until(
+                lambda: bool(outcome),
+                timeout=30,
+                message="the purge to finish while a consumer holds a row",
+            )
         holder.rollback()
     finally:
         holder.close()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from psycopg2.extensions import connection as Connection
 
-from platform_tasks.dead_letters import (
+from platform_tasks.dead_letters.store import (
     DeadLetterFilter,
     discard_dead_letters,
     get_dead_letter,

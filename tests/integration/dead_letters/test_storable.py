@@ -14,7 +14,7 @@ import psycopg2
 import pytest
 from psycopg2.extensions import connection as Connection
 
-from platform_tasks.dead_letters import (
+from platform_tasks.dead_letters.store import (
     ESCAPED_KEY,
     get_dead_letter,
     insert_dead_letter,

@@ -32,8 +32,9 @@ def queued(client: redis.Redis, queue: str) -> list[dict[str, Any]]:
     return [decode(raw)[1] for raw in reversed(client.lrange(queue, 0, -1))]
 
 
-def add_tenants(database_url: str, rows: Sequence[tuple[str, str]] | Sequence[tuple[str, str, bool]]
-                ) -> None:  # fmt: skip
+def add_tenants(
+    database_url: str, rows: Sequence[tuple[str, str]] | Sequence[tuple[str, str, bool]]
+) -> None:
     conn = psycopg2.connect(database_url)
     try:
         with conn, conn.cursor() as cur:
@@ -65,8 +66,12 @@ class FanOutHarness:
             envelopes.append(parse_envelope(decode(raw)[1], FanOutRequest))  # type: ignore[arg-type]
         return envelopes
 
-    def run(self, envelope: Envelope[Any], settings: PlatformSettings | None = None,
-            bound: QueueBound | None = None) -> FanOutResult:  # fmt: skip
+    def run(
+        self,
+        envelope: Envelope[Any],
+        settings: PlatformSettings | None = None,
+        bound: QueueBound | None = None,
+    ) -> FanOutResult:
         return run_fan_out(self.app, envelope, settings=settings or self.settings, bound=bound)
 
     def run_pending(self) -> list[FanOutResult]:

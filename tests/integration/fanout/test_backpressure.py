@@ -26,10 +26,15 @@ def test_a_full_queue_throttles_the_fan_out_and_the_next_delivery_resumes_at_its
 ) -> None:
     tenants = [f"t-{n:03d}" for n in range(250)]
     add_tenants(database_url, [(tenant, "nightly") for tenant in tenants])
-    settings = harness.settings.model_copy(update={"fanout_batch_size": 50,
-                                                   "fanout_max_queue_depth": 100})  # fmt: skip
-    ctx = JobContext(name=JOB, scheduled_for=POINT, cancel_requested=threading.Event(),
-                     logger=logging.getLogger("test"))  # fmt: skip
+    settings = harness.settings.model_copy(
+        update={"fanout_batch_size": 50, "fanout_max_queue_depth": 100}
+    )
+    ctx = JobContext(
+        name=JOB,
+        scheduled_for=POINT,
+        cancel_requested=threading.Event(),
+        logger=logging.getLogger("test"),
+    )
     fan_out(ctx, queue=QUEUE, kind=KIND)
     [envelope] = harness.pending_fan_outs()
     consumed: list[str] = []

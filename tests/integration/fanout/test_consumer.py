@@ -30,8 +30,12 @@ POINT = datetime(2025, 5, 6, 3, 0, tzinfo=UTC)  # 03:00 UTC: 1h and 3h are due
 
 
 def ctx(name: str = "maintenance.test", point: datetime = POINT) -> JobContext:
-    return JobContext(name=name, scheduled_for=point, cancel_requested=threading.Event(),
-                      logger=logging.getLogger("test"))  # fmt: skip
+    return JobContext(
+        name=name,
+        scheduled_for=point,
+        cancel_requested=threading.Event(),
+        logger=logging.getLogger("test"),
+    )
 
 
 def test_one_envelope_per_active_tenant_with_shared_correlation_and_the_point(
@@ -68,8 +72,9 @@ def test_batched_messages_are_what_queue_port_publish_sends(
 ) -> None:
     add_tenants(database_url, [(f"t-{n:03d}", "1h") for n in range(7)])
     fan_out(ctx(), queue="work", kind="demo.recompute")
-    harness.run(harness.pending_fan_outs()[0], harness.settings.model_copy(
-        update={"fanout_batch_size": 3}))  # fmt: skip
+    harness.run(
+        harness.pending_fan_outs()[0], harness.settings.model_copy(update={"fanout_batch_size": 3})
+    )
     batched = [decode(raw) for raw in reversed(redis_client.lrange("work", 0, -1))]
     assert len(batched) == 7
     for message, envelope in batched:
@@ -91,8 +96,10 @@ def test_batched_messages_are_what_queue_port_publish_sends(
 
 def test_round_trips_are_one_per_batch(harness: FanOutHarness, redis_client: redis.Redis) -> None:
     publisher = BatchPublisher(harness.app, queue="work")
-    envelopes = [harness.port.envelope({"tenant_id": f"t{n}", "kind": "a.b", "data": {}})
-                 for n in range(1200)]  # fmt: skip
+    envelopes = [
+        harness.port.envelope({"tenant_id": f"t{n}", "kind": "a.b", "data": {}})
+        for n in range(1200)
+    ]
     redis_client.config_resetstat()
     for start in range(0, 1200, 500):
         publisher.publish(envelopes[start : start + 500])
@@ -103,10 +110,12 @@ def test_round_trips_are_one_per_batch(harness: FanOutHarness, redis_client: red
     assert redis_client.llen("work") == 1200
 
 
-def test_due_tiers_only(harness: FanOutHarness, database_url: str, redis_client: redis.Redis
-                        ) -> None:  # fmt: skip
-    add_tenants(database_url, [("a", "1h"), ("b", "3h"), ("c", "6h"), ("d", "12h"),
-                               ("e", "nightly")])  # fmt: skip
+def test_due_tiers_only(
+    harness: FanOutHarness, database_url: str, redis_client: redis.Redis
+) -> None:
+    add_tenants(
+        database_url, [("a", "1h"), ("b", "3h"), ("c", "6h"), ("d", "12h"), ("e", "nightly")]
+    )
     fan_out(ctx(point=POINT), queue="work", kind="demo.recompute", tiers="due")
     fan_out(ctx(point=POINT.replace(hour=12)), queue="work", kind="demo.recompute", tiers="due")
     fan_out(ctx(point=POINT.replace(hour=0)), queue="work", kind="demo.recompute", tiers="due")
@@ -137,9 +146,13 @@ def test_resumes_after_the_marker_and_a_finished_fan_out_publishes_nothing(
         )
     result = harness.run(envelope)
     assert (result.resumed_after, result.published_now, result.published_total) == (
-        "t-0059", 40, 100)  # fmt: skip
+        "t-0059",
+        40,
+        100,
+    )
     assert [e["tenant_id"] for e in queued(redis_client, "work")] == [
-        f"t-{n:04d}" for n in range(60, 100)]  # fmt: skip
+        f"t-{n:04d}" for n in range(60, 100)
+    ]
     again = harness.run(envelope)
     assert again.already_finished and again.published_now == 0
     assert redis_client.llen("work") == 40
@@ -158,12 +171,16 @@ def test_tenants_query_replaces_core_tenants(
         cur.execute("CREATE SCHEMA IF NOT EXISTS product")
         cur.execute("DROP TABLE IF EXISTS product.accounts")
         cur.execute("CREATE TABLE product.accounts (id int, plan text, name text)")
-        cur.execute("INSERT INTO product.accounts VALUES (2, 'pro', 'b%c'), (1, 'free', 'a'), "
-                    "(3, 'pro', 'x')")  # fmt: skip
+        cur.execute(
+            "INSERT INTO product.accounts VALUES (2, 'pro', 'b%c'), (1, 'free', 'a'), "
+            "(3, 'pro', 'x')"
+        )
     conn.close()
-    query = ("SELECT 'acct-' || id AS tenant_id, CASE plan WHEN 'pro' THEN '1h' "
-             "ELSE 'nightly' END AS freshness_tier FROM product.accounts "
-             "WHERE name NOT LIKE 'x%' -- a trailing comment and a literal %")  # fmt: skip
+    query = (
+        "SELECT 'acct-' || id AS tenant_id, CASE plan WHEN 'pro' THEN '1h' "
+        "ELSE 'nightly' END AS freshness_tier FROM product.accounts "
+        "WHERE name NOT LIKE 'x%' -- a trailing comment and a literal %"
+    )
     check_tenants_query(database_url, query)
     settings = harness.settings.model_copy(update={"tenants_query": query})
     fan_out(ctx(), queue="work", kind="demo.recompute", tiers="due")
@@ -175,13 +192,17 @@ def test_tenants_query_replaces_core_tenants(
 @pytest.mark.parametrize(
     ("query", "message"),
     [
-        ("SELECT 1 AS id, 'nightly' AS freshness_tier",
-         "PLATFORM_TENANTS_QUERY: must return the columns tenant_id, freshness_tier; missing "
-         "tenant_id (it returns: id, freshness_tier)"),
-        ("SELECT tenant_id FROM no_such_table",
-         'PLATFORM_TENANTS_QUERY: the query failed: relation "no_such_table" does not exist'),
+        (
+            "SELECT 1 AS id, 'nightly' AS freshness_tier",
+            "PLATFORM_TENANTS_QUERY: must return the columns tenant_id, freshness_tier; missing "
+            "tenant_id (it returns: id, freshness_tier)",
+        ),
+        (
+            "SELECT tenant_id FROM no_such_table",
+            'PLATFORM_TENANTS_QUERY: the query failed: relation "no_such_table" does not exist',
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_tenants_query_is_a_start_up_error_naming_the_setting(
     database_url: str, query: str, message: str
 ) -> None:
@@ -208,8 +229,9 @@ def test_a_wire_format_the_template_cannot_prove_falls_back_to_send_task(
     message is then built through ``send_task`` and still reaches the queue intact."""
     app = create_test_app("fanout_gzip", settings=settings, task_compression="gzip")
     port = QueuePort(app)
-    envelopes = [port.envelope({"tenant_id": f"t{n}", "kind": "a.b", "data": {"n": n}})
-                 for n in range(5)]  # fmt: skip
+    envelopes = [
+        port.envelope({"tenant_id": f"t{n}", "kind": "a.b", "data": {"n": n}}) for n in range(5)
+    ]
     publisher = BatchPublisher(app, queue="work")
     publisher.publish(envelopes)
     publisher.close()
@@ -225,9 +247,11 @@ def test_a_wire_format_the_template_cannot_prove_falls_back_to_send_task(
 
 
 def test_a_tenant_id_that_is_not_a_valid_envelope_tenant_is_left_out_and_logged(
-    harness: FanOutHarness, database_url: str, redis_client: redis.Redis,
+    harness: FanOutHarness,
+    database_url: str,
+    redis_client: redis.Redis,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     add_tenants(database_url, [("fine", "1h"), ("has space", "1h"), ("zeta", "1h")])
     fan_out(ctx(), queue="work", kind="demo.recompute")
     with caplog.at_level(logging.ERROR, logger="platform_tasks.fanout"):

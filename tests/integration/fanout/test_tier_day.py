@@ -32,8 +32,14 @@ def run(ctx):
 job = define_job(handler=run, {schedule})
 """
 
-TENANTS = [("t-1h", "1h"), ("t-3h", "3h"), ("t-6h", "6h"), ("t-12h", "12h"),
-           ("t-nightly", "nightly"), ("t-moves", "nightly")]  # fmt: skip
+TENANTS = [
+    ("t-1h", "1h"),
+    ("t-3h", "3h"),
+    ("t-6h", "6h"),
+    ("t-12h", "12h"),
+    ("t-nightly", "nightly"),
+    ("t-moves", "nightly"),
+]
 
 
 def write_job(folder: Path, name: str, schedule: str) -> Path:
@@ -42,9 +48,15 @@ def write_job(folder: Path, name: str, schedule: str) -> Path:
     return folder
 
 
-def drive_hours(scheduler: JobTestScheduler, harness: FanOutHarness, start: datetime,
-                hours: int, client: redis.Redis, *, before_hour: dict[int, object] | None = None,
-                ) -> dict[datetime, list[str]]:  # fmt: skip
+def drive_hours(
+    scheduler: JobTestScheduler,
+    harness: FanOutHarness,
+    start: datetime,
+    hours: int,
+    client: redis.Redis,
+    *,
+    before_hour: dict[int, object] | None = None,
+) -> dict[datetime, list[str]]:
     """Tick once a minute past each UTC hour; the tenants published per point."""
     selected: dict[datetime, list[str]] = {}
     for hour in range(hours):
@@ -69,8 +81,9 @@ def drive_hours(scheduler: JobTestScheduler, harness: FanOutHarness, start: date
 def set_tier(database_url: str, tenant: str, tier: str) -> None:
     conn = psycopg2.connect(database_url)
     with conn, conn.cursor() as cur:
-        cur.execute("UPDATE core.tenants SET freshness_tier = %s WHERE tenant_id = %s",
-                    (tier, tenant))  # fmt: skip
+        cur.execute(
+            "UPDATE core.tenants SET freshness_tier = %s WHERE tenant_id = %s", (tier, tenant)
+        )
     conn.close()
 
 
@@ -80,8 +93,9 @@ def test_an_hourly_job_covers_every_tier_over_a_utc_day_and_follows_a_tier_chang
     add_tenants(database_url, TENANTS)
     folder = write_job(tmp_path / "jobs", "freshness", "interval=timedelta(hours=1)")
     day = datetime(2025, 6, 1, tzinfo=UTC)
-    scheduler = JobTestScheduler(jobs_dir=folder, redis=redis_client,
-                                 started_at=day - timedelta(minutes=30))  # fmt: skip
+    scheduler = JobTestScheduler(
+        jobs_dir=folder, redis=redis_client, started_at=day - timedelta(minutes=30)
+    )
     # t-moves goes from nightly to 3h before the 08:00 point: next picked at 09:00, once
     selected = drive_hours(
         scheduler,
@@ -103,8 +117,10 @@ def test_an_hourly_job_covers_every_tier_over_a_utc_day_and_follows_a_tier_chang
     }  # 00:00 as nightly, then 09, 12, 15, 18, 21
     for point, tenants in selected.items():
         assert len(tenants) == len(set(tenants)), point
-    hours_of = {t: sorted(p.astimezone(UTC).hour for p, ts in selected.items() if t in ts)
-                for t in ("t-12h", "t-nightly", "t-moves")}  # fmt: skip
+    hours_of = {
+        t: sorted(p.astimezone(UTC).hour for p, ts in selected.items() if t in ts)
+        for t in ("t-12h", "t-nightly", "t-moves")
+    }
     assert hours_of == {"t-12h": [0, 12], "t-nightly": [0], "t-moves": [0, 9, 12, 15, 18, 21]}
 
 
@@ -119,14 +135,18 @@ def test_tiers_follow_utc_hours_across_dst_changes_in_new_york(
     standard freshness job therefore uses ``interval=timedelta(hours=1)`` (UTC-aligned).
     """
     add_tenants(database_url, TENANTS)
-    folder = write_job(tmp_path / "jobs", "freshness_ny",
-                       'cron="0 * * * *", timezone="America/New_York"')  # fmt: skip
+    folder = write_job(
+        tmp_path / "jobs", "freshness_ny", 'cron="0 * * * *", timezone="America/New_York"'
+    )
     ny = ZoneInfo("America/New_York")
-    for day, expected_points in ((datetime(2025, 3, 9, tzinfo=UTC), 24),
-                                 (datetime(2025, 11, 2, tzinfo=UTC), 23)):  # fmt: skip
+    for day, expected_points in (
+        (datetime(2025, 3, 9, tzinfo=UTC), 24),
+        (datetime(2025, 11, 2, tzinfo=UTC), 23),
+    ):
         redis_client.flushall()
-        scheduler = JobTestScheduler(jobs_dir=folder, redis=redis_client,
-                                     started_at=day - timedelta(minutes=30))  # fmt: skip
+        scheduler = JobTestScheduler(
+            jobs_dir=folder, redis=redis_client, started_at=day - timedelta(minutes=30)
+        )
         selected = drive_hours(scheduler, harness, day, 24, redis_client)
         assert len(selected) == expected_points, sorted(selected)
         for point, tenants in selected.items():

@@ -21,9 +21,13 @@ def job_scheduler_redis_url():
 
 
 def write_project(
-    root: Path, *, redis_url: str, jobs: dict[str, str], tests: dict[str, str],
+    root: Path,
+    *,
+    redis_url: str,
+    jobs: dict[str, str],
+    tests: dict[str, str],
     jobs_folder: str = "beat_schedules",
-) -> Path:  # fmt: skip
+) -> Path:
     """``root`` with ``<jobs_folder>/...`` job files, a conftest naming the test Redis and
     the test modules; returns ``root``."""
     for relative, source in jobs.items():
@@ -55,15 +59,33 @@ def run_pytest(
     """``python -m pytest -q`` in ``project`` with a user's environment (no PLATFORM_*
     unless ``env`` adds some) and the extra command-line ``args``; the plugin comes from
     the installed entry point."""
-    environment = {k: v for k, v in os.environ.items()
-                   if not k.startswith(("PLATFORM_", "PYTEST_", "SENTRY_"))}  # fmt: skip
+    environment = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PLATFORM_", "PYTEST_", "SENTRY_"))
+    }
     environment.pop("PYTHONPATH", None)
     environment.update(env or {})
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "-W", "error", *args, "--rootdir", str(project), str(project)],
-        cwd=project, env=environment, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-W",
+            "error",
+            *args,
+            "--rootdir",
+            str(project),
+            str(project),
+        ],
+        cwd=project,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     output = done.stdout + done.stderr
-    return PytestOutcome(_count(output, "passed"), _count(output, "failed"),
-                         _count(output, "error"), output)  # fmt: skip
+    return PytestOutcome(
+        _count(output, "passed"), _count(output, "failed"), _count(output, "error"), output
+    )

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 import redis
 
+from platform_tasks.jobs.leases import Admission, AdmissionOutcome, AdmissionRequest, JobLeases
 from platform_tasks.jobs.points import to_ms
-from platform_tasks.leases import Admission, AdmissionOutcome, AdmissionRequest, JobLeases
 from platform_tasks.testing import JobTestScheduler
 from tests.integration.jobs.conftest import RECORDING_JOB
 
@@ -145,8 +145,9 @@ def test_disabled_jobs_are_not_scheduled(jobs_dir, redis_url, redis_client) -> N
 
 def test_cron_in_zone_with_ticks_across_spring_forward(jobs_dir, redis_url, redis_client) -> None:
     folder = minutely(jobs_dir, redis_url, "cron='30 2 * * *', timezone='Europe/Berlin'")
-    scheduler = JobTestScheduler(jobs_dir=folder, redis=redis_client,
-                                 started_at=utc(2025, 3, 29, 12))  # fmt: skip
+    scheduler = JobTestScheduler(
+        jobs_dir=folder, redis=redis_client, started_at=utc(2025, 3, 29, 12)
+    )
     assert scheduler.tick(at=utc(2025, 3, 30, 0, 59)) == []
     assert [(r.point, r.outcome) for r in scheduler.tick(at=utc(2025, 3, 30, 1))] == [
         (utc(2025, 3, 30, 1), "admitted")
@@ -156,27 +157,32 @@ def test_cron_in_zone_with_ticks_across_spring_forward(jobs_dir, redis_url, redi
 def test_script_refuses_future_and_late_points_by_its_own_clock(redis_client) -> None:
     leases = JobLeases(redis_client, namespace="t")
     now = int(redis_client.time()[0]) * 1000
-    future = leases.admit("j", point_ms=now + 60_000, period_end_ms=now + 120_000,
-                          token="x", lease_ttl_ms=1000)  # fmt: skip
+    future = leases.admit(
+        "j", point_ms=now + 60_000, period_end_ms=now + 120_000, token="x", lease_ttl_ms=1000
+    )
     assert future.outcome is AdmissionOutcome.FUTURE
-    late = leases.admit("j", point_ms=now - 120_000, period_end_ms=now - 60_000,
-                        token="x", lease_ttl_ms=1000)  # fmt: skip
+    late = leases.admit(
+        "j", point_ms=now - 120_000, period_end_ms=now - 60_000, token="x", lease_ttl_ms=1000
+    )
     assert late.outcome is AdmissionOutcome.LATE
     assert leases.marker("j") is None
-    ok = leases.admit("j", point_ms=now - 1000, period_end_ms=now + 60_000, token="x",
-                      lease_ttl_ms=5000)  # fmt: skip
+    ok = leases.admit(
+        "j", point_ms=now - 1000, period_end_ms=now + 60_000, token="x", lease_ttl_ms=5000
+    )
     assert ok.outcome is AdmissionOutcome.ADMITTED
     assert 0 < redis_client.pttl(leases.keys("j").lease) <= 5000
-    older = leases.admit("j", point_ms=now - 2000, period_end_ms=now + 60_000, token="y",
-                         lease_ttl_ms=5000)  # fmt: skip
+    older = leases.admit(
+        "j", point_ms=now - 2000, period_end_ms=now + 60_000, token="y", lease_ttl_ms=5000
+    )
     assert older.outcome is AdmissionOutcome.DUPLICATE
 
 
 def test_release_and_renew_check_ownership(redis_client) -> None:
     leases = JobLeases(redis_client, namespace="t")
     now = int(redis_client.time()[0]) * 1000
-    leases.admit("j", point_ms=now - 10, period_end_ms=now + 60_000, token="mine",
-                 lease_ttl_ms=5000)  # fmt: skip
+    leases.admit(
+        "j", point_ms=now - 10, period_end_ms=now + 60_000, token="mine", lease_ttl_ms=5000
+    )
     assert leases.release("j", token="other") is False
     assert leases.renew("j", token="other", lease_ttl_ms=9000)[0].value == "lost"
     assert leases.renew("j", token="mine", lease_ttl_ms=9000)[0].value == "renewed"
@@ -321,10 +327,12 @@ def test_a_failed_script_call_skips_only_its_point(redis_client) -> None:
     leases = JobLeases(redis_client, namespace="t")
     redis_client.set(leases.keys("broken").marker, "not a number")
     now = int(redis_client.time()[0]) * 1000
-    answers = leases.admit_many([
-        AdmissionRequest("ok", now - 10, now + 60_000, "a", 5000),
-        AdmissionRequest("broken", now - 10, now + 60_000, "b", 5000),
-    ])  # fmt: skip
+    answers = leases.admit_many(
+        [
+            AdmissionRequest("ok", now - 10, now + 60_000, "a", 5000),
+            AdmissionRequest("broken", now - 10, now + 60_000, "b", 5000),
+        ]
+    )
     assert isinstance(answers[0], Admission) and answers[0].outcome is AdmissionOutcome.ADMITTED
     assert isinstance(answers[1], redis.RedisError)
 

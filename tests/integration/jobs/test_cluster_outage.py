@@ -14,13 +14,14 @@ from datetime import UTC, datetime
 import pytest
 from redis.cluster import RedisCluster
 
+from platform_tasks.brokers.redis_client import build_redis
 from platform_tasks.errors import JobStartupError
-from platform_tasks.harness import RedisClusterServers, free_port
 from platform_tasks.jobs.runtime import start_jobs
-from platform_tasks.redis_client import build_redis
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing import JobTestScheduler
+from platform_tasks.testing.servers import free_port
 from tests.integration.jobs.conftest import RECORDING_JOB
+from tests.support.servers import RedisClusterServers
 
 START = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -41,8 +42,9 @@ def test_a_cluster_outage_skips_the_point_and_admission_resumes_after(
     client = build_redis(settings, timeout=2)
     assert isinstance(client, RedisCluster)
     # the job records its runs on the single Redis, apart from the cluster
-    folder = jobs_dir({"tick.py": RECORDING_JOB.format(
-        url=redis_url, schedule="interval=timedelta(minutes=1)")})  # fmt: skip
+    folder = jobs_dir(
+        {"tick.py": RECORDING_JOB.format(url=redis_url, schedule="interval=timedelta(minutes=1)")}
+    )
     scheduler = JobTestScheduler(jobs_dir=folder, redis=client, started_at=START)
     try:
         cluster.stop()
@@ -68,8 +70,9 @@ def test_a_cluster_outage_skips_the_point_and_admission_resumes_after(
 def test_an_unreachable_cluster_at_start_up_is_a_clear_error(jobs_dir, redis_url: str) -> None:
     """Before, a raw ``RedisClusterException`` traceback stopped ``celery worker``."""
     dead = f"redis://:s3cret-pass@127.0.0.1:{free_port()}/0"
-    folder = jobs_dir({"tick.py": RECORDING_JOB.format(
-        url=redis_url, schedule="interval=timedelta(minutes=1)")})  # fmt: skip
+    folder = jobs_dir(
+        {"tick.py": RECORDING_JOB.format(url=redis_url, schedule="interval=timedelta(minutes=1)")}
+    )
     settings = PlatformSettings.build(redis_url=dead, redis_cluster=True, jobs_dir=folder)
     with pytest.raises(JobStartupError, match="PLATFORM_REDIS_URL") as caught:
         start_jobs(settings, app_name="a", role="worker")

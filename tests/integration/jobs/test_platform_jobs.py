@@ -83,8 +83,10 @@ def test_nightly_cleanup_deletes_only_expired_processed_jobs(
     by_job = {r.job: r for r in results}
     cleanup = by_job["platform.processed_jobs_cleanup"]
     assert (cleanup.point, cleanup.outcome, cleanup.run) == (
-        datetime(2025, 1, 1, 3, 17, tzinfo=UTC), "admitted", "succeeded",
-    )  # fmt: skip
+        datetime(2025, 1, 1, 3, 17, tzinfo=UTC),
+        "admitted",
+        "succeeded",
+    )
     remaining = {
         str(row[0]) for row in fetch(database_url, "SELECT job_id FROM core.processed_jobs")
     }
@@ -111,11 +113,15 @@ def test_hourly_report_counts_stale_pending_dead_letters_and_alerts(
     assert [(r.job, r.outcome, r.run) for r in results] == [
         ("platform.dead_letter_age_report", "admitted", "succeeded")
     ]
-    counted = [r for r in caplog.records if getattr(r, "event", None) ==
-               "maintenance.stale_dead_letters"]  # fmt: skip
+    counted = [
+        r for r in caplog.records if getattr(r, "event", None) == "maintenance.stale_dead_letters"
+    ]
     assert [r.count for r in counted] == [3]  # type: ignore[attr-defined]
-    alerts = [r for r in caplog.records if r.levelno >= logging.ERROR and
-              "3 dead letter(s) pending review" in r.getMessage()]  # fmt: skip
+    alerts = [
+        r
+        for r in caplog.records
+        if r.levelno >= logging.ERROR and "3 dead letter(s) pending review" in r.getMessage()
+    ]
     assert len(alerts) == 1 and "billing/billing.charge: 2" in alerts[0].getMessage()
 
 
@@ -130,7 +136,8 @@ def test_hourly_report_without_stale_rows_sends_no_alert(
     caplog.set_level(logging.INFO)
     [result] = platform_jobs.tick(at=datetime(2025, 1, 1, 2, 5, tzinfo=UTC))
     assert (result.outcome, result.run) == ("admitted", "succeeded")
-    counted = [r for r in caplog.records if getattr(r, "event", None) ==
-               "maintenance.stale_dead_letters"]  # fmt: skip
+    counted = [
+        r for r in caplog.records if getattr(r, "event", None) == "maintenance.stale_dead_letters"
+    ]
     assert [r.count for r in counted] == [0]  # type: ignore[attr-defined]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

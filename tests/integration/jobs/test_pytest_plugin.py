@@ -116,12 +116,18 @@ def test_plugin_fixtures_in_a_real_pytest_run(
     tmp_path: Path, redis_url: str, redis_client: redis.Redis
 ) -> None:
     project = write_project(
-        tmp_path, redis_url=redis_url,
+        tmp_path,
+        redis_url=redis_url,
         jobs={"hourly.py": HOURLY, "billing/nightly.py": NIGHTLY},
         tests={"test_jobs.py": READY_FIXTURE_TESTS},
-    )  # fmt: skip
-    write_project(project, redis_url=redis_url, jobs={"every_minute.py": EVERY_MINUTE},
-                  tests={}, jobs_folder="other_jobs")  # fmt: skip
+    )
+    write_project(
+        project,
+        redis_url=redis_url,
+        jobs={"every_minute.py": EVERY_MINUTE},
+        tests={},
+        jobs_folder="other_jobs",
+    )
     outcome = run_pytest(project)
     assert (outcome.passed, outcome.failed, outcome.errors) == (6, 0, 0), outcome.output
     assert redis_client.keys("*") == [], "the fixtures delete their keys"
@@ -129,8 +135,11 @@ def test_plugin_fixtures_in_a_real_pytest_run(
 
 def test_job_scheduler_follows_platform_jobs_dir(tmp_path: Path, redis_url: str) -> None:
     project = write_project(
-        tmp_path, redis_url=redis_url, jobs={"every_minute.py": EVERY_MINUTE},
-        tests={"test_dir.py": JOBS_DIR_TESTS}, jobs_folder="scheduled",
-    )  # fmt: skip
+        tmp_path,
+        redis_url=redis_url,
+        jobs={"every_minute.py": EVERY_MINUTE},
+        tests={"test_dir.py": JOBS_DIR_TESTS},
+        jobs_folder="scheduled",
+    )
     outcome = run_pytest(project, env={"PLATFORM_JOBS_DIR": "scheduled"})
     assert (outcome.passed, outcome.failed, outcome.errors) == (1, 0, 0), outcome.output

@@ -30,8 +30,9 @@ def readme_example() -> str:
     readme = (REPO_ROOT / "README.md").read_text()
     block = re.search(
         r"```python\n(from datetime import UTC, datetime\n\ndef test_nightly_runs_once.*?)```",
-        readme, re.S,
-    )  # fmt: skip
+        readme,
+        re.S,
+    )
     assert block, "the README example is gone"
     return block.group(1)
 
@@ -40,9 +41,11 @@ def test_readme_job_testing_example(
     tmp_path: Path, redis_url: str, redis_client: redis.Redis
 ) -> None:
     project = write_project(
-        tmp_path, redis_url=redis_url, jobs={"billing/nightly.py": JOB},
+        tmp_path,
+        redis_url=redis_url,
+        jobs={"billing/nightly.py": JOB},
         tests={"test_readme.py": readme_example()},
-    )  # fmt: skip
+    )
     outcome = run_pytest(project)
     assert outcome.passed == 2 and outcome.failed == 0, outcome.output
     assert redis_client.keys("*") == [], "the fixtures delete their keys"

@@ -8,9 +8,9 @@ from pathlib import Path
 import redis
 from prometheus_client import REGISTRY
 
-from platform_tasks.delay_promoter import DelayPromoter
-from platform_tasks.delay_store import DelayStore
 from platform_tasks.keys import delay_keys
+from platform_tasks.publishing.delay_promoter import DelayPromoter
+from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing import JobTestScheduler
 

@@ -10,15 +10,16 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from platform_tasks.brokers.redis_client import ManagedRedis, build_redis
 from platform_tasks.errors import JobDefinitionError, JobStartupError, UnsafeRedisError
-from platform_tasks.harness import MAX_CLUSTER_PORT, RedisClusterServers, free_port
+from platform_tasks.jobs.leases import AdmissionOutcome, AdmissionRequest
 from platform_tasks.jobs.runtime import TEST, start_jobs
 from platform_tasks.keys import JobKeys
-from platform_tasks.leases import AdmissionOutcome, AdmissionRequest
-from platform_tasks.redis_client import ManagedRedis, build_redis
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import free_port
 from tests.integration.jobs.conftest import RECORDING_JOB
 from tests.support.processes import CELERY, platform_env
+from tests.support.servers import MAX_CLUSTER_PORT, RedisClusterServers
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -38,12 +39,14 @@ def test_no_redis_needed_for_empty_or_all_disabled(jobs_dir, tmp_path) -> None:
     dead = f"redis://127.0.0.1:{free_port()}/0"
     empty = tmp_path / "empty"
     empty.mkdir()
-    runtime = start_jobs(PlatformSettings.build(redis_url=dead, jobs_dir=empty),
-                         app_name="a", role="beat")  # fmt: skip
+    runtime = start_jobs(
+        PlatformSettings.build(redis_url=dead, jobs_dir=empty), app_name="a", role="beat"
+    )
     assert runtime.leases is None
     disabled = one_job(jobs_dir, dead, "interval=timedelta(minutes=1), enabled=False")
-    runtime = start_jobs(PlatformSettings.build(redis_url=dead, jobs_dir=disabled),
-                         app_name="a", role="worker")  # fmt: skip
+    runtime = start_jobs(
+        PlatformSettings.build(redis_url=dead, jobs_dir=disabled), app_name="a", role="worker"
+    )
     assert runtime.leases is None and len(runtime.jobs) == 1
 
 
@@ -78,8 +81,9 @@ def test_namespace_is_generated_and_overridable(jobs_dir, redis_url) -> None:
     folder = one_job(jobs_dir, redis_url)
     settings = PlatformSettings.build(redis_url=redis_url, jobs_dir=folder, profile="prod")
     assert start_jobs(settings, app_name="shop", role="beat").namespace == "platform:shop:prod:live"
-    custom = PlatformSettings.build(redis_url=redis_url, jobs_dir=folder, jobs_namespace="iso",
-                                    jobs_key_prefix="p:")  # fmt: skip
+    custom = PlatformSettings.build(
+        redis_url=redis_url, jobs_dir=folder, jobs_namespace="iso", jobs_key_prefix="p:"
+    )
     runtime = start_jobs(custom, app_name="shop", role="beat")
     assert (
         runtime.leases is not None and runtime.leases.keys("x").marker == "p:{iso:job:x}:v1:marker"
@@ -97,8 +101,9 @@ def _run_celery(kind: str, env: dict[str, str]) -> subprocess.CompletedProcess[s
 @pytest.mark.parametrize("kind", ["beat", "worker"])
 def test_real_beat_and_worker_refuse_a_bad_job_file(jobs_dir, redis_url, kind: str) -> None:
     folder = one_job(jobs_dir, redis_url, "cron='0 0 30 2 *'")
-    env = platform_env(redis_url=redis_url, database_url=None,
-                       extra={"PLATFORM_JOBS_DIR": str(folder)})  # fmt: skip
+    env = platform_env(
+        redis_url=redis_url, database_url=None, extra={"PLATFORM_JOBS_DIR": str(folder)}
+    )
     result = _run_celery(kind, env)
     output = result.stdout + result.stderr
     assert result.returncode != 0
@@ -123,8 +128,9 @@ def test_admission_on_a_real_three_node_cluster(tmp_path, jobs_dir) -> None:
     assert all(server.port <= MAX_CLUSTER_PORT for server in cluster.servers)  # bus: port+10000
     try:
         cluster.start()
-        settings = PlatformSettings.build(redis_url=cluster.url, redis_cluster=True,
-                                          jobs_dir=one_job(jobs_dir, cluster.url))  # fmt: skip
+        settings = PlatformSettings.build(
+            redis_url=cluster.url, redis_cluster=True, jobs_dir=one_job(jobs_dir, cluster.url)
+        )
         client = build_redis(settings)
         assert isinstance(client, RedisCluster)
         runtime = start_jobs(settings, app_name="a", client=client, role="beat")
@@ -135,8 +141,9 @@ def test_admission_on_a_real_three_node_cluster(tmp_path, jobs_dir) -> None:
         with redis.Redis(port=cluster.servers[0].port) as node:
             now = int(node.time()[0]) * 1000
         # One pipeline over every node (scripts not loaded yet: NOSCRIPT, load, resend).
-        batch = [AdmissionRequest(f"batch{i}", now - 10, now + 60_000, f"t{i}", 5000)
-                 for i in range(30)]  # fmt: skip
+        batch = [
+            AdmissionRequest(f"batch{i}", now - 10, now + 60_000, f"t{i}", 5000) for i in range(30)
+        ]
         assert [a.outcome for a in leases.admit_many(batch)] == (  # type: ignore[union-attr]
             [AdmissionOutcome.ADMITTED] * 30
         )
@@ -148,12 +155,27 @@ def test_admission_on_a_real_three_node_cluster(tmp_path, jobs_dir) -> None:
             keys = leases.keys(f"job{i}")
             assert client.keyslot(keys.marker) == client.keyslot(keys.lease)  # ...one slot each
             point = now - 10
-            first = leases.admit(f"job{i}", point_ms=point, period_end_ms=point + 60_000,
-                                 token="a", lease_ttl_ms=5000)  # fmt: skip
-            again = leases.admit(f"job{i}", point_ms=point, period_end_ms=point + 60_000,
-                                 token="b", lease_ttl_ms=5000)  # fmt: skip
-            later = leases.admit(f"job{i}", point_ms=point + 1, period_end_ms=point + 60_000,
-                                 token="c", lease_ttl_ms=5000)  # fmt: skip
+            first = leases.admit(
+                f"job{i}",
+                point_ms=point,
+                period_end_ms=point + 60_000,
+                token="a",
+                lease_ttl_ms=5000,
+            )
+            again = leases.admit(
+                f"job{i}",
+                point_ms=point,
+                period_end_ms=point + 60_000,
+                token="b",
+                lease_ttl_ms=5000,
+            )
+            later = leases.admit(
+                f"job{i}",
+                point_ms=point + 1,
+                period_end_ms=point + 60_000,
+                token="c",
+                lease_ttl_ms=5000,
+            )
             assert (first.outcome, again.outcome, later.outcome) == (
                 AdmissionOutcome.ADMITTED,
                 AdmissionOutcome.DUPLICATE,

@@ -18,8 +18,8 @@ import pytest
 from kombu import Queue
 
 from platform_tasks import create_app
+from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.worker_queues import add_queue_source
 
 JOB = """
 from datetime import timedelta
@@ -41,11 +41,13 @@ def make_worker(
     """A WorkController for a new app. The database is real because Celery hands every new
     app the shared tasks other test modules declared (PlatformTasks among them), and a
     worker with PlatformTasks checks its database before it consumes."""
-    folder = jobs_dir({
-        "plain.py": JOB.format(queue=""),
-        "billing.py": JOB.format(queue=', queue="billing.jobs"'),
-        "off.py": JOB.format(queue=', queue="never.used", enabled=False'),
-    })  # fmt: skip
+    folder = jobs_dir(
+        {
+            "plain.py": JOB.format(queue=""),
+            "billing.py": JOB.format(queue=', queue="billing.jobs"'),
+            "off.py": JOB.format(queue=', queue="never.used", enabled=False'),
+        }
+    )
     apps: list[Any] = []
 
     def make(**worker_options: Any) -> tuple[Any, list[str]]:

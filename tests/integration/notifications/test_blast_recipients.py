@@ -18,10 +18,10 @@ from pydantic import BaseModel
 from platform_tasks import QueuePort, create_app
 from platform_tasks.envelope import parse_envelope, uuid7
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.harness import wait_until
 from platform_tasks.notifications import EmailMessage, NotificationTask, publish_blast
 from platform_tasks.notifications.blast_recipients import claim_recipients
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.support.resend_server import API_KEY, ResendLikeServer
 
 
@@ -34,15 +34,21 @@ class Chunk(BaseModel):
 class Blast:
     def __init__(self, settings: PlatformSettings, server: ResendLikeServer) -> None:
         values = settings.model_dump()
-        values.update(resend_api_key=API_KEY, resend_base_url=server.url,
-                      provider_rate_limits="resend=1000/s")  # fmt: skip
+        values.update(
+            resend_api_key=API_KEY, resend_base_url=server.url, provider_rate_limits="resend=1000/s"
+        )
         self.app = create_app("blast_it", settings=PlatformSettings.build(**values))
         self.server = server
         self.rendered: list[list[str]] = []
         self.fail_render = False
 
-        @self.app.task(base=NotificationTask, data_model=Chunk, name="shop.news",
-                       rail="marketing", shared=False)  # fmt: skip
+        @self.app.task(
+            base=NotificationTask,
+            data_model=Chunk,
+            name="shop.news",
+            rail="marketing",
+            shared=False,
+        )
         def news(envelope: Any, tx: Any) -> list[EmailMessage]:
             self.rendered.append(list(envelope.data.recipients))
             if self.fail_render:
@@ -102,9 +108,13 @@ def test_overlapping_claims_wait_for_each_other(database_url: str) -> None:
     first's uncommitted rows and, once it commits, keeps only the recipients it was first to."""
 
     def envelope(recipients: list[str]) -> Any:
-        payload = {"job_id": str(uuid7()), "tenant_id": "acme", "correlation_id": "c",
-                   "kind": "shop.news",
-                   "data": {"campaign_id": "spring", "recipients": recipients}}  # fmt: skip
+        payload = {
+            "job_id": str(uuid7()),
+            "tenant_id": "acme",
+            "correlation_id": "c",
+            "kind": "shop.news",
+            "data": {"campaign_id": "spring", "recipients": recipients},
+        }
         return parse_envelope(payload, Chunk)
 
     first = psycopg2.connect(database_url)
@@ -164,10 +174,15 @@ def test_publisher_waits_while_its_bound_of_jobs_is_unsettled(
     caplog.set_level(logging.INFO, logger="platform_tasks.notifications.blasts")
     try:
         ids = publish_blast(
-            port, kind="shop.news", tenant_id="acme", campaign_id="spring",
-            recipients=[f"r{n}@x.org" for n in range(50)], chunk_size=10,
-            max_in_flight=2, sleep=consume_one,
-        )  # fmt: skip
+            port,
+            kind="shop.news",
+            tenant_id="acme",
+            campaign_id="spring",
+            recipients=[f"r{n}@x.org" for n in range(50)],
+            chunk_size=10,
+            max_in_flight=2,
+            sleep=consume_one,
+        )
         assert len(ids) == 5
         assert unsettled_at_wait == [2, 2, 2]
         assert [str(job) for job in ids] == queued_jobs(client)
@@ -188,9 +203,14 @@ def test_publisher_without_a_database_at_its_bound_names_the_setting(
     try:
         with pytest.raises(ConfigurationError, match="PLATFORM_DATABASE_URL"):
             publish_blast(
-                port, kind="shop.news", tenant_id="acme", campaign_id="spring",
-                recipients=[f"r{n}@x.org" for n in range(3)], chunk_size=1, max_in_flight=2,
-            )  # fmt: skip
+                port,
+                kind="shop.news",
+                tenant_id="acme",
+                campaign_id="spring",
+                recipients=[f"r{n}@x.org" for n in range(3)],
+                chunk_size=1,
+                max_in_flight=2,
+            )
     finally:
         port.close()
         app.close()

@@ -14,8 +14,8 @@ from platform_tasks.errors import Throttled
 from platform_tasks.notifications.dispatch import WAIT_IN_PLACE_MS, Dispatcher
 from platform_tasks.notifications.limiter import RateLimiter
 from platform_tasks.notifications.message import EmailMessage
-from platform_tasks.notifications.rate_limits import RateLimit
 from platform_tasks.notifications.resend import ResendProvider
+from platform_tasks.settings.rate_limits import RateLimit
 from tests.support.resend_server import API_KEY, ResendLikeServer
 
 
@@ -72,14 +72,19 @@ def rig(
 
 
 def receipt(n: int) -> list[EmailMessage]:
-    return [EmailMessage("Shop <shop@example.com>", f"user{n}@example.org", f"Receipt {n}",
-                         text="thanks")]  # fmt: skip
+    return [
+        EmailMessage(
+            "Shop <shop@example.com>", f"user{n}@example.org", f"Receipt {n}", text="thanks"
+        )
+    ]
 
 
-def send(dispatcher: Dispatcher, n: int, *, rail: str = "transactional",
-         tenant: str = "acme") -> list[str]:  # fmt: skip
-    return dispatcher.send(provider="resend", rail=rail, tenant_id=tenant, job_id=f"job-{n}",
-                           messages=receipt(n)).ids  # fmt: skip
+def send(
+    dispatcher: Dispatcher, n: int, *, rail: str = "transactional", tenant: str = "acme"
+) -> list[str]:
+    return dispatcher.send(
+        provider="resend", rail=rail, tenant_id=tenant, job_id=f"job-{n}", messages=receipt(n)
+    ).ids
 
 
 def test_a_receipt_whose_token_is_21_ms_away_waits_for_it_and_is_sent(
@@ -131,8 +136,9 @@ def test_a_token_further_away_than_the_in_place_limit_goes_round_the_delay_store
 def test_a_tenant_over_its_limit_is_throttled_without_holding_the_worker(
     redis_client: redis.Redis, resend: ResendLikeServer
 ) -> None:
-    dispatcher, limiter, sleep = rig(redis_client, resend, provider=RateLimit(1000, 1),
-                                     tenant=RateLimit(50, 1))  # fmt: skip
+    dispatcher, limiter, sleep = rig(
+        redis_client, resend, provider=RateLimit(1000, 1), tenant=RateLimit(50, 1)
+    )
     assert limiter.take("resend", "acme", messages=50).granted  # acme's whole bucket
     try:
         with pytest.raises(Throttled) as refused:  # acme's next message is 20 ms away
@@ -153,8 +159,9 @@ def test_waiting_in_place_ends_after_the_limit_when_others_keep_taking_the_token
     def another_worker_takes_the_token() -> None:
         assert rival[0].take("resend", "globex").granted
 
-    dispatcher, limiter, sleep = rig(redis_client, resend, provider=RateLimit(48, 1),
-                                     meanwhile=another_worker_takes_the_token)  # fmt: skip
+    dispatcher, limiter, sleep = rig(
+        redis_client, resend, provider=RateLimit(48, 1), meanwhile=another_worker_takes_the_token
+    )
     rival.append(limiter)
     try:
         for n in range(2):

@@ -15,12 +15,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 
-from platform_tasks.delay_store import DelayStore
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import delay_keys
 from platform_tasks.notifications import setup
 from platform_tasks.notifications.dispatch import Dispatcher
+from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.integration.notifications.test_notification_task import make_rails, payload
 from tests.support.resend_server import ResendLikeServer
 

@@ -17,9 +17,9 @@ import pytest
 import redis
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.harness import wait_until
 from platform_tasks.notifications.marketing_yield import MarketingYield, broker_depth
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 
 TRANSACTIONAL = "notif.email.transactional"
 MARKETING = "notif.email.marketing"
@@ -131,8 +131,7 @@ def test_marketing_pauses_while_transactional_sends_wait_for_provider_tokens(
     settings = PlatformSettings.build(redis_url=redis_url, profile="test")
     app = create_app("yield_it3", settings=settings)
 
-    @app.task(base=NotificationTask, name="shop.blast", rail="marketing", lazy=False,
-              shared=False)  # fmt: skip
+    @app.task(base=NotificationTask, name="shop.blast", rail="marketing", lazy=False, shared=False)
     def blast(envelope: Any, tx: Any) -> None: ...
 
     app.amqp.queues.select([MARKETING])
@@ -166,9 +165,13 @@ def test_on_rabbitmq_depth_is_read_from_the_quorum_queue_even_before_it_exists(
     """A marketing-only worker may start before anything declared the transactional queue:
     the passive ``queue.declare`` is refused (404, which closes the AMQP channel), the depth
     counts as 0, and the next reads still work once the queue exists."""
-    settings = PlatformSettings.build(redis_url=redis_url, broker_url=rabbitmq_url,
-                                      profile="test", marketing_pause_depth=5,
-                                      marketing_resume_depth=2)  # fmt: skip
+    settings = PlatformSettings.build(
+        redis_url=redis_url,
+        broker_url=rabbitmq_url,
+        profile="test",
+        marketing_pause_depth=5,
+        marketing_resume_depth=2,
+    )
     app = create_app("yield_it_amqp", settings=settings)
     app.amqp.queues.select([MARKETING])  # as with -Q notif.email.marketing
     consumer = ConsumerStandIn(app)
@@ -188,8 +191,11 @@ def test_on_rabbitmq_depth_is_read_from_the_quorum_queue_even_before_it_exists(
                 conn.default_channel.queue_purge(TRANSACTIONAL)
             step.check(consumer)
             assert consumer.asked == [("cancel", MARKETING), ("add", MARKETING)]
-        unreadable = [r for r in caplog.records
-                      if getattr(r, "event", None) == "notifications.depth_unreadable"]  # fmt: skip
+        unreadable = [
+            r
+            for r in caplog.records
+            if getattr(r, "event", None) == "notifications.depth_unreadable"
+        ]
         assert unreadable == []
     finally:
         step.stop(consumer)
@@ -254,8 +260,7 @@ def test_while_redis_does_not_answer_the_yield_keeps_the_last_wait_it_read(
     settings = PlatformSettings.build(broker_url=redis_url, redis_url=server.url, profile="test")
     app = create_app("yield_it_frozen", settings=settings)
 
-    @app.task(base=NotificationTask, name="shop.blast", rail="marketing", lazy=False,
-              shared=False)  # fmt: skip
+    @app.task(base=NotificationTask, name="shop.blast", rail="marketing", lazy=False, shared=False)
     def blast(envelope: Any, tx: Any) -> None: ...
 
     app.amqp.queues.select([MARKETING])

@@ -20,10 +20,10 @@ from platform_tasks import create_app
 from platform_tasks.app import PlatformCelery
 from platform_tasks.envelope import uuid7
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import delay_keys
 from platform_tasks.notifications import EmailMessage, NotificationTask
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import ServerFactory
 from tests.support.connections import established_to
 from tests.support.resend_server import API_KEY, ResendLikeServer
@@ -87,8 +87,9 @@ def make_rails(settings: PlatformSettings, server: ResendLikeServer, **overrides
             "Shop <shop@example.com>", envelope.data.email, "Your receipt", text="thanks"
         )
 
-    @app.task(base=NotificationTask, data_model=Chunk, name="shop.blast", rail="marketing",
-              shared=False)  # fmt: skip
+    @app.task(
+        base=NotificationTask, data_model=Chunk, name="shop.blast", rail="marketing", shared=False
+    )
     def blast(envelope: Any, tx: Any) -> list[EmailMessage]:
         rendered_blasts.append(len(envelope.data.recipients))
         return [
@@ -190,10 +191,12 @@ def test_empty_tenant_bucket_reschedules_without_spending_an_attempt(
     ("limits", "reason"),
     [
         ({"provider_rate_limits": "resend=1/min"}, "provider"),
-        ({"provider_rate_limits": "resend=1000/s", "tenant_rate_limits": "resend=150/min"},
-         "tenant"),
+        (
+            {"provider_rate_limits": "resend=1000/s", "tenant_rate_limits": "resend=150/min"},
+            "tenant",
+        ),
     ],
-)  # fmt: skip
+)
 def test_refused_blast_is_not_rendered(
     settings: PlatformSettings,
     resend: ResendLikeServer,
@@ -274,8 +277,7 @@ def test_server_error_is_an_ordinary_retry(
 
 def test_declaration_errors_name_the_option(rails: Rails) -> None:
     def declare(**options: Any) -> None:
-        @rails.app.task(base=NotificationTask, name="shop.bad", lazy=False, shared=False,
-                        **options)  # fmt: skip
+        @rails.app.task(base=NotificationTask, name="shop.bad", lazy=False, shared=False, **options)
         def bad(envelope: Any, tx: Any) -> None: ...
 
     with pytest.raises(ConfigurationError, match="rail 'bulk'"):
@@ -315,8 +317,9 @@ def test_rate_limits_redis_refusing_makes_the_job_wait_without_spending_an_attem
     and retried, and after a quick enough restart a redelivery dead-lettered the job."""
     server = server_factory.redis()
     admin = redis.Redis.from_url(server.url)
-    admin.execute_command("ACL", "SETUSER", "app", "on", ">app-secret", "~*", "+@all",
-                          "-@scripting")  # fmt: skip
+    admin.execute_command(
+        "ACL", "SETUSER", "app", "on", ">app-secret", "~*", "+@all", "-@scripting"
+    )
     app_url = server.url.replace("redis://", "redis://app:app-secret@", 1)
     private = settings.model_copy(update={"redis_url": app_url, "broker_url": app_url})
     rails = make_rails(private, resend)
@@ -336,8 +339,11 @@ def test_rate_limits_redis_refusing_makes_the_job_wait_without_spending_an_attem
     )
     try:
         thread.start()
-        wait_until(lambda: waiting.is_set() or not thread.is_alive(), timeout=60,
-                   message="the delivery waits or ends")  # fmt: skip
+        wait_until(
+            lambda: waiting.is_set() or not thread.is_alive(),
+            timeout=60,
+            message="the delivery waits or ends",
+        )
         assert thread.is_alive(), f"settled while Redis refused the rate limits: {box}"
         assert resend.snapshot()[0] == []  # fail closed: nothing sent without a token
         admin.execute_command("ACL", "SETUSER", "app", "+@scripting")

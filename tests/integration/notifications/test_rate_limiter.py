@@ -8,7 +8,7 @@ import redis
 from redis.cluster import key_slot
 
 from platform_tasks.notifications.limiter import TRANSACTIONAL_QUIET_MS, RateLimiter
-from platform_tasks.notifications.rate_limits import RateLimit
+from platform_tasks.settings.rate_limits import RateLimit
 
 
 class Clock:

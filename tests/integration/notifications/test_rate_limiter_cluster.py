@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 from redis.cluster import RedisCluster
 
-from platform_tasks.harness import RedisClusterServers
+from platform_tasks.brokers.redis_client import build_redis
 from platform_tasks.notifications.limiter import RateLimiter
-from platform_tasks.notifications.rate_limits import RateLimit
-from platform_tasks.redis_client import build_redis
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.settings.rate_limits import RateLimit
+from tests.support.servers import RedisClusterServers
 
 PROVIDERS = [f"provider{i}" for i in range(12)]
 
@@ -56,7 +56,7 @@ def test_each_provider_s_keys_are_one_slot_and_providers_spread_over_nodes(
             cluster_client.keyslot(key)
             for key in (keys.bucket, keys.pause_alerted, keys.tenant("acme"), keys.tenant("globex"))
         }
-        assert len(slots) == 1, provider  # fmt: skip
+        assert len(slots) == 1, provider
         nodes.add(cluster_client.get_node_from_key(keys.bucket).name)
     assert len(nodes) == 3  # the calls below reach every node of the cluster
 
@@ -94,8 +94,9 @@ def test_pause_alerts_once_and_back_off_blocks_on_the_cluster(
         assert 0 < limiter.paused_ms(provider) <= 60_000
         assert limiter.take(provider, "acme").reason == "provider_paused"
         assert cluster_client.exists(limiter.keys(provider).pause_alerted) == 1
-    other = RateLimiter(cluster_client, profile="other",
-                        provider_limits={"resend": RateLimit(100, 1)})  # fmt: skip
+    other = RateLimiter(
+        cluster_client, profile="other", provider_limits={"resend": RateLimit(100, 1)}
+    )
     assert other.back_off("resend", 30) == 30_000
     assert other.take("resend", "acme").reason == "provider_backoff"
     assert other.learn("resend", 10) is True

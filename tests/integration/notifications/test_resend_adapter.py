@@ -11,7 +11,6 @@ import pytest
 from pydantic import SecretStr
 
 from platform_tasks.errors import PermanentError
-from platform_tasks.harness import wait_until
 from platform_tasks.notifications.message import Attachment, EmailMessage
 from platform_tasks.notifications.provider import (
     ProviderBusy,
@@ -22,6 +21,7 @@ from platform_tasks.notifications.provider import (
     ProviderUnavailable,
 )
 from platform_tasks.notifications.resend import ALLOWED_PATHS, ResendProvider
+from platform_tasks.testing.servers import wait_until
 from tests.support.resend_server import API_KEY, ResendLikeServer
 
 FORBIDDEN = (
@@ -36,9 +36,12 @@ FORBIDDEN = (
 
 def email(n: int = 0, to: str | None = None, **extra: object) -> EmailMessage:
     return EmailMessage(
-        "Shop <shop@example.com>", to or f"user{n}@example.org", f"Hello {n}", text=f"body {n}",
+        "Shop <shop@example.com>",
+        to or f"user{n}@example.org",
+        f"Hello {n}",
+        text=f"body {n}",
         **extra,
-    )  # fmt: skip
+    )
 
 
 def provider(server: ResendLikeServer, key: str = API_KEY) -> ResendProvider:

@@ -12,7 +12,7 @@ import json
 import socket
 import time
 
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 from tests.support.resend_server import (
     API_KEY,
     ResendLikeServer,

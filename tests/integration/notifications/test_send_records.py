@@ -18,12 +18,12 @@ import pytest
 import redis
 from pydantic import BaseModel, SecretStr
 
-from platform_tasks.harness import wait_until
 from platform_tasks.keys import send_record_keys
 from platform_tasks.notifications import EmailMessage, NotificationTask, register_provider
 from platform_tasks.notifications.provider import ProviderRateLimited, SendResult
 from platform_tasks.notifications.resend import ResendProvider
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.integration.notifications.test_notification_task import Rails, make_rails, payload
 from tests.support.resend_server import API_KEY, ResendLikeServer
 
@@ -103,8 +103,7 @@ def test_resumed_job_sends_what_it_rendered_first_not_its_new_render(
     first run. The second run renders other subjects but sends the first rendering."""
     runs: list[int] = []
 
-    @rails.app.task(base=NotificationTask, data_model=Count, name="shop.statement",
-                    shared=False)  # fmt: skip
+    @rails.app.task(base=NotificationTask, data_model=Count, name="shop.statement", shared=False)
     def statement(envelope: Any, tx: Any) -> list[EmailMessage]:
         runs.append(len(runs) + 1)
         return [
@@ -113,8 +112,9 @@ def test_resumed_job_sends_what_it_rendered_first_not_its_new_render(
         ]
 
     job = payload("shop.statement", {"count": 150})
-    resend.fail_next(429, "rate_limit_exceeded", headers={"retry-after": "0"},
-                     key=f"{job['job_id']}:1")  # fmt: skip
+    resend.fail_next(
+        429, "rate_limit_exceeded", headers={"retry-after": "0"}, key=f"{job['job_id']}:1"
+    )
     assert rails.apply(statement, job).state == "RETRY"  # throttled at request 1
     assert rails.apply(statement, job).state == "SUCCESS"
     assert runs == [1, 2]
@@ -160,8 +160,9 @@ def test_one_message_per_request_adapter_resumes_at_its_second_message(
     try:
         register_provider(rails.app, "sms", lambda s: adapter)
 
-        @rails.app.task(base=NotificationTask, data_model=Count, name="shop.texts",
-                        provider="sms", shared=False)  # fmt: skip
+        @rails.app.task(
+            base=NotificationTask, data_model=Count, name="shop.texts", provider="sms", shared=False
+        )
         def texts(envelope: Any, tx: Any) -> list[dict[str, str]]:
             return [{"to": f"+4470000000{i}"} for i in range(envelope.data.count)]
 

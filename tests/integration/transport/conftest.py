@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kombu import Connection
 
-from platform_tasks.transport import TRANSPORT_PATH
+from platform_tasks.brokers.transport import TRANSPORT_PATH
 
 ConnectionFactory = Callable[..., Connection]
 

@@ -15,7 +15,7 @@ import sys
 import redis
 from kombu import Connection, Exchange, Queue
 
-from platform_tasks.harness import wait_until
+from platform_tasks.testing.servers import wait_until
 
 
 def main(url: str, transport: str, queue_name: str) -> None:

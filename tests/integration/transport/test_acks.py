@@ -15,7 +15,7 @@ from pathlib import Path
 import redis
 from kombu import Consumer, Exchange, Producer, Queue
 
-from platform_tasks.transport import TRANSPORT_PATH
+from platform_tasks.brokers.transport import TRANSPORT_PATH
 from tests.integration.transport.conftest import ConnectionFactory
 from tests.integration.transport.helpers import collector, drain_until
 
@@ -29,8 +29,9 @@ def _queue(name: str = "jobs") -> Queue:
 def _publish(conn, queue: Queue, *bodies: object, **kwargs: object) -> None:  # type: ignore[no-untyped-def]
     producer = Producer(conn.channel())
     for body in bodies:
-        producer.publish(body, exchange=queue.exchange, routing_key=queue.routing_key,
-                         declare=[queue], **kwargs)  # fmt: skip
+        producer.publish(
+            body, exchange=queue.exchange, routing_key=queue.routing_key, declare=[queue], **kwargs
+        )
 
 
 def test_message_is_unacked_until_acked(
@@ -153,10 +154,19 @@ def test_restore_interval_is_never_longer_than_the_visibility_timeout(
 
 def _kill_after_fetch(redis_url: str, transport: str, queue: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "tests.integration.transport.kill_after_fetch",
-         redis_url, transport, queue],
-        cwd=REPO_ROOT, capture_output=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.transport.kill_after_fetch",
+            redis_url,
+            transport,
+            queue,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == -9, result.stderr.decode()[-2000:]
 
 

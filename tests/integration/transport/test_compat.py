@@ -22,8 +22,9 @@ def test_global_keyprefix_applies_to_every_key(
 ) -> None:
     conn = connect(global_keyprefix="tenant_a:")
     queue = _queue("jobs")
-    Producer(conn.channel()).publish({"n": 1}, exchange=queue.exchange, routing_key="jobs",
-                                     declare=[queue])  # fmt: skip
+    Producer(conn.channel()).publish(
+        {"n": 1}, exchange=queue.exchange, routing_key="jobs", declare=[queue]
+    )
     assert redis_client.llen("tenant_a:jobs") == 1
     received, on_message = collector()
     with Consumer(conn, [queue], callbacks=[on_message]):
@@ -47,8 +48,13 @@ def test_priorities_use_kombu_lists_and_order(
     queue = _queue("jobs")
     producer = Producer(conn.channel())
     for priority in (9, 5, 0):
-        producer.publish({"priority": priority}, exchange=queue.exchange, routing_key="jobs",
-                         declare=[queue], priority=priority)  # fmt: skip
+        producer.publish(
+            {"priority": priority},
+            exchange=queue.exchange,
+            routing_key="jobs",
+            declare=[queue],
+            priority=priority,
+        )
     assert redis_client.llen("jobs") == 1
     assert redis_client.llen("jobs\x06\x165") == 1
     assert redis_client.llen("jobs\x06\x169") == 1
@@ -66,8 +72,9 @@ def test_restored_message_goes_back_to_its_priority_list(
 ) -> None:
     conn = connect()
     queue = _queue("jobs")
-    Producer(conn.channel()).publish({"n": 1}, exchange=queue.exchange, routing_key="jobs",
-                                     declare=[queue], priority=6)  # fmt: skip
+    Producer(conn.channel()).publish(
+        {"n": 1}, exchange=queue.exchange, routing_key="jobs", declare=[queue], priority=6
+    )
     received, on_message = collector()
     with Consumer(conn, [queue], callbacks=[on_message]):
         drain_until(conn, lambda: len(received) == 1)
@@ -85,8 +92,9 @@ def test_several_queues_are_all_consumed(connect: ConnectionFactory) -> None:
         # Published while the consumer already waits, on each of the queues.
         producer = Producer(connect().channel())
         for queue in queues:
-            producer.publish({"q": queue.name}, exchange=queue.exchange,
-                             routing_key=queue.routing_key)  # fmt: skip
+            producer.publish(
+                {"q": queue.name}, exchange=queue.exchange, routing_key=queue.routing_key
+            )
         drain_until(conn, lambda: len(received) == 3)
         for message in received:
             message.ack()
@@ -102,8 +110,7 @@ def test_message_published_while_waiting_wakes_the_consumer(connect: ConnectionF
     with Consumer(conn, [queue], callbacks=[on_message]):
         channel = conn.default_channel
         drain_until(conn, lambda: channel._wait_next and channel._in_poll, timeout=5)
-        Producer(connect().channel()).publish({"n": 1}, exchange=queue.exchange,
-                                              routing_key="jobs")  # fmt: skip
+        Producer(connect().channel()).publish({"n": 1}, exchange=queue.exchange, routing_key="jobs")
         drain_until(conn, lambda: len(received) == 1, timeout=5)
         received[0].ack()
 
@@ -127,8 +134,12 @@ def test_message_on_another_priority_list_is_not_held_by_the_wait(
         for priority in (9, 0, 5):
             before = _waits(redis_client)
             drain_until(conn, lambda: _waits(redis_client) > before, timeout=5)  # noqa: B023
-            producer.publish({"priority": priority}, exchange=queue.exchange,
-                             routing_key="jobs", priority=priority)  # fmt: skip
+            producer.publish(
+                {"priority": priority},
+                exchange=queue.exchange,
+                routing_key="jobs",
+                priority=priority,
+            )
             count = len(received) + 1
             drain_until(conn, lambda: len(received) == count, timeout=5)  # noqa: B023
             received[-1].ack()
@@ -142,8 +153,10 @@ def test_fanout_reaches_every_bound_queue(connect: ConnectionFactory) -> None:
     second_q = Queue("listener-2", exchange, auto_delete=True)
     first, on_first = collector()
     second, on_second = collector()
-    with Consumer(first_conn, [first_q], callbacks=[on_first], no_ack=True), \
-            Consumer(second_conn, [second_q], callbacks=[on_second]):  # fmt: skip
+    with (
+        Consumer(first_conn, [first_q], callbacks=[on_first], no_ack=True),
+        Consumer(second_conn, [second_q], callbacks=[on_second]),
+    ):
         # Subscriptions are made on the first poll; publish once both listen.
         drain_until(first_conn, lambda: first_conn.default_channel._in_listen, timeout=5)
         drain_until(second_conn, lambda: second_conn.default_channel._in_listen, timeout=5)
@@ -196,8 +209,7 @@ def test_message_pushed_straight_onto_the_list_is_consumed(
     channel = conn.channel()
     queue(channel).declare()
     capture = Capture()
-    message = channel.prepare_message(json.dumps({"n": 7}), 0, "application/json", "utf-8",
-                                      {}, {})  # fmt: skip
+    message = channel.prepare_message(json.dumps({"n": 7}), 0, "application/json", "utf-8", {}, {})
     channel.basic_publish(message, exchange="jobs", routing_key="jobs", _publish_batch=capture)
     [(name, (key, wire))] = capture.commands
     assert (name, key) == ("lpush", "jobs")
@@ -230,8 +242,11 @@ def test_unreadable_message_is_delivered_wrapped_not_dropped(
         for message in received:
             message.ack()
     assert redis_client.hlen("unacked") == 0
-    wrapped = [(m.headers.get(UNREADABLE_HEADER), m.body, m.delivery_info["routing_key"])
-               for m in received if UNREADABLE_HEADER in m.headers]  # fmt: skip
+    wrapped = [
+        (m.headers.get(UNREADABLE_HEADER), m.body, m.delivery_info["routing_key"])
+        for m in received
+        if UNREADABLE_HEADER in m.headers
+    ]
     assert wrapped == [
         ("set aside by an earlier version of the transport", b"kept by an old version", "jobs"),
         ("not a JSON object", b"\xff\xfenot json at all", "jobs"),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from platform_tasks import create_app
+from platform_tasks.brokers.transport import TRANSPORT_PATH, Transport
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.transport import TRANSPORT_PATH, Transport
 from tests.integration.transport.conftest import ConnectionFactory
 
 

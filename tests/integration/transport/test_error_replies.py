@@ -21,9 +21,9 @@ import redis
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
 from platform_tasks import create_app
-from platform_tasks.harness import wait_until
+from platform_tasks.brokers.transport import TRANSPORT_PATH
 from platform_tasks.settings import PlatformSettings
-from platform_tasks.transport import TRANSPORT_PATH
+from platform_tasks.testing.servers import wait_until
 from tests.conftest import ServerFactory
 from tests.integration.transport.helpers import collector, drain_until
 from tests.support.processes import CeleryProcess, platform_env, worker_argv
@@ -81,8 +81,12 @@ def test_worker_survives_oom_replies_and_applies_every_job(
                 return _error_replies(worker) >= 3
 
             try:
-                wait_until(starved_long_enough, timeout=60, interval=0.1,
-                           message="the worker to meet error replies")  # fmt: skip
+                wait_until(
+                    starved_long_enough,
+                    timeout=60,
+                    interval=0.1,
+                    message="the worker to meet error replies",
+                )
             except TimeoutError as exc:
                 raise AssertionError(f"{exc}\n{worker.log()[-4000:]}") from exc
         finally:
@@ -91,8 +95,9 @@ def test_worker_survives_oom_replies_and_applies_every_job(
         worker.wait_for_log("consuming resumes", timeout=60)
         wait_until(lambda: applied() == JOBS, timeout=60, message="every job applied")
         assert worker.running, worker.log()[-4000:]
-        wait_until(lambda: broker_client.hlen("unacked") == 0, timeout=30,
-                   message="every message acked")  # fmt: skip
+        wait_until(
+            lambda: broker_client.hlen("unacked") == 0, timeout=30, message="every message acked"
+        )
         counts = {int(k): int(v) for k, v in redis_client.hgetall(APPLIED_KEY).items()}
         assert sorted(counts) == list(range(JOBS))
         assert broker_client.llen("default") == 0
@@ -118,8 +123,7 @@ def test_error_reply_while_waiting_backs_off_and_keeps_consuming(
                 drain_until(conn, lambda: getattr(channel, "error_replies", 0) >= 2, timeout=30)
             finally:
                 client.config_set("maxmemory", 0)
-            Producer(conn.channel()).publish({"n": 1}, exchange=queue.exchange,
-                                             routing_key="jobs")  # fmt: skip
+            Producer(conn.channel()).publish({"n": 1}, exchange=queue.exchange, routing_key="jobs")
             drain_until(conn, lambda: len(received) == 1, timeout=30)
             assert client.hlen("unacked") == 1
             received[0].ack()
@@ -152,8 +156,9 @@ def test_ack_refused_by_a_read_only_broker_is_resent_once_it_accepts_writes(
     queue = Queue("jobs", Exchange("jobs"), "jobs")
     received, on_message = collector()
     try:
-        Producer(conn.channel()).publish({"n": 1}, exchange=queue.exchange, routing_key="jobs",
-                                         declare=[queue])  # fmt: skip
+        Producer(conn.channel()).publish(
+            {"n": 1}, exchange=queue.exchange, routing_key="jobs", declare=[queue]
+        )
         with Consumer(conn, [queue], callbacks=[on_message]):
             channel = conn.default_channel
             drain_until(conn, lambda: len(received) == 1)
@@ -161,8 +166,11 @@ def test_ack_refused_by_a_read_only_broker_is_resent_once_it_accepts_writes(
             # Fail over: the other server takes a copy and is promoted; the broker
             # becomes its read-only replica, still holding the record.
             _replicate(other_client, broker.port)
-            wait_until(lambda: other_client.hexists("unacked", tag), timeout=30,
-                       message="the record replicated")  # fmt: skip
+            wait_until(
+                lambda: other_client.hexists("unacked", tag),
+                timeout=30,
+                message="the record replicated",
+            )
             other_client.replicaof("NO", "ONE")
             _replicate(client, other.port)
 
@@ -175,8 +183,7 @@ def test_ack_refused_by_a_read_only_broker_is_resent_once_it_accepts_writes(
             conn.transport.tend_in_flight()
             assert not client.hexists("unacked", tag)
             assert channel.qos.unsent_acks == set()
-            Producer(conn.channel()).publish({"n": 2}, exchange=queue.exchange,
-                                             routing_key="jobs")  # fmt: skip
+            Producer(conn.channel()).publish({"n": 2}, exchange=queue.exchange, routing_key="jobs")
             drain_until(conn, lambda: len(received) == 2, timeout=30)
             received[1].ack()
         assert client.hlen("unacked") == 0

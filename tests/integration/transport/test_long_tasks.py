@@ -20,8 +20,8 @@ import pytest
 import redis
 
 from platform_tasks import create_app
-from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.support.processes import CeleryProcess, platform_env, worker_argv
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -62,29 +62,44 @@ def test_long_task_runs_once_and_comes_back_only_after_a_crash(
 
         # 1. Three visibility timeouts long: one run, no second copy anywhere.
         app.send_task("transport_faults.count", args=[0, 15.0])
-        wait_until(lambda: _count(redis_client, APPLIED_KEY, 0) == 1, timeout=90,
-                   message="the long job to finish")  # fmt: skip
+        wait_until(
+            lambda: _count(redis_client, APPLIED_KEY, 0) == 1,
+            timeout=90,
+            message="the long job to finish",
+        )
         assert _count(redis_client, STARTED_KEY, 0) == 1, "a second copy of the job started"
-        wait_until(lambda: redis_client.hlen("unacked") == 0, timeout=30,
-                   message="the long job's ack")  # fmt: skip
+        wait_until(
+            lambda: redis_client.hlen("unacked") == 0, timeout=30, message="the long job's ack"
+        )
         assert redis_client.llen("default") == 0
 
         # 2. The worker running a long job dies: the job comes back on the other one.
         app.send_task("transport_faults.count", args=[1, 10.0])
-        wait_until(lambda: _count(redis_client, STARTED_KEY, 1) == 1, timeout=60,
-                   message="the second long job to start")  # fmt: skip
+        wait_until(
+            lambda: _count(redis_client, STARTED_KEY, 1) == 1,
+            timeout=60,
+            message="the second long job to start",
+        )
         victim = redis_client.hget(RUNNER_KEY, "1").decode()
         workers[victim].kill_group()
         killed_at = time.monotonic()
-        wait_until(lambda: _count(redis_client, STARTED_KEY, 1) == 2, timeout=60,
-                   message="the killed worker's job to be redelivered")  # fmt: skip
+        wait_until(
+            lambda: _count(redis_client, STARTED_KEY, 1) == 2,
+            timeout=60,
+            message="the killed worker's job to be redelivered",
+        )
         back_after = time.monotonic() - killed_at
         survivor = next(name for name in workers if name != victim)
         assert redis_client.hget(RUNNER_KEY, "1").decode() == survivor
-        wait_until(lambda: _count(redis_client, APPLIED_KEY, 1) == 1, timeout=60,
-                   message="the redelivered job to finish")  # fmt: skip
-        print(f"redelivered {back_after:.1f}s after the SIGKILL "
-              f"(visibility timeout {VISIBILITY_SECONDS}s)")  # fmt: skip
+        wait_until(
+            lambda: _count(redis_client, APPLIED_KEY, 1) == 1,
+            timeout=60,
+            message="the redelivered job to finish",
+        )
+        print(
+            f"redelivered {back_after:.1f}s after the SIGKILL "
+            f"(visibility timeout {VISIBILITY_SECONDS}s)"
+        )
     finally:
         for worker in workers.values():
             worker.stop(timeout=20)

@@ -17,8 +17,8 @@ import redis
 from kombu import Consumer, Exchange, Producer, Queue
 
 from platform_tasks import create_app
-from platform_tasks.harness import wait_until
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.integration.transport.conftest import ConnectionFactory
 from tests.integration.transport.helpers import collector, drain_until
 from tests.integration.transport.tls_proxy import SelfSigned, TlsProxy, self_signed_cert
@@ -60,8 +60,7 @@ def test_messages_round_trip_over_tls(
     assert conn.ssl, "kombu did not take the ssl_* options from the rediss:// URL"
     producer = Producer(connect(url=rediss_url).channel())
     for n in range(20):
-        producer.publish({"n": n}, exchange=queue.exchange, routing_key="secure",
-                         declare=[queue])  # fmt: skip
+        producer.publish({"n": n}, exchange=queue.exchange, routing_key="secure", declare=[queue])
     received, on_message = collector()
     with Consumer(conn, [queue], callbacks=[on_message]):
         drain_until(conn, lambda: len(received) == 20)
@@ -85,8 +84,10 @@ def test_unverified_server_certificate_is_refused(
     (tmp_path / "other").mkdir()
     other = self_signed_cert(tmp_path / "other")  # a CA that did not sign the proxy's cert
     assert other is not None
-    url = (f"rediss://127.0.0.1:{proxy.port}/0?ssl_cert_reqs=required"
-           f"&ssl_ca_certs={quote(str(other.cert), safe='/')}")  # fmt: skip
+    url = (
+        f"rediss://127.0.0.1:{proxy.port}/0?ssl_cert_reqs=required"
+        f"&ssl_ca_certs={quote(str(other.cert), safe='/')}"
+    )
     with pytest.raises(Exception, match="certificate verify failed"):
         connect(url=url).channel()
 
@@ -98,20 +99,23 @@ def test_worker_consumes_over_tls(
     settings = PlatformSettings.build(redis_url=rediss_url, profile="test")
     app = create_app("tls-publisher", settings=settings, task_send_sent_event=False)
     with app.connection_for_write() as conn:
-        assert conn.transport.__module__.startswith("platform_tasks.transport")
+        assert conn.transport.__module__.startswith("platform_tasks.brokers.transport")
         assert conn.ssl, "Celery did not take the ssl_* options from the rediss:// URL"
     with app.producer_or_acquire() as producer:
         for n in range(30):
             app.send_task("transport.count", args=[n], producer=producer)
     app.close()
     env = platform_env(redis_url=rediss_url, database_url=None)
-    argv = worker_argv("tests.apps.transport_app", concurrency=2,
-                       extra=["--without-heartbeat"])  # fmt: skip
+    argv = worker_argv("tests.apps.transport_app", concurrency=2, extra=["--without-heartbeat"])
     worker = CeleryProcess(argv, env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log")
     worker.start()
     try:
-        wait_until(lambda: redis_client.hlen(SEEN_KEY) == 30, timeout=60, interval=0.05,
-                   message="worker to run every task over TLS")  # fmt: skip
+        wait_until(
+            lambda: redis_client.hlen(SEEN_KEY) == 30,
+            timeout=60,
+            interval=0.05,
+            message="worker to run every task over TLS",
+        )
     except TimeoutError as exc:
         raise AssertionError(f"{exc}\n{worker.log()[-4000:]}") from exc
     finally:

@@ -13,18 +13,22 @@ from datetime import UTC, datetime, timedelta
 
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt
-from platform_tasks.consumer_testing import OutcomeRecorder
 from platform_tasks.envelope import Envelope, uuid7
+from platform_tasks.testing.consumer import OutcomeRecorder
 
-DELIVERY = Delivery(consumer="shop.record_order", queue="default", header_attempt=1,
-                    priority=None)  # fmt: skip
+DELIVERY = Delivery(consumer="shop.record_order", queue="default", header_attempt=1, priority=None)
 
 
 def envelope() -> Envelope[dict]:
     return Envelope[dict].model_validate(
-        {"job_id": str(uuid7()), "tenant_id": "acme", "correlation_id": "c-1",
-         "kind": "shop.record_order", "data": {}}
-    )  # fmt: skip
+        {
+            "job_id": str(uuid7()),
+            "tenant_id": "acme",
+            "correlation_id": "c-1",
+            "kind": "shop.record_order",
+            "data": {},
+        }
+    )
 
 
 def test_waits_return_a_jobs_deliveries_in_order_as_they_settle() -> None:

@@ -40,8 +40,9 @@ from platform_tasks.envelope import parse_envelope, uuid7
 from platform_tasks.errors import PermanentError, Throttled, TransactionBroken
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-POLICY = RetryPolicy(max_attempts=3, base=timedelta(seconds=30), cap=timedelta(seconds=60),
-                     rationale="unit tests")  # fmt: skip
+POLICY = RetryPolicy(
+    max_attempts=3, base=timedelta(seconds=30), cap=timedelta(seconds=60), rationale="unit tests"
+)
 
 
 class Cursor:
@@ -140,8 +141,9 @@ class Counter:
     calls: list[str] = field(default_factory=list)
     """Redis calls and marks, in order (the marks share this list)."""
 
-    def observe(self, consumer: str, job_id: str, *, redelivered: bool, ttl_seconds: int
-                ) -> DeliveryState:  # fmt: skip
+    def observe(
+        self, consumer: str, job_id: str, *, redelivered: bool, ttl_seconds: int
+    ) -> DeliveryState:
         self.calls.append("observe")
         return self.state
 
@@ -198,12 +200,13 @@ def app() -> Any:
         retry_policy_for=lambda queue: POLICY,
         conf=SimpleNamespace(task_default_queue="default"),
         amqp=SimpleNamespace(queues={}),
-    )  # fmt: skip
+    )
 
 
 def task(execute: Callable[[Any, Any], Any]) -> Any:
-    return SimpleNamespace(name="tests.unit.step", execute=execute, permanent_errors=(),
-                           data_model=dict)  # fmt: skip
+    return SimpleNamespace(
+        name="tests.unit.step", execute=execute, permanent_errors=(), data_model=dict
+    )
 
 
 @dataclass
@@ -218,15 +221,30 @@ class Setup:
 
 def setup() -> Setup:
     database, counter, port, hook, sleeps = Database(), Counter(), Port(), Recorder(), []
-    pipeline = DeliveryPipeline(app(), database, counter, hooks=Hooks([hook]),  # type: ignore[arg-type]
-                                clock=lambda: NOW, sleep=sleeps.append, port=port,  # type: ignore[arg-type]
-                                marks=Marks(counter.calls), skip_unmarked_reads=True)  # type: ignore[arg-type]  # fmt: skip
+    pipeline = DeliveryPipeline(
+        app(),
+        database,
+        counter,
+        hooks=Hooks([hook]),  # type: ignore[arg-type]
+        clock=lambda: NOW,
+        sleep=sleeps.append,
+        port=port,  # type: ignore[arg-type]
+        marks=Marks(counter.calls),
+        skip_unmarked_reads=True,
+    )  # type: ignore[arg-type]
     return Setup(pipeline, database, counter, port, hook, sleeps)
 
 
 def envelope() -> Any:
-    return parse_envelope({"job_id": str(uuid7()), "tenant_id": "t1", "correlation_id": "c1",
-                           "kind": "tests.unit.step", "data": {}})  # fmt: skip
+    return parse_envelope(
+        {
+            "job_id": str(uuid7()),
+            "tenant_id": "t1",
+            "correlation_id": "c1",
+            "kind": "tests.unit.step",
+            "data": {},
+        }
+    )
 
 
 def delivery(attempt: int = 1) -> Delivery:
@@ -272,8 +290,9 @@ def test_a_marked_first_delivery_reads_its_state_from_redis() -> None:
 def test_a_redelivery_is_marked_before_it_is_counted_even_without_a_mark() -> None:
     s = setup()
     s.database.conn.marked = False
-    redelivered = Delivery(consumer="tests.unit.step", queue="q", header_attempt=1,
-                           priority=None, redelivered=True)  # fmt: skip
+    redelivered = Delivery(
+        consumer="tests.unit.step", queue="q", header_attempt=1, priority=None, redelivered=True
+    )
     s.pipeline.decide(task(lambda env, tx: "ok"), envelope(), redelivered)
     assert s.counter.calls == ["mark", "observe"]
 
@@ -328,8 +347,14 @@ def test_a_failed_handlers_dead_letter_is_written_before_its_claim_is_released()
     beside.statements = Recorded(order, "beside")
     verdict = s.pipeline.decide(task(fail(PermanentError("no"))), envelope(), delivery())
     assert isinstance(verdict, DeadLetter) and verdict.row == 101 and not verdict.claim
-    assert order == ["job CLAIM", "beside BEGIN", "beside SELECT", "beside INSERT",
-                     "beside COMMIT", "job ROLLBACK"]  # fmt: skip
+    assert order == [
+        "job CLAIM",
+        "beside BEGIN",
+        "beside SELECT",
+        "beside INSERT",
+        "beside COMMIT",
+        "job ROLLBACK",
+    ]
     assert s.counter.calls[-2:] == ["mark", "exhaust"]  # the budget is spent before, too
     assert no_transaction_left(s) and beside.status == TRANSACTION_STATUS_IDLE
 
@@ -360,8 +385,9 @@ class Recorded(list[str]):
 def test_throttled_reschedules_the_same_attempt_without_counting_a_failure() -> None:
     s = setup()
     at = NOW + timedelta(seconds=5)
-    verdict = s.pipeline.decide(task(fail(Throttled(at, "provider_429"))), envelope(),
-                                delivery(attempt=2))  # fmt: skip
+    verdict = s.pipeline.decide(
+        task(fail(Throttled(at, "provider_429"))), envelope(), delivery(attempt=2)
+    )
     assert verdict == ThrottledUntil(at, 2, "provider_429")
     assert s.counter.failures == 0 and no_transaction_left(s)
 
@@ -413,8 +439,9 @@ def test_settling_a_retry_waits_until_it_is_stored_and_never_returns_before() ->
     s.port.refusals = 2
     at = NOW + timedelta(seconds=20)
     with pytest.raises(Retry):
-        s.pipeline.settle(task(lambda e, tx: None), delivery(), envelope(),
-                          RetryAt(at, 1, RuntimeError("x")))  # fmt: skip
+        s.pipeline.settle(
+            task(lambda e, tx: None), delivery(), envelope(), RetryAt(at, 1, RuntimeError("x"))
+        )
     assert s.port.scheduled == [("q", at, {"attempt": 2})]
     assert len(s.sleeps) == 2 and s.hook.calls == ["retry"]
 
@@ -423,8 +450,12 @@ def test_settling_throttled_keeps_the_attempt_and_tells_the_hooks() -> None:
     s = setup()
     at = NOW + timedelta(seconds=20)
     with pytest.raises(Retry):
-        s.pipeline.settle(task(lambda e, tx: None), delivery(), envelope(),
-                          ThrottledUntil(at, 2, "tenant_rate_limit"))  # fmt: skip
+        s.pipeline.settle(
+            task(lambda e, tx: None),
+            delivery(),
+            envelope(),
+            ThrottledUntil(at, 2, "tenant_rate_limit"),
+        )
     assert s.port.scheduled == [("q", at, {"attempt": 2})] and s.hook.calls == ["throttled"]
 
 

@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from platform_tasks.consumer.attempts import attempt_number, delivery_ttl_seconds
-from platform_tasks.consumer.dead_letter_records import raw_payload
 from platform_tasks.consumer.retry import (
     EXHAUSTED,
     PERMANENT,
@@ -20,6 +19,7 @@ from platform_tasks.consumer.retry import (
     decide,
     resolve_policies,
 )
+from platform_tasks.dead_letters.records import raw_payload
 from platform_tasks.errors import ConfigurationError, PermanentError
 
 policies = st.builds(

@@ -51,7 +51,8 @@ def test_the_bound_setting_must_hold_a_whole_batch() -> None:
         PlatformSettings.from_env({"PLATFORM_FANOUT_MAX_QUEUE_DEPTH": "100"})
     with pytest.raises(SettingsError, match="PLATFORM_FANOUT_MAX_QUEUE_DEPTH"):
         PlatformSettings.from_env({"PLATFORM_FANOUT_MAX_QUEUE_DEPTH": "0"})
-    settings = PlatformSettings.from_env({"PLATFORM_FANOUT_BATCH_SIZE": "50",
-                                          "PLATFORM_FANOUT_MAX_QUEUE_DEPTH": "50"})  # fmt: skip
+    settings = PlatformSettings.from_env(
+        {"PLATFORM_FANOUT_BATCH_SIZE": "50", "PLATFORM_FANOUT_MAX_QUEUE_DEPTH": "50"}
+    )
     assert (settings.fanout_batch_size, settings.fanout_max_queue_depth) == (50, 50)
     assert PlatformSettings.from_env({}).fanout_max_queue_depth == 10_000

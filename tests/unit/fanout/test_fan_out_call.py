@@ -17,7 +17,7 @@ from platform_tasks.fanout import FANOUT_KIND, FANOUT_QUEUE, FanOutRequest, fan_
 from platform_tasks.fanout.call import bound_port
 from platform_tasks.fanout.ids import fan_out_job_id
 from platform_tasks.jobs.runner import JobContext
-from platform_tasks.queue_port import QueuePort
+from platform_tasks.publishing.queue_port import QueuePort
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing import create_test_app
 
@@ -36,25 +36,41 @@ class RecordingPort:
 
 
 def ctx(name: str = "maintenance.partitions", point: datetime = POINT) -> JobContext:
-    return JobContext(name=name, scheduled_for=point, cancel_requested=threading.Event(),
-                      logger=logging.getLogger("test"))  # fmt: skip
+    return JobContext(
+        name=name,
+        scheduled_for=point,
+        cancel_requested=threading.Event(),
+        logger=logging.getLogger("test"),
+    )
 
 
 def test_hands_one_fan_out_job_to_the_reliable_queue() -> None:
     port = RecordingPort()
-    job_id = fan_out(ctx(), queue="maintenance", kind="maintenance.create_partitions",
-                     data={"days_ahead": 3}, port=port)  # fmt: skip
-    assert job_id == fan_out_job_id("maintenance.partitions", POINT,
-                                    "maintenance.create_partitions")  # fmt: skip
+    job_id = fan_out(
+        ctx(),
+        queue="maintenance",
+        kind="maintenance.create_partitions",
+        data={"days_ahead": 3},
+        port=port,
+    )
+    assert job_id == fan_out_job_id(
+        "maintenance.partitions", POINT, "maintenance.create_partitions"
+    )
     [(queue, payload)] = port.published
     assert queue == FANOUT_QUEUE
     assert payload["kind"] == FANOUT_KIND
     assert payload["job_id"] == str(job_id)
     request = FanOutRequest.model_validate(payload["data"])
-    assert (request.job, request.point, request.queue) == ("maintenance.partitions", POINT,
-                                                           "maintenance")  # fmt: skip
+    assert (request.job, request.point, request.queue) == (
+        "maintenance.partitions",
+        POINT,
+        "maintenance",
+    )
     assert (request.kind, request.data, request.tiers) == (
-        "maintenance.create_partitions", {"days_ahead": 3}, None)  # fmt: skip
+        "maintenance.create_partitions",
+        {"days_ahead": 3},
+        None,
+    )
 
 
 def test_a_trigger_delivered_twice_hands_over_the_same_job_id() -> None:
@@ -80,8 +96,10 @@ def test_an_app_not_made_by_create_app_gets_an_error_saying_how_to_bind_a_port()
     previous = get_current_app()
     Celery("plain_celery_app", set_as_current=True)
     try:
-        expected = (r"'plain_celery_app' was not made by platform_tasks.create_app; "
-                    r"call platform_tasks.fanout.install\(app, queue_port\)")  # fmt: skip
+        expected = (
+            r"'plain_celery_app' was not made by platform_tasks.create_app; "
+            r"call platform_tasks.fanout.install\(app, queue_port\)"
+        )
         with pytest.raises(ConfigurationError, match=expected):
             fan_out(ctx(), queue="q", kind="a.b")
     finally:
@@ -90,9 +108,14 @@ def test_an_app_not_made_by_create_app_gets_an_error_saying_how_to_bind_a_port()
 
 def test_a_create_app_app_publishes_with_its_own_port_and_install_can_bind_another() -> None:
     previous = get_current_app()
-    app = create_test_app("fanout_bound_app", settings=PlatformSettings.build(
-        redis_url="redis://127.0.0.1:1/0", database_url="postgresql://u@127.0.0.1:1/db",
-        profile="test"))  # fmt: skip
+    app = create_test_app(
+        "fanout_bound_app",
+        settings=PlatformSettings.build(
+            redis_url="redis://127.0.0.1:1/0",
+            database_url="postgresql://u@127.0.0.1:1/db",
+            profile="test",
+        ),
+    )
     try:
         assert FANOUT_KIND in app.tasks
         own = bound_port()
@@ -110,8 +133,12 @@ def test_a_create_app_app_without_a_database_has_no_fan_out_consumer_and_says_wh
     """A beat-only or job-only app has no database: its workers must still start (the
     fan-out consumer would make them refuse), and fan_out names the missing setting."""
     previous = get_current_app()
-    app = create_test_app("fanout_no_database_app", settings=PlatformSettings.build(
-        redis_url="redis://127.0.0.1:1/0", database_url=None, profile="test"))  # fmt: skip
+    app = create_test_app(
+        "fanout_no_database_app",
+        settings=PlatformSettings.build(
+            redis_url="redis://127.0.0.1:1/0", database_url=None, profile="test"
+        ),
+    )
     try:
         assert FANOUT_KIND not in app.tasks
         with pytest.raises(ConfigurationError, match="no PLATFORM_DATABASE_URL"):

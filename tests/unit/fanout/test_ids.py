@@ -52,8 +52,9 @@ def test_same_instant_in_another_zone_gives_the_same_id() -> None:
 
 def test_ids_of_later_points_sort_after() -> None:
     earlier = [tenant_job_id("j.a", POINT, "k.x", f"t{n}") for n in range(50)]
-    later = [tenant_job_id("j.a", POINT + timedelta(milliseconds=1), "k.x", f"t{n}")
-             for n in range(50)]  # fmt: skip
+    later = [
+        tenant_job_id("j.a", POINT + timedelta(milliseconds=1), "k.x", f"t{n}") for n in range(50)
+    ]
     assert max(earlier) < min(later)
 
 

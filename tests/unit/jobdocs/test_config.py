@@ -109,8 +109,9 @@ def test_default_profile() -> None:
 
 
 def test_declared_settings_layer_the_profile_over_the_tool_table(tmp_path: Path) -> None:
-    declared = declared_settings(_write(tmp_path, PYPROJECT + 'jobs_include = ["a/*"]\n'),
-                                 "development")  # fmt: skip
+    declared = declared_settings(
+        _write(tmp_path, PYPROJECT + 'jobs_include = ["a/*"]\n'), "development"
+    )
 
     assert {key: found.value for key, found in declared.items()} == {
         "jobs_include": ["a/*"],

@@ -86,8 +86,20 @@ def test_tricky_module_in_breadth_first_order() -> None:
     # function and lambda bodies, and methods' bodies, are never entered
     assert not {"inner_call_never_counted", "not_counted"} & set(names)
     # decorators and defaults, class keywords, guards and nested keyword values are
-    assert {"decorate", "make", "default_retries", "limit_of", "env", "meta_of", "flag_of",
-            "method_default", "lambda_default", "guard", "deep", "kw"} <= set(names)  # fmt: skip
+    assert {
+        "decorate",
+        "make",
+        "default_retries",
+        "limit_of",
+        "env",
+        "meta_of",
+        "flag_of",
+        "method_default",
+        "lambda_default",
+        "guard",
+        "deep",
+        "kw",
+    } <= set(names)
     # breadth-first: a statement's own call comes before calls nested inside it
     assert names.index("feature") < names.index("flag") < names.index("dj")
     assert names.index("dj") < names.index("cron_of") < names.index("zone")

@@ -138,9 +138,9 @@ def test_batches_taken_by_a_failing_child_are_read_again(
 ) -> None:
     """A child that dies after finishing one batch and claiming another is not trusted:
     the parent drops what it had read from it and reads all of those files itself."""
-    from platform_tasks.harness import wait_until
     from platform_tasks.jobdocs import parallel as parallel_module
     from platform_tasks.jobdocs import report as report_module
+    from platform_tasks.testing.servers import wait_until
 
     monkeypatch.setattr(parallel_module, "_MIN_BATCH", 1)
     parent = os.getpid()

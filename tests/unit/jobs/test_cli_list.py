@@ -91,8 +91,11 @@ def test_list_json_shows_lease_and_the_next_three_future_points(project: Path) -
 
 
 def test_list_table_has_every_column(project: Path) -> None:
-    _job(project / "beat_schedules", "billing/leased.py",
-         "interval=timedelta(hours=2), lease_ttl=timedelta(minutes=10)")  # fmt: skip
+    _job(
+        project / "beat_schedules",
+        "billing/leased.py",
+        "interval=timedelta(hours=2), lease_ttl=timedelta(minutes=10)",
+    )
     _job(project / "beat_schedules", "weekly.py", WEEKLY + ", enabled=False")
 
     result = _invoke()
@@ -100,20 +103,40 @@ def test_list_table_has_every_column(project: Path) -> None:
     assert result.exit_code == 0, result.output
     header, *lines = result.output.splitlines()
     assert header.split() == [
-        "NAME", "SCHEDULE", "TIMEZONE", "ENABLED", "LEASE", "NEXT", "3", "POINTS", "(UTC)", "FILE",
-    ]  # fmt: skip
+        "NAME",
+        "SCHEDULE",
+        "TIMEZONE",
+        "ENABLED",
+        "LEASE",
+        "NEXT",
+        "3",
+        "POINTS",
+        "(UTC)",
+        "FILE",
+    ]
     leased, weekly = lines
     cells = leased.split()
     assert cells[:6] == ["billing.leased", "every", "2:00:00", "UTC", "yes", "10m"]
     assert cells[-1] == "beat_schedules/billing/leased.py"
-    points = [datetime.fromisoformat(f"{d} {t.rstrip(',')}+00:00") for d, t in
-              zip(cells[6:-1:2], cells[7:-1:2], strict=True)]  # fmt: skip
+    points = [
+        datetime.fromisoformat(f"{d} {t.rstrip(',')}+00:00")
+        for d, t in zip(cells[6:-1:2], cells[7:-1:2], strict=True)
+    ]
     assert len(points) == 3 and points == sorted(points)
     assert all(point.timestamp() % 7200 == 0 for point in points)
     assert weekly.split() == [
-        "weekly", "0", "9", "*", "*", "1", "Europe/Berlin", "no", "-", "-",
+        "weekly",
+        "0",
+        "9",
+        "*",
+        "*",
+        "1",
+        "Europe/Berlin",
+        "no",
+        "-",
+        "-",
         "beat_schedules/weekly.py",
-    ]  # fmt: skip
+    ]
 
 
 PYPROJECT = """\
@@ -183,8 +206,9 @@ def test_relative_import_is_reported_as_such(project: Path) -> None:
     jobs = project / "beat_schedules"
     jobs.mkdir()
     (jobs / "_common.py").write_text('NIGHTLY = "0 3 * * *"\n')
-    (jobs / "nightly.py").write_text("from ._common import NIGHTLY\n" + JOB.format(
-        arguments="cron=NIGHTLY"))  # fmt: skip
+    (jobs / "nightly.py").write_text(
+        "from ._common import NIGHTLY\n" + JOB.format(arguments="cron=NIGHTLY")
+    )
 
     result = _invoke()
 
@@ -204,9 +228,13 @@ def test_job_files_import_from_the_project_like_under_celery(tmp_path: Path) -> 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PLATFORM_", "PYTHONPATH"))}
 
     done = subprocess.run(
-        [SCRIPT, "jobs", "list", "--format", "json"], cwd=tmp_path, env=env,
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [SCRIPT, "jobs", "list", "--format", "json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert done.returncode == 0, done.stderr
     [row] = json.loads(done.stdout)

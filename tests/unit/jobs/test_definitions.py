@@ -68,21 +68,35 @@ def test_define_job_rejects_non_callable_handler() -> None:
 
 def test_defaults() -> None:
     job = define_job(handler=run, cron="0 * * * *")
-    assert (job.timezone, job.enabled, job.queue, job.lease_ttl) == ("UTC", True, DEFAULT_QUEUE,
-                                                                      None)  # fmt: skip
+    assert (job.timezone, job.enabled, job.queue, job.lease_ttl) == (
+        "UTC",
+        True,
+        DEFAULT_QUEUE,
+        None,
+    )
 
 
 def test_discovery_infers_names_and_follows_selection_rules(tmp_path: Path) -> None:
     every = GOOD.format(args="interval=timedelta(minutes=5)")
-    write(tmp_path, {
-        "billing/nightly.py": every, "_private/deep.py": every, "_helpers.py": "X = 1\n",
-        "test_thing.py": "raise SystemExit\n", "thing_test.py": "raise SystemExit\n",
-        "conftest.py": "raise SystemExit\n", "stub.pyi": "x: int\n",
-        "named.py": GOOD.format(args="cron='0 * * * *', name='reports.hourly'"),
-    })  # fmt: skip
+    write(
+        tmp_path,
+        {
+            "billing/nightly.py": every,
+            "_private/deep.py": every,
+            "_helpers.py": "X = 1\n",
+            "test_thing.py": "raise SystemExit\n",
+            "thing_test.py": "raise SystemExit\n",
+            "conftest.py": "raise SystemExit\n",
+            "stub.pyi": "x: int\n",
+            "named.py": GOOD.format(args="cron='0 * * * *', name='reports.hourly'"),
+        },
+    )
     jobs = discover_jobs(tmp_path, now=NOW)
-    assert sorted(job.name for job in jobs) == ["_private.deep", "billing.nightly",
-                                                "reports.hourly"]  # fmt: skip
+    assert sorted(job.name for job in jobs) == [
+        "_private.deep",
+        "billing.nightly",
+        "reports.hourly",
+    ]
 
 
 def test_include_replaces_defaults_and_exclude_adds(tmp_path: Path) -> None:
@@ -108,10 +122,13 @@ def test_file_with_zero_or_several_definitions_is_an_error(tmp_path: Path, count
 
 
 def test_duplicate_names_fail_even_when_disabled(tmp_path: Path) -> None:
-    write(tmp_path, {
-        "a.py": GOOD.format(args="cron='0 * * * *', name='same'"),
-        "b.py": GOOD.format(args="cron='0 * * * *', name='same', enabled=False"),
-    })  # fmt: skip
+    write(
+        tmp_path,
+        {
+            "a.py": GOOD.format(args="cron='0 * * * *', name='same'"),
+            "b.py": GOOD.format(args="cron='0 * * * *', name='same', enabled=False"),
+        },
+    )
     with pytest.raises(JobDefinitionError) as info:
         discover_jobs(tmp_path, now=NOW)
     assert (info.value.file, info.value.field) == (str(tmp_path / "b.py"), "name")
@@ -152,8 +169,7 @@ def test_global_switch_skips_discovery(tmp_path: Path) -> None:
     assert len(discover_from_settings(settings, now=NOW)) == 0
 
 
-def test_explicit_missing_jobs_dir_is_an_error_default_is_not(tmp_path: Path,
-                                                               monkeypatch) -> None:  # fmt: skip
+def test_explicit_missing_jobs_dir_is_an_error_default_is_not(tmp_path: Path, monkeypatch) -> None:
     with pytest.raises(JobDefinitionError):
         discover_from_settings(PlatformSettings.build(jobs_dir=tmp_path / "nope"), now=NOW)
     monkeypatch.chdir(tmp_path)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from platform_tasks.devserver import definition_changes
+from platform_tasks.cli.devserver import definition_changes
 
 
 def test_bytecode_written_by_the_restarted_processes_does_not_restart_again() -> None:

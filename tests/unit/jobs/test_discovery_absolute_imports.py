@@ -39,7 +39,10 @@ def test_a_job_file_imports_a_helper_of_its_jobs_folder(tmp_path: Path) -> None:
     elsewhere.mkdir()
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(root)],
-        cwd=elsewhere, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['nightly']"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from platform_tasks.devserver import DevOptions, DevPlatform
+from platform_tasks.cli.devserver import DevOptions, DevPlatform
 from tests.conftest import REPO_ROOT
 
 NARROWING = {"-Q", "--queues", "-X", "--exclude-queues"}
@@ -24,8 +24,15 @@ def _narrows(argv: list[str]) -> bool:
 
 
 def test_dev_platform_starts_plain_workers_and_beat(tmp_path: Path) -> None:
-    options = DevOptions(app="celery_app", project_dir=tmp_path, data_dir=tmp_path,
-                         flower_port=0, beat_replicas=2, samples=0, jobs_dir=tmp_path)  # fmt: skip
+    options = DevOptions(
+        app="celery_app",
+        project_dir=tmp_path,
+        data_dir=tmp_path,
+        flower_port=0,
+        beat_replicas=2,
+        samples=0,
+        jobs_dir=tmp_path,
+    )
     platform = DevPlatform(options, say=lambda line: None)
     worker, beat = platform.worker_argv(), platform.beat_argv()
     assert worker[1:4] == ["-A", "celery_app", "worker"] and not _narrows(worker)

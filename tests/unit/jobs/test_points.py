@@ -174,8 +174,12 @@ def test_millisecond_rules_agree_with_the_datetime_rules(schedule) -> None:
     from platform_tasks.jobs.points import to_ms
 
     # across the Berlin and New York transitions of 2025, from odd instants
-    for start in (utc(2025, 3, 30, 0, 41, 3), utc(2025, 10, 26, 0, 10), utc(2025, 3, 9, 6, 59, 59),
-                  utc(2025, 11, 2, 5, 30)):  # fmt: skip
+    for start in (
+        utc(2025, 3, 30, 0, 41, 3),
+        utc(2025, 10, 26, 0, 10),
+        utc(2025, 3, 9, 6, 59, 59),
+        utc(2025, 11, 2, 5, 30),
+    ):
         current = start
         for _ in range(6):
             point = schedule.next_after(current)

@@ -8,13 +8,16 @@ import re
 
 from prometheus_client import REGISTRY
 
-from platform_tasks import scheduler_metrics
 from platform_tasks.jobs.trigger import PointOutcome, PointResult
+from platform_tasks.observability import scheduler_metrics
 from tests.conftest import REPO_ROOT
 
 DASHBOARD = REPO_ROOT / "docs" / "grafana-scheduler.json"
-_SERIES_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
-                    "gauge": ("",)}  # fmt: skip
+_SERIES_SUFFIXES = {
+    "counter": ("_total",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "gauge": ("",),
+}
 
 
 def exported_series() -> dict[str, str]:
@@ -24,8 +27,11 @@ def exported_series() -> dict[str, str]:
         for family in REGISTRY.collect()
         if family.name.startswith(("platform_beat_", "platform_delay_", "platform_job_lease_"))
     }
-    return {family + suffix: family for family, kind in ours.items()
-            for suffix in _SERIES_SUFFIXES[kind]}  # fmt: skip
+    return {
+        family + suffix: family
+        for family, kind in ours.items()
+        for suffix in _SERIES_SUFFIXES[kind]
+    }
 
 
 def dashboard_queries() -> list[str]:
@@ -35,8 +41,9 @@ def dashboard_queries() -> list[str]:
 
 def test_dashboard_queries_only_exported_names_and_shows_every_metric() -> None:
     series = exported_series()
-    queried = {name for expr in dashboard_queries()
-               for name in re.findall(r"\bplatform_[a-z_]+", expr)}  # fmt: skip
+    queried = {
+        name for expr in dashboard_queries() for name in re.findall(r"\bplatform_[a-z_]+", expr)
+    }
     assert queried, "the dashboard queries nothing"
     assert queried <= set(series), f"not exported: {sorted(queried - set(series))}"
     assert {series[name] for name in queried} == set(series.values()), "a metric has no panel"

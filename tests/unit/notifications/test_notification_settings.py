@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from platform_tasks.errors import SettingsError
-from platform_tasks.notifications.rate_limits import RateLimit, parse_rate_limits
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.settings.rate_limits import RateLimit, parse_rate_limits
 
 
 def test_defaults() -> None:

@@ -95,8 +95,9 @@ def test_blast_chunks_a_stream_with_derived_ids() -> None:
     with pytest.raises(ValueError, match="campaign_id must be a non-empty string"):
         publish_blast(port, kind="a.b", tenant_id="t", campaign_id=7, recipients=[])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_in_flight"):
-        publish_blast(port, kind="a.b", tenant_id="t", campaign_id="c", recipients=[],
-                      max_in_flight=0)  # fmt: skip
+        publish_blast(
+            port, kind="a.b", tenant_id="t", campaign_id="c", recipients=[], max_in_flight=0
+        )
     with pytest.raises(ValueError, match="chunk_size"):
         publish_blast(
             port, kind="a.b", tenant_id="t", campaign_id="c", recipients=[], chunk_size=101

@@ -24,7 +24,7 @@ import pytest
 from _pytest.runner import runtestprotocol
 from kombu.transport import TRANSPORT_ALIASES
 
-from platform_tasks.transport import TRANSPORT_PATH
+from platform_tasks.brokers.transport import TRANSPORT_PATH
 
 HERE = os.path.dirname(__file__)
 

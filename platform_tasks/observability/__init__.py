@@ -1,0 +1,1 @@
+"""Observability: alerts, Prometheus metrics, task events and the correlation id."""
