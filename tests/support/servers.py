@@ -55,6 +55,23 @@ def find_redis_cli() -> Path:
     raise ServerStartError(f"no redis-cli next to {server}")
 
 
+def start_on_a_free_port(server: RedisServer, attempts: int) -> None:
+    """Start a cluster node, on a fresh port pair when its port or bus port was taken.
+
+    The ports are free when :func:`free_cluster_port` picks them, but another process on
+    the machine may bind either before the node does (the kernel hands out ephemeral
+    ports from the same range): the node then exits with "Address already in use".
+    """
+    for attempt in range(attempts):
+        try:
+            server.start()
+            return
+        except ServerStartError as exc:
+            if "Address already in use" not in str(exc) or attempt == attempts - 1:
+                raise
+            server.port = free_cluster_port()
+
+
 class RedisClusterServers:
     """Several cluster-mode ``redis-server`` nodes joined into one Redis Cluster."""
 
@@ -85,9 +102,9 @@ class RedisClusterServers:
     def url(self) -> str:
         return self.servers[0].url
 
-    def start(self, timeout: float = 60.0) -> RedisClusterServers:
+    def start(self, timeout: float = 60.0, port_attempts: int = 5) -> RedisClusterServers:
         for server in self.servers:
-            server.start()
+            start_on_a_free_port(server, port_attempts)
         addresses = [f"127.0.0.1:{server.port}" for server in self.servers]
         subprocess.run(
             [
