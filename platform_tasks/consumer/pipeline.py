@@ -91,6 +91,7 @@ from platform_tasks.errors import (
     Throttled,
 )
 from platform_tasks.keys import delivery_keys
+from platform_tasks.limits.admission import NOTHING_HELD, admit
 from platform_tasks.queue_port import QueuePort
 from platform_tasks.redis_client import REDIS_ERRORS, build_redis
 
@@ -197,6 +198,7 @@ class DeliveryPipeline:
         job = str(envelope.job_id)
         counted = False
         tx: JobTransaction | None = None
+        held = NOTHING_HELD
         try:
             tx = JobTransaction(self.database)
             claimed, marked = tx.claim_and_look(job, delivery.consumer)
@@ -228,6 +230,7 @@ class DeliveryPipeline:
                 attempt = over
             error: Exception | None = None
             try:
+                held = admit(task, envelope, delivery.unique_key)  # its limits, or wait
                 result = task.execute(envelope, tx.cursor)
             except Throttled as exc:
                 tx.rollback()
@@ -261,6 +264,7 @@ class DeliveryPipeline:
         finally:
             if tx is not None:
                 tx.end()
+            held.release()  # after the commit: a slot frees once the job's work is visible
 
     def _failed(self, task: Any, tx: JobTransaction, envelope: Envelope[Any],
                 delivery: Delivery, policy: RetryPolicy, attempt: int, exc: Exception

@@ -42,11 +42,12 @@ from pydantic import BaseModel
 from platform_tasks.brokers import broker_holds_delays
 from platform_tasks.database import require_database_url
 from platform_tasks.errors import ConfigurationError, DeadLettered
+from platform_tasks.limits.options import LIMIT_OPTIONS, LimitSpec, limit_spec
 from platform_tasks.transport.selection import broker_scheme
 from platform_tasks.worker_queues import add_queue_source
 
-PLATFORM_OPTIONS = frozenset({"data_model", "permanent_errors"})
-"""The task options PlatformTask owns."""
+PLATFORM_OPTIONS = frozenset({"data_model", "permanent_errors"}) | LIMIT_OPTIONS
+"""The task options PlatformTask owns (its per-key limits: :mod:`platform_tasks.limits`)."""
 
 CELERY_RETRY_OPTIONS = frozenset(
     {"autoretry_for", "dont_autoretry_for", "retry_backoff", "retry_backoff_max",
@@ -72,6 +73,8 @@ class PlatformTask(celery.Task):  # type: ignore[misc]
 
     data_model: ClassVar[type[Any]] = dict
     permanent_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    #: the per-key limits its options declared (checked at declaration)
+    platform_limits: ClassVar[LimitSpec] = LimitSpec()
     #: the task options this class owns; a subclass adds its own:
     #: ``platform_options = PlatformTask.platform_options | {"channel", "rail"}``
     platform_options: ClassVar[frozenset[str]] = PLATFORM_OPTIONS
@@ -138,6 +141,7 @@ def check_declaration(cls: type[Any]) -> None:
         raise ConfigurationError(
             f"task {name!r}: data_model must be a pydantic model class or dict, got {model!r}"
         )
+    cls.platform_limits = limit_spec(cls, name)
     errors = cls.permanent_errors
     if not isinstance(errors, tuple) or not all(
         isinstance(err, type) and issubclass(err, BaseException) for err in errors
