@@ -72,9 +72,10 @@ class Admitted:
             try:
                 self.runtime.leases().release(lease)
             except REDIS_ERRORS:
-                logger.warning("could not release a concurrency slot; it frees when its lease "
-                               "expires", exc_info=True,
-                               extra={"event": "limits.release_failed", "key": lease.key})  # fmt: skip
+                logger.warning(
+                    "could not release a concurrency slot; it frees when its lease expires",
+                    exc_info=True, extra={"event": "limits.release_failed", "key": lease.key},
+                )  # fmt: skip
         self.leases.clear()
 
 
@@ -117,8 +118,9 @@ class LimitsRuntime:
 
             kind = delays_in_store(self.settings)
             if kind == "redis":
-                client = redis.Redis.from_url(self.settings.effective_broker_url,
-                                              socket_timeout=10, socket_connect_timeout=5)  # fmt: skip
+                client = redis.Redis.from_url(
+                    self.settings.effective_broker_url, socket_timeout=10, socket_connect_timeout=5
+                )
                 self._unique = UniqueLocks(client, delay_keys(self.settings.profile))
             elif kind == "rabbitmq":
                 self._unique = UniqueLocks(self.client(),
@@ -157,7 +159,8 @@ def admit(task: Any, envelope: Any, unique_key: str | None = None) -> Admitted:
                 ttl_ms = int(spec.lease_ttl.total_seconds() * 1000)
                 wait_ms = cap_wait_ms(spec.cap_retry)
                 decision, waiting = runtime.leases().acquire_and_track(
-                    task.name, key, job, spec.max_concurrency, ttl_ms, wait_ms)
+                    task.name, key, job, spec.max_concurrency, ttl_ms, wait_ms
+                )
                 record_cap(task.name, refused=not decision.granted, waiting=waiting)
                 if not decision.granted:
                     raise Throttled(due_at(decision.now_ms, wait_ms), CAP_REASON)

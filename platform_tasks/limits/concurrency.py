@@ -31,7 +31,14 @@ WAITING_GRACE_MS = 60_000
 """A job refused by its cap counts as waiting until this long after it was due back: one
 that never came back (cancelled, its message lost) leaves the count then."""
 
-__all__ = ["WAITING_GRACE_MS", "CapDecision", "ConcurrencyLeases", "Lease", "LeaseRenewer", "renew_interval_s"]
+__all__ = [
+    "WAITING_GRACE_MS",
+    "CapDecision",
+    "ConcurrencyLeases",
+    "Lease",
+    "LeaseRenewer",
+    "renew_interval_s",
+]
 
 
 @dataclass(frozen=True)
@@ -174,8 +181,11 @@ class LeaseRenewer:
             try:
                 lost = self._leases().renew(held)
             except REDIS_ERRORS:
-                logger.warning("could not renew concurrency leases; trying again", exc_info=True,
-                               extra={"event": "limits.lease_renew_failed", "leases": len(held)})
+                logger.warning(
+                    "could not renew concurrency leases; trying again",
+                    exc_info=True,
+                    extra={"event": "limits.lease_renew_failed", "leases": len(held)},
+                )
                 continue
             if lost:
                 logger.warning(

@@ -71,8 +71,10 @@ class LimitSpec:
 
     @property
     def any(self) -> bool:
-        return self.max_concurrency is not None or self.throttle is not None or (
-            self.throttle_total is not None
+        return (
+            self.max_concurrency is not None
+            or self.throttle is not None
+            or (self.throttle_total is not None)
         )
 
 

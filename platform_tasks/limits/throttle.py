@@ -51,8 +51,11 @@ class Throttles:
         """One token of ``key`` at ``rate`` and of the task at ``total``, or none."""
         if total is not None:
             first, first_rate = throttle_total_bucket(self.profile, task), total
-            second = throttle_key_bucket(self.profile, task, key) if (
-                key is not None and rate is not None) else None
+            second = (
+                throttle_key_bucket(self.profile, task, key)
+                if (key is not None and rate is not None)
+                else None
+            )
             second_rate = rate if second is not None else None
         elif key is not None and rate is not None:
             first, first_rate = throttle_key_bucket(self.profile, task, key), rate
