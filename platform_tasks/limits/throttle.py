@@ -16,6 +16,7 @@ pipeline waits with the job unacked until Redis answers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,13 @@ from platform_tasks.scripts import script_source
 __all__ = ["ThrottleDecision", "Throttles"]
 
 _REASONS = {3: "throttle_total", 4: "throttle"}
+
+
+def idle_expiry_ms(rate: RateLimit) -> int:
+    """How long a key's bucket outlives its last take: two refills of one token plus the
+    second the script's sliding window looks back, at least 2 s. An expired bucket is a
+    full one, which is what it would be by then anyway."""
+    return max(2000, math.ceil(2000 / rate.per_second) + 1000)
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,16 @@ class Throttles:
             "t",
             0,
         ]
-        verdict = int(self._take(keys=keys, args=args))
+        if second is None and total is None:
+            # the script never expires its first level (a provider's bucket is one of a
+            # few); a key's bucket is one of as many keys as there are tenants: let it go
+            # once idle, renewed by every take
+            with self.client.pipeline(transaction=False) as pipe:
+                self._take(keys=keys, args=args, client=pipe)
+                pipe.pexpire(first, idle_expiry_ms(first_rate))
+                verdict = int(pipe.execute()[0])
+        else:
+            verdict = int(self._take(keys=keys, args=args))
         if verdict == 0:
             return GRANTED
         reason = verdict & 7

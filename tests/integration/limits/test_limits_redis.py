@@ -11,7 +11,8 @@ from platform_tasks.harness import wait_until
 from platform_tasks.keys import delay_keys
 from platform_tasks.limits import Rate
 from platform_tasks.limits.concurrency import ConcurrencyLeases, Lease
-from platform_tasks.limits.throttle import Throttles
+from platform_tasks.limits.keys import throttle_key_bucket
+from platform_tasks.limits.throttle import Throttles, idle_expiry_ms
 from platform_tasks.limits.unique import UniqueLocks, UniquePublish
 
 
@@ -83,6 +84,9 @@ def test_a_key_throttle_grants_its_rate_then_waits_and_keys_are_independent(
     later = throttles.take("t", "a", rate, None)
     assert not later.granted and later.wait_ms > refused.wait_ms
     assert throttles.take("t", "b", rate, None).granted
+    # one bucket per key: it expires once idle
+    bucket = throttle_key_bucket("test", "t", "a")
+    assert 0 < redis_client.pttl(bucket) <= idle_expiry_ms(rate)
 
 
 def test_a_task_total_throttle_holds_across_keys(redis_client: redis.Redis) -> None:
