@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from platform_tasks.limits.keys import concurrency_key, concurrency_waiting_key
+from platform_tasks.limits.scripting import evalsha, pipelined
 from platform_tasks.redis_client import REDIS_ERRORS
 from platform_tasks.scripts import script_source
 
@@ -30,6 +31,10 @@ logger = logging.getLogger(__name__)
 WAITING_GRACE_MS = 60_000
 """A job refused by its cap counts as waiting until this long after it was due back: one
 that never came back (cancelled, its message lost) leaves the count then."""
+
+IDLE_INTERVAL_S = 10.0
+"""How long the renewer sleeps with no lease held (a new lease with a shorter renewal
+interval wakes it)."""
 
 __all__ = [
     "WAITING_GRACE_MS",
@@ -72,6 +77,7 @@ class ConcurrencyLeases:
         self.profile = profile
         self._acquire = client.register_script(script_source("concurrency_acquire"))
         self._renew = client.register_script(script_source("concurrency_renew"))
+        self._seen_ms = 0
 
     def key(self, task: str, key: str) -> str:
         return concurrency_key(self.profile, task, key)
@@ -90,15 +96,22 @@ class ConcurrencyLeases:
         ``task`` after it (the ``platform_jobs_waiting_on_cap`` gauge).
         """
         waiting = concurrency_waiting_key(self.profile, task)
-        with self.client.pipeline(transaction=False) as pipe:
-            self._acquire(keys=[self.key(task, key)], args=[job_id, cap, ttl_ms], client=pipe)
+
+        # a granted job costs one round trip: the acquire, leaving the waiting set, its
+        # count, and dropping entries stale by the Redis time this process saw last
+        def build(pipe: Any) -> None:
+            evalsha(pipe, self._acquire, [self.key(task, key)], [job_id, cap, ttl_ms])
             pipe.zrem(waiting, job_id)
-            raw, _ = pipe.execute()
+            pipe.zremrangebyscore(waiting, "-inf", self._seen_ms - WAITING_GRACE_MS)
+            pipe.zcard(waiting)
+
+        raw, _, _, counted = pipelined(self.client, build, [self._acquire])
         decision = CapDecision(bool(int(raw[0])), int(raw[1]), int(raw[2]))
+        self._seen_ms = max(self._seen_ms, decision.now_ms)
+        if decision.granted:
+            return decision, int(counted)
         with self.client.pipeline(transaction=False) as pipe:
-            if not decision.granted:
-                pipe.zadd(waiting, {job_id: decision.now_ms + retry_ms})
-            pipe.zremrangebyscore(waiting, "-inf", decision.now_ms - WAITING_GRACE_MS)
+            pipe.zadd(waiting, {job_id: decision.now_ms + retry_ms})
             pipe.pexpire(waiting, retry_ms + WAITING_GRACE_MS)
             pipe.zcard(waiting)
             counted = pipe.execute()[-1]
@@ -112,10 +125,12 @@ class ConcurrencyLeases:
         """Renew ``leases`` in one pipelined round trip; returns how many were gone."""
         if not leases:
             return 0
-        with self.client.pipeline(transaction=False) as pipe:
+
+        def build(pipe: Any) -> None:
             for lease in leases:
-                self._renew(keys=[lease.key], args=[lease.ttl_ms, lease.job_id], client=pipe)
-            results = pipe.execute()
+                evalsha(pipe, self._renew, [lease.key], [lease.ttl_ms, lease.job_id])
+
+        results = pipelined(self.client, build, [self._renew])
         return sum(1 for result in results if int(result) == 0)
 
     def release(self, lease: Lease) -> None:
@@ -144,12 +159,14 @@ class LeaseRenewer:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid = 0
+        self._interval = IDLE_INTERVAL_S
 
     def hold(self, lease: Lease) -> None:
         with self._lock:
             self._held[(lease.key, lease.job_id)] = lease
         self._ensure_thread()
-        self._wake.set()  # a shorter ttl than the thread sleeps for: recompute the interval
+        if renew_interval_s(lease.ttl_ms) < self._interval:
+            self._wake.set()  # the thread sleeps longer than this lease allows: recompute
 
     def drop(self, lease: Lease) -> None:
         with self._lock:
@@ -171,7 +188,9 @@ class LeaseRenewer:
     def _loop(self) -> None:
         while True:
             held = self.held()
-            interval = min((renew_interval_s(lease.ttl_ms) for lease in held), default=1.0)
+            interval = min((renew_interval_s(lease.ttl_ms) for lease in held),
+                           default=IDLE_INTERVAL_S)  # fmt: skip
+            self._interval = interval
             if self._wake.wait(interval):
                 self._wake.clear()
                 continue

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from platform_tasks.limits.keys import throttle_key_bucket, throttle_total_bucket
+from platform_tasks.limits.scripting import evalsha, pipelined
 from platform_tasks.notifications.rate_limits import RateLimit
 from platform_tasks.scripts import script_source
 
@@ -88,10 +89,13 @@ class Throttles:
             # the script never expires its first level (a provider's bucket is one of a
             # few); a key's bucket is one of as many keys as there are tenants: let it go
             # once idle, renewed by every take
-            with self.client.pipeline(transaction=False) as pipe:
-                self._take(keys=keys, args=args, client=pipe)
-                pipe.pexpire(first, idle_expiry_ms(first_rate))
-                verdict = int(pipe.execute()[0])
+            expiry = idle_expiry_ms(first_rate)
+
+            def build(pipe: Any) -> None:
+                evalsha(pipe, self._take, keys, args)
+                pipe.pexpire(first, expiry)
+
+            verdict = int(pipelined(self.client, build, [self._take])[0])
         else:
             verdict = int(self._take(keys=keys, args=args))
         if verdict == 0:

@@ -137,3 +137,14 @@ def test_debounce_replaces_the_waiting_entry_and_keeps_its_id_and_due_time(
     assert locks.store(skip, "job-4", "entry-4", None, 30_000, entry("a")) == "job-4"
     assert locks.store(skip, "job-5", "entry-5", None, 30_000, entry("b")) == "job-4"
     assert redis_client.hexists(keys.entries, "entry-5") == 0
+
+
+def test_a_flushed_script_cache_is_reloaded_on_the_jobs_path(redis_client: redis.Redis) -> None:
+    leases = ConcurrencyLeases(redis_client, profile="test")
+    throttles = Throttles(redis_client, profile="test")
+    redis_client.script_flush()
+    decision, _ = leases.acquire_and_track("t", "k", "j", 1, 60_000, 1_000)
+    assert decision.granted
+    assert throttles.take("t", "k", Rate(10, 1), None).granted
+    redis_client.script_flush()
+    assert leases.renew([Lease(leases.key("t", "k"), "j", 60_000)]) == 0
