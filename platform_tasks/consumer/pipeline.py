@@ -92,6 +92,7 @@ from platform_tasks.errors import (
 )
 from platform_tasks.keys import delivery_keys
 from platform_tasks.limits.admission import NOTHING_HELD, admit
+from platform_tasks.limits.unique import UNIQUE_HEADER
 from platform_tasks.queue_port import QueuePort
 from platform_tasks.redis_client import REDIS_ERRORS, build_redis
 
@@ -469,6 +470,8 @@ class DeliveryPipeline:
         opts: dict[str, Any] = {"attempt": attempt}
         if delivery.priority is not None:
             opts["priority"] = delivery.priority
+        if delivery.unique_key is not None:  # a job put back to wait still holds its key
+            opts["headers"] = {UNIQUE_HEADER: delivery.unique_key}
         queue = delivery.queue or self.app.conf.task_default_queue or "default"
         until_done(lambda: self.port().schedule(queue, envelope.to_message(), run_at, opts),
                    "store the retry", self._sleep_fn())  # fmt: skip

@@ -19,7 +19,7 @@ import redis
 from platform_tasks import QueuePort, create_app
 from platform_tasks.envelope import uuid7
 from platform_tasks.harness import wait_until
-from platform_tasks.limits.keys import concurrency_key, concurrency_waiting_key
+from platform_tasks.limits.keys import concurrency_key, concurrency_waiting_key, unique_key
 from platform_tasks.settings import PlatformSettings
 from tests.apps.limits_app import CAP, LEASE_TTL_SECONDS, QUEUE, RUNS_TABLE_SQL
 from tests.conftest import REPO_ROOT
@@ -215,3 +215,18 @@ def test_debounce_keeps_only_the_latest_data(
     ((job_id, _, _, _, label, _, _),) = runs(database_url, "plain")
     assert (job_id, label) == (str(ids[0]), "v3")
     assert redis_client.zcard("{platform:test:delays}:v1:schedule") == 0
+
+
+def test_a_unique_job_that_waited_on_its_cap_releases_its_key_when_it_starts(
+    workers: _Workers, port: QueuePort, database_url: str, redis_client: redis.Redis
+) -> None:
+    workers.start("w1", concurrency=3)
+    keys = [f"sync:u{n}" for n in range(CAP + 1)]
+    for key in keys:  # the third waits on the cap of tenant u, in the delay store
+        port.publish(QUEUE, job("capped", "u", hold_ms=1500), unique_key=key,
+                     unique_for=timedelta(minutes=5))  # fmt: skip
+    wait_until(lambda: len(runs(database_url, "capped")) == len(keys), timeout=60,
+               message="all three ran")  # fmt: skip
+    assert workers.started[0].log().count("throttled (concurrency_cap)") >= 1
+    locks = [unique_key("platform:test", "delays", key) for key in keys]
+    assert [redis_client.exists(lock) for lock in locks] == [0, 0, 0], "a started job kept its key"
