@@ -133,10 +133,14 @@ def test_a_sigkilled_workers_slots_free_when_their_leases_end(
         seconds, micros = redis_client.time()
         return int(seconds) * 1000 + int(micros) // 1000
 
-    # renewed while they run: both still hold a slot past the ttl since they started
+    # renewed while they run: both still hold a slot once the ttl they were first given
+    # has passed (by Redis TIME)
+    first_given = dict(redis_client.zrange(slots, 0, -1, withscores=True))
+    wait_until(lambda: redis_ms() > max(first_given.values()) + 100, timeout=30,
+               message="the first ttl passed")  # fmt: skip
     leases = dict(redis_client.zrange(slots, 0, -1, withscores=True))
     assert {member.decode() for member in leases} == {payload["job_id"] for payload in held}
-    assert min(leases.values()) > redis_ms()
+    assert min(leases.values()) > redis_ms(), "a running job's lease was not renewed"
     doomed.kill_group()
     killed_at = redis_ms()
     leases = dict(redis_client.zrange(slots, 0, -1, withscores=True))
@@ -155,6 +159,31 @@ def test_a_sigkilled_workers_slots_free_when_their_leases_end(
     wait_until(lambda: len(runs(database_url, "capped")) == CAP + 1, timeout=90,
                message="the killed jobs were redelivered and applied")  # fmt: skip
     assert survivor.running
+
+
+def test_a_job_over_its_cap_holds_no_worker_process(
+    workers: _Workers, port: QueuePort, database_url: str, redis_client: redis.Redis
+) -> None:
+    workers.start("w1", concurrency=CAP + 1)
+    held = [job("capped", "a", block=True) for _ in range(CAP)]
+    for payload in held:
+        port.publish(QUEUE, payload)
+    wait_until(lambda: redis_client.llen("test:started") == CAP, timeout=60,
+               message="tenant a holds both its slots")  # fmt: skip
+    port.publish(QUEUE, job("capped", "a", label="over"))  # waits on the cap, in the store
+    wait_until(lambda: "throttled (concurrency_cap)" in workers.started[0].log(), timeout=30,
+               message="the third job of tenant a was put back")  # fmt: skip
+    # one pool process is left; the waiting job does not sit in it, so tenant b runs
+    port.publish(QUEUE, job("capped", "b", label="other tenant"))
+    wait_until(lambda: any(row[4] == "other tenant" for row in runs(database_url, "capped")),
+               timeout=30, message="tenant b ran while tenant a's third job waited")  # fmt: skip
+    assert not any(row[4] == "over" for row in runs(database_url, "capped"))
+    for payload in held:
+        redis_client.set(f"test:release:{payload['job_id']}", 1)
+    wait_until(lambda: any(row[4] == "over" for row in runs(database_url, "capped")),
+               timeout=30, message="the waiting job ran once a slot freed")  # fmt: skip
+    (over,) = [row for row in runs(database_url, "capped") if row[4] == "over"]
+    assert over[2] == 1
 
 
 def test_a_throttle_of_five_per_second_holds_across_two_workers_and_drops_nothing(
