@@ -57,6 +57,15 @@ def due_at(now_ms: int, wait_ms: int) -> datetime:
     return datetime.fromtimestamp((now_ms + wait_ms) / 1000, tz=UTC)
 
 
+def redis_now_ms(client: Any) -> int:
+    """Redis ``TIME`` in ms (on a cluster, one node's: the nodes' clocks are the hosts')."""
+    raw = client.time()
+    if isinstance(raw, dict):  # a cluster client may answer per node
+        raw = next(iter(raw.values()))
+    seconds, micros = raw
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 @dataclass
 class Admitted:
     """What a job holds while its handler runs; :meth:`release` when it has ended."""
@@ -172,9 +181,8 @@ def admit(task: Any, envelope: Any, unique_key: str | None = None) -> Admitted:
             taken = runtime.throttles().take(task.name, key, spec.throttle, spec.throttle_total)
             if not taken.granted:
                 admitted.release()
-                seconds, micros = runtime.client().time()
-                now_ms = int(seconds) * 1000 + int(micros) // 1000
-                raise Throttled(due_at(now_ms, taken.wait_ms), taken.reason)
+                raise Throttled(due_at(redis_now_ms(runtime.client()), taken.wait_ms),
+                                taken.reason)  # fmt: skip
         if unique_key is not None:
             _release_unique(runtime, unique_key, job)
     except REDIS_ERRORS as exc:
