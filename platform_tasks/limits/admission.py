@@ -156,7 +156,7 @@ def spec_of(task: Any) -> LimitSpec:
 def admit(task: Any, envelope: Any, unique_key: str | None = None) -> Admitted:
     """Pass the job's limits (see the module docstring) or raise ``Throttled``."""
     spec = spec_of(task)
-    if not spec.any and unique_key is None:
+    if not spec.limited and unique_key is None:
         return NOTHING_HELD
     runtime = runtime_for(task.app)
     admitted = Admitted(runtime)

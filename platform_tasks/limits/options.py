@@ -27,9 +27,11 @@ __all__ = [
     "DEFAULT_CAP_RETRY",
     "DEFAULT_LEASE_TTL",
     "LIMIT_OPTIONS",
+    "NO_LIMITS",
     "KeyFunction",
     "LimitSpec",
     "Rate",
+    "key_text",
     "limit_spec",
     "parse_rate",
 ]
@@ -70,7 +72,8 @@ class LimitSpec:
     throttle_total: RateLimit | None = None
 
     @property
-    def any(self) -> bool:
+    def limited(self) -> bool:
+        """Whether the task declared any limit (else its jobs never ask Redis)."""
         return (
             self.max_concurrency is not None
             or self.throttle is not None

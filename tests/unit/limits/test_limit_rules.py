@@ -46,12 +46,12 @@ def test_a_declared_cap_and_throttle_are_read_from_the_class() -> None:
     assert spec.concurrency_key is tenant and spec.max_concurrency == 3
     assert spec.lease_ttl == timedelta(seconds=10)
     assert spec.throttle == Rate(20, 60) and spec.throttle_total == Rate(5, 1)
-    assert spec.any
+    assert spec.limited
 
 
 def test_a_task_without_limits_has_none() -> None:
     spec = declare().platform_limits
-    assert not spec.any and spec.lease_ttl == DEFAULT_LEASE_TTL
+    assert not spec.limited and spec.lease_ttl == DEFAULT_LEASE_TTL
 
 
 @pytest.mark.parametrize(
