@@ -25,6 +25,7 @@ from kombu.transport.native_delayed_delivery import (
     MAX_NUMBER_OF_BITS_TO_USE,
 )
 
+from platform_tasks.limits.unique import UNIQUE_HEADER
 from platform_tasks.publishing.queue_port import ATTEMPT_HEADER
 
 _DELAY_PREFIX = re.compile(rf"^(?:[01]\.){{{MAX_NUMBER_OF_BITS_TO_USE}}}")
@@ -44,6 +45,8 @@ class Delivery:
     is written."""
     redelivered: bool = False
     """The broker put this message back after an earlier delivery (its worker died)."""
+    unique_key: str | None = None
+    """The unique publish key the job was published with (released when it starts)."""
 
     @classmethod
     def from_request(cls, task: Any, request: Any, payload: Any = None) -> Delivery:
@@ -57,6 +60,9 @@ class Delivery:
             getattr(request, "redelivered", None)
             or (isinstance(headers, Mapping) and headers.get("redelivered"))
         )
+        unique = getattr(request, UNIQUE_HEADER, None)
+        if unique is None and isinstance(headers, Mapping):
+            unique = headers.get(UNIQUE_HEADER)
         return cls(
             consumer=task.name,
             queue=consumed_queue(task, info),
@@ -64,6 +70,7 @@ class Delivery:
             priority=priority if isinstance(priority, int) else None,
             payload=payload,
             redelivered=redelivered,
+            unique_key=unique if isinstance(unique, str) and unique else None,
         )
 
 

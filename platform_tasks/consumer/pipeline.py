@@ -89,6 +89,8 @@ from platform_tasks.errors import (
     Throttled,
 )
 from platform_tasks.keys import delivery_keys
+from platform_tasks.limits.admission import NOTHING_HELD, admit
+from platform_tasks.limits.unique import UNIQUE_HEADER
 from platform_tasks.observability.alerts import configure_alerts
 from platform_tasks.observability.context import current_correlation_id
 from platform_tasks.postgres.database import Database, require_database_url
@@ -207,6 +209,7 @@ class DeliveryPipeline:
         job = str(envelope.job_id)
         counted = False
         tx: JobTransaction | None = None
+        held = NOTHING_HELD
         try:
             tx = JobTransaction(self.database)
             claimed, marked = tx.claim_and_look(job, delivery.consumer)
@@ -249,6 +252,7 @@ class DeliveryPipeline:
                 attempt = over
             error: Exception | None = None
             try:
+                held = admit(task, envelope, delivery.unique_key)  # its limits, or wait
                 result = task.execute(envelope, tx.cursor)
             except Throttled as exc:
                 tx.rollback()
@@ -285,6 +289,7 @@ class DeliveryPipeline:
         finally:
             if tx is not None:
                 tx.end()
+            held.release()  # after the commit: a slot frees once the job's work is visible
 
     def _failed(
         self,
@@ -533,6 +538,8 @@ class DeliveryPipeline:
         opts: dict[str, Any] = {"attempt": attempt}
         if delivery.priority is not None:
             opts["priority"] = delivery.priority
+        if delivery.unique_key is not None:  # a job put back to wait still holds its key
+            opts["headers"] = {UNIQUE_HEADER: delivery.unique_key}
         queue = delivery.queue or self.app.conf.task_default_queue or "default"
         until_done(
             lambda: self.port().schedule(queue, envelope.to_message(), run_at, opts),

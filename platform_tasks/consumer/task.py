@@ -42,13 +42,14 @@ from pydantic import BaseModel
 from platform_tasks.brokers.selection import broker_holds_delays, broker_scheme
 from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.errors import ConfigurationError, DeadLettered
+from platform_tasks.limits.options import LIMIT_OPTIONS, LimitSpec, limit_spec
 from platform_tasks.postgres.database import require_database_url
 
 if TYPE_CHECKING:
     from platform_tasks.app import PlatformCelery
 
-PLATFORM_OPTIONS = frozenset({"data_model", "permanent_errors"})
-"""The task options PlatformTask owns."""
+PLATFORM_OPTIONS = frozenset({"data_model", "permanent_errors"}) | LIMIT_OPTIONS
+"""The task options PlatformTask owns (its per-key limits: :mod:`platform_tasks.limits`)."""
 
 CELERY_RETRY_OPTIONS = frozenset(
     {
@@ -104,6 +105,8 @@ class PlatformTask(celery.Task):  # type: ignore[misc]
 
     data_model: ClassVar[type[Any]] = dict
     permanent_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    #: the per-key limits its options declared (checked at declaration)
+    platform_limits: ClassVar[LimitSpec] = LimitSpec()
     #: the task options this class owns; a subclass adds its own:
     #: ``platform_options = PlatformTask.platform_options | {"channel", "rail"}``
     platform_options: ClassVar[frozenset[str]] = PLATFORM_OPTIONS
@@ -170,6 +173,7 @@ def check_declaration(cls: type[Any]) -> None:
         raise ConfigurationError(
             f"task {name!r}: data_model must be a pydantic model class or dict, got {model!r}"
         )
+    cls.platform_limits = limit_spec(cls, name)
     errors = cls.permanent_errors
     if not isinstance(errors, tuple) or not all(
         isinstance(err, type) and issubclass(err, BaseException) for err in errors

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -19,6 +19,8 @@ from platform_tasks.brokers.selection import broker_holds_delays, broker_kind, d
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7, validation_errors
 from platform_tasks.errors import ConfigurationError, NaiveDatetimeError
 from platform_tasks.keys import delay_keys, rabbitmq_delay_keys
+from platform_tasks.limits.publish import publish_unique
+from platform_tasks.limits.unique import UniqueLocks, unique_publish
 from platform_tasks.observability.context import current_correlation_id
 from platform_tasks.publishing.amqp_wire import AmqpMessageBuilder
 from platform_tasks.publishing.delay_store import DelayStore
@@ -74,6 +76,7 @@ class QueuePort:
         self._redis = redis_client
         self._store: DelayStore | None = None
         self._native: NativeDelays | None = None
+        self._unique_locks: UniqueLocks | None = None
         self._amqp_messages: AmqpMessageBuilder | None = None
         self._store_kind = delays_in_store(self.settings)
         if self._store_kind == "rabbitmq":
@@ -139,9 +142,22 @@ class QueuePort:
         queue: str,
         payload: Mapping[str, Any],
         opts: Mapping[str, Any] | PublishOptions | None = None,
+        *,
+        unique_key: str | None = None,
+        unique_for: timedelta | None = None,
+        unique_mode: str | None = None,
     ) -> uuid.UUID:
-        """Validate and publish now; returns the job id (also the Celery task id)."""
+        """Validate and publish now; returns the job id (also the Celery task id).
+
+        ``unique_key``/``unique_for``: while a job published with the key waits, another
+        publish of it returns that job's id and publishes nothing; ``unique_mode=
+        "debounce"`` holds the job ``unique_for`` and keeps only the latest data
+        (best effort: :mod:`platform_tasks.limits.unique`).
+        """
         options = _options(opts)
+        unique = unique_publish(unique_key, unique_for, unique_mode)
+        if unique is not None:
+            return publish_unique(self, queue, payload, options, unique, None)
         envelope = self.envelope(payload)
         self.app.send_task(envelope.kind, **self._send_options(queue, envelope, options))
         return envelope.job_id
@@ -152,6 +168,10 @@ class QueuePort:
         payload: Mapping[str, Any],
         run_at: datetime,
         opts: Mapping[str, Any] | PublishOptions | None = None,
+        *,
+        unique_key: str | None = None,
+        unique_for: timedelta | None = None,
+        unique_mode: str | None = None,
     ) -> uuid.UUID:
         """Validate and store for delivery at ``run_at`` (aware); a past time publishes now.
 
@@ -162,6 +182,9 @@ class QueuePort:
         """
         _require_aware(run_at)
         options = _options(opts)
+        unique = unique_publish(unique_key, unique_for, unique_mode)
+        if unique is not None:
+            return publish_unique(self, queue, payload, options, unique, run_at)
         envelope = self.envelope(payload)
         now = self._clock()
         if run_at <= now:
@@ -229,6 +252,7 @@ class QueuePort:
             self._redis.close()
             self._redis = None
             self._store = None
+            self._unique_locks = None
 
 
 def _require_aware(run_at: datetime) -> None:

@@ -1,0 +1,107 @@
+"""Per-key throttles for any task, on the notification limiter's token-bucket script.
+
+``rate_limit_take.lua`` takes from two buckets or from neither, judged by Redis ``TIME``,
+and gives each refused caller a slot after the callers refused before it, so a thousand
+jobs refused at once come back spread over the time their tokens need. Here the two
+levels are the task's total (``throttle_total``, optional) and the job's key
+(``throttle``); without a total the key's bucket is the script's first level. Both levels
+hold a small reserve only (5 % of a second's rate, at least one token), and a first level
+also never grants more than the rate's count within any 1000 ms, so a task throttled to
+N/s runs no faster than N/s across all workers, even right after an idle spell.
+
+Nothing here drops a job: a refusal is a wait (``Throttled``, no attempt spent). Redis
+errors are not caught: a throttle that cannot ask Redis must not run the job, and the
+pipeline waits with the job unacked until Redis answers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from platform_tasks.brokers.scripts import script_source
+from platform_tasks.limits.keys import throttle_key_bucket, throttle_total_bucket
+from platform_tasks.limits.scripting import evalsha, pipelined
+from platform_tasks.settings.rate_limits import RateLimit
+
+__all__ = ["ThrottleDecision", "Throttles"]
+
+_REASONS = {3: "throttle_total", 4: "throttle"}
+
+
+def idle_expiry_ms(rate: RateLimit) -> int:
+    """How long a key's bucket outlives its last take: two refills of one token plus the
+    second the script's sliding window looks back, at least 2 s. An expired bucket is a
+    full one, which is what it would be by then anyway."""
+    return max(2000, math.ceil(2000 / rate.per_second) + 1000)
+
+
+@dataclass(frozen=True)
+class ThrottleDecision:
+    granted: bool
+    wait_ms: int = 0
+    reason: str = ""
+
+
+GRANTED = ThrottleDecision(True)
+
+
+class Throttles:
+    """Take one token of a task's key (and of its total) in the platform's Redis."""
+
+    def __init__(self, client: Any, *, profile: str) -> None:
+        self.client = client
+        self.profile = profile
+        self._take = client.register_script(script_source("rate_limit_take"))
+
+    def take(self, task: str, key: str | None, rate: RateLimit | None,
+             total: RateLimit | None) -> ThrottleDecision:  # fmt: skip
+        """One token of ``key`` at ``rate`` and of the task at ``total``, or none."""
+        if total is not None:
+            first, first_rate = throttle_total_bucket(self.profile, task), total
+            second = (
+                throttle_key_bucket(self.profile, task, key)
+                if (key is not None and rate is not None)
+                else None
+            )
+            second_rate = rate if second is not None else None
+        elif key is not None and rate is not None:
+            first, first_rate = throttle_key_bucket(self.profile, task, key), rate
+            second, second_rate = None, None
+        else:
+            return GRANTED
+        keys = [first] if second is None else [first, second]
+        # ARGV: now, prate, requests, trate, messages, pcap, tcap, headroom, queue, quiet
+        args = [
+            "",
+            repr(first_rate.per_second / 1000),
+            1,
+            repr(second_rate.per_second / 1000) if second_rate else "",
+            1,
+            repr(first_rate.provider_capacity),
+            repr(second_rate.provider_capacity) if second_rate else "",
+            0,
+            "t",
+            0,
+        ]
+        if second is None and total is None:
+            # the script never expires its first level (a provider's bucket is one of a
+            # few); a key's bucket is one of as many keys as there are tenants: let it go
+            # once idle, renewed by every take
+            expiry = idle_expiry_ms(first_rate)
+
+            def build(pipe: Any) -> None:
+                evalsha(pipe, self._take, keys, args)
+                pipe.pexpire(first, expiry)
+
+            verdict = int(pipelined(self.client, build, [self._take])[0])
+        else:
+            verdict = int(self._take(keys=keys, args=args))
+        if verdict == 0:
+            return GRANTED
+        reason = verdict & 7
+        if second is None:
+            return ThrottleDecision(False, verdict >> 3, "throttle" if total is None
+                                    else "throttle_total")  # fmt: skip
+        return ThrottleDecision(False, verdict >> 3, _REASONS.get(reason, "throttle"))

@@ -1,0 +1,93 @@
+"""The consumer's limits hook against a real Redis: waits, releases, metrics, outages."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from prometheus_client import REGISTRY
+
+from platform_tasks import PlatformTask, create_app
+from platform_tasks.envelope import parse_envelope, uuid7
+from platform_tasks.errors import ServersUnavailable, Throttled
+from platform_tasks.limits.admission import admit
+from platform_tasks.settings import PlatformSettings
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def capped(settings: PlatformSettings) -> Iterator[Any]:
+    app = create_app("limits_admission", settings=settings)
+    name = f"t.admission{next(_names)}"
+
+    @app.task(name=name, base=PlatformTask, shared=False, max_concurrency=1,
+              concurrency_key=lambda envelope: envelope.tenant_id,
+              throttle_key=lambda envelope: envelope.tenant_id, throttle="1/min")  # fmt: skip
+    def handler(envelope: Any, tx: Any) -> None: ...
+
+    yield app.tasks[name]
+    app.close()
+
+
+def envelope(tenant: str) -> Any:
+    return parse_envelope({"job_id": str(uuid7()), "tenant_id": tenant, "kind": "t.admission",
+                           "correlation_id": "c", "data": {}})  # fmt: skip
+
+
+def redis_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def sample(name: str, task: str) -> float:
+    value = REGISTRY.get_sample_value(name, {"task": task})
+    return 0.0 if value is None else value
+
+
+def test_over_the_cap_waits_from_redis_time_and_a_release_frees_the_slot(
+    capped: Any, redis_client: redis.Redis
+) -> None:
+    refused_before = sample("platform_jobs_cap_refused_total", capped.name)
+    first = admit(capped, envelope("a"))
+    before = redis_ms(redis_client)
+    with pytest.raises(Throttled) as raised:
+        admit(capped, envelope("a"))
+    after = redis_ms(redis_client)
+    assert raised.value.reason == "concurrency_cap"
+    # concurrency_retry (1 s) plus up to half of it, counted from Redis TIME
+    due = raised.value.retry_at.timestamp() * 1000
+    assert before + 1000 <= due <= after + 1500
+    assert sample("platform_jobs_cap_refused_total", capped.name) == refused_before + 1
+    assert sample("platform_jobs_waiting_on_cap", capped.name) == 1
+    first.release()
+    second = admit(capped, envelope("b"))  # another tenant: its own slot (and bucket)
+    second.release()
+
+
+def test_a_throttle_refusal_gives_the_slot_back(capped: Any, redis_client: redis.Redis) -> None:
+    admit(capped, envelope("c")).release()  # takes the one token of 1/min
+    with pytest.raises(Throttled) as raised:
+        admit(capped, envelope("c"))
+    assert raised.value.reason == "throttle"
+    keys = redis_client.keys("platform:test:limits:v1:concurrency:*:c")
+    assert all(redis_client.zcard(key) == 0 for key in keys), "a throttled job kept its slot"
+
+
+def test_a_limit_that_cannot_ask_redis_waits(settings: PlatformSettings) -> None:
+    down = settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"})
+    app = create_app("limits_admission_down", settings=down)
+    name = f"t.admission{next(_names)}"
+
+    @app.task(name=name, base=PlatformTask, shared=False, max_concurrency=1,
+              concurrency_key=lambda envelope: envelope.tenant_id)  # fmt: skip
+    def handler(envelope: Any, tx: Any) -> None: ...
+
+    try:
+        with pytest.raises(ServersUnavailable):
+            admit(app.tasks[name], envelope("a"))
+    finally:
+        app.close()
