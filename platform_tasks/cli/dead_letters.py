@@ -347,9 +347,9 @@ def _print_report(report: ReplayReport) -> None:
 @click.option(
     "--batch-size",
     type=click.IntRange(min=1),
-    default=REPLAY_BATCH_SIZE,
-    show_default=True,
-    help="Rows locked, published and committed per transaction.",
+    default=None,
+    help=f"Rows locked, published and committed per transaction [default: "
+    f"{REPLAY_BATCH_SIZE} by IDs, {BULK_BATCH_SIZE} by filter].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @_bulk_options
@@ -362,7 +362,7 @@ def replay_command(
     replay_all: bool,
     dry_run: bool,
     app_spec: str | None,
-    batch_size: int,
+    batch_size: int | None,
     as_json: bool,
     error_type: str | None,
     until: datetime | None,
@@ -415,8 +415,8 @@ def replay_command(
                 return
             bulk.confirm(settings, bulk_filter, "replay", yes)
             bulk.replay(settings, bulk_filter, everything=replay_all, open_publish=open_publish,
-                        batch_size=batch_size if batch_size != REPLAY_BATCH_SIZE
-                        else BULK_BATCH_SIZE, actor=actor, operation_id=operation_id,
+                        batch_size=batch_size or BULK_BATCH_SIZE, actor=actor,
+                        operation_id=operation_id,
                         as_json=as_json)  # fmt: skip
         finally:
             for port in ports:
@@ -430,7 +430,7 @@ def replay_command(
                 ids=list(ids) or None,
                 where=where,
                 dry_run=dry_run,
-                batch_size=batch_size,
+                batch_size=batch_size or REPLAY_BATCH_SIZE,
                 max_bytes=settings.max_payload_bytes,
             )
     except ReplayError as exc:
