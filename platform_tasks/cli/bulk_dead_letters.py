@@ -62,13 +62,14 @@ def _operation_line(result: BulkResult, verb: str) -> str:
 
 
 def dry_run(settings: PlatformSettings, conn: Any, where: OperationFilter, as_json: bool) -> None:
-    """Print what a replay of ``where`` would do, row by row; exit 1 when nothing."""
+    """Print what a replay of ``where`` would do, row by row (``--json``: the same object
+    as before, its ``replayed`` array streamed); exit 1 when nothing would be replayed."""
     would = refused = 0
-    rows: list[dict[str, Any]] = []
     refusals: list[dict[str, Any]] = []
-    for row_id, job_id, queue, why in iter_matching(
-        conn, where, max_bytes=settings.max_payload_bytes
-    ):
+    if as_json:
+        click.echo('{"dry_run": true, "replayed": [', nl=False)
+    rows = iter_matching(conn, where, max_bytes=settings.max_payload_bytes)
+    for row_id, job_id, queue, why in rows:
         if why:
             refused += 1
             if as_json:
@@ -76,14 +77,15 @@ def dry_run(settings: PlatformSettings, conn: Any, where: OperationFilter, as_js
             else:
                 click.echo(f"refused {row_id}: {printable(why)}", err=True)
             continue
-        would += 1
         if as_json:
-            rows.append({"id": row_id, "job_id": str(job_id), "queue": queue})
+            item = json.dumps({"id": row_id, "job_id": str(job_id), "queue": queue})
+            click.echo(("\n  " if not would else ",\n  ") + item, nl=False)
         else:
             click.echo(f"would replay {row_id}: job {job_id} to queue {printable(str(queue))}")
+        would += 1
     if as_json:
-        click.echo(json.dumps({"dry_run": True, "replayed": rows, "refused": refusals,
-                               "not_pending": []}, indent=2, sort_keys=True))  # fmt: skip
+        tail = json.dumps({"not_pending": [], "refused": refusals}, sort_keys=True)[1:]
+        click.echo(("\n]" if would else "]") + ", " + tail)
     else:
         click.echo(f"would replay {would}, refused {refused} (nothing changed)")
     if not would:

@@ -72,7 +72,12 @@ class _Since(click.ParamType):  # type: ignore[type-arg]
     ) -> datetime:
         if isinstance(value, datetime):
             return value
-        return parse_since(str(value))
+        try:
+            return parse_since(str(value))
+        except click.BadParameter as exc:
+            if param is not None:  # name the option given (--since or --until)
+                exc.param, exc.param_hint = param, None
+            raise
 
 
 SINCE = _Since()
