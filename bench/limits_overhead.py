@@ -51,9 +51,13 @@ def main() -> None:
             "none": {},
             "cap": {"concurrency_key": tenant, "max_concurrency": 1_000_000},
             "throttle": {"throttle_key": tenant, "throttle": "1000000/s"},
-            "cap+throttle": {"concurrency_key": tenant, "max_concurrency": 1_000_000,
-                             "throttle_key": tenant, "throttle": "1000000/s"},
-        }  # fmt: skip
+            "cap+throttle": {
+                "concurrency_key": tenant,
+                "max_concurrency": 1_000_000,
+                "throttle_key": tenant,
+                "throttle": "1000000/s",
+            },
+        }
         tasks = {}
         for label, options in declared.items():
             name = f"bench.limits_{label.replace('+', '_')}"
@@ -62,9 +66,18 @@ def main() -> None:
             def handler(envelope: Any, tx: Any) -> None: ...
 
             tasks[label] = app.tasks[name]
-        envelopes = [parse_envelope({"job_id": str(uuid7()), "tenant_id": f"t-{n % 50}",
-                                     "kind": "bench.limits", "correlation_id": "c",
-                                     "data": {}}) for n in range(args.jobs)]  # fmt: skip
+        envelopes = [
+            parse_envelope(
+                {
+                    "job_id": str(uuid7()),
+                    "tenant_id": f"t-{n % 50}",
+                    "kind": "bench.limits",
+                    "correlation_id": "c",
+                    "data": {},
+                }
+            )
+            for n in range(args.jobs)
+        ]
 
         def hook_round(task: Any) -> float:
             start = time.perf_counter()
@@ -73,15 +86,23 @@ def main() -> None:
             return args.jobs / (time.perf_counter() - start)
 
         port = QueuePort(app)
-        payload = {"tenant_id": "t-1", "correlation_id": "c-1", "kind": "bench.limits",
-                   "data": {"n": 1}}  # fmt: skip
+        payload = {
+            "tenant_id": "t-1",
+            "correlation_id": "c-1",
+            "kind": "bench.limits",
+            "data": {"n": 1},
+        }
 
         def publish_round(unique: bool) -> float:
             start = time.perf_counter()
             for n in range(args.jobs):
                 if unique:
-                    port.publish("bench", payload, unique_key=f"k-{n}-{time.monotonic_ns()}",
-                                 unique_for=timedelta(minutes=1))  # fmt: skip
+                    port.publish(
+                        "bench",
+                        payload,
+                        unique_key=f"k-{n}-{time.monotonic_ns()}",
+                        unique_for=timedelta(minutes=1),
+                    )
                 else:
                     port.publish("bench", payload)
             return args.jobs / (time.perf_counter() - start)
@@ -96,11 +117,13 @@ def main() -> None:
 
         sides: dict[str, Callable[[], float]] = {
             "one PING per job": ping_round,
-            **{f"hook: {label}": (lambda task=task: hook_round(task))
-               for label, task in tasks.items()},
+            **{
+                f"hook: {label}": (lambda task=task: hook_round(task))
+                for label, task in tasks.items()
+            },
             "publish": lambda: publish_round(False),
             "publish unique_key": lambda: publish_round(True),
-        }  # fmt: skip
+        }
         for run in sides.values():
             run()  # warm connections and scripts
         rates: dict[str, list[float]] = {label: [] for label in sides}

@@ -58,6 +58,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     from platform_tasks.brokers.worker_queues import install as install_worker_queues
     from platform_tasks.consumer.dropped_messages import install as install_consumer
     from platform_tasks.consumer.hooks import install as install_pipeline_hooks
+    from platform_tasks.consumer.queue_pause import install as install_queue_pause
     from platform_tasks.consumer.task import install as install_platform_task
     from platform_tasks.contrib.beat_leases import install as install_beat_leases
     from platform_tasks.fanout import install_default as install_fanout
@@ -80,6 +81,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
         install_broker_checks,
         install_task_events,
         install_notification_rails,
+        install_queue_pause,
     ]
 
 

@@ -57,6 +57,7 @@ from platform_tasks.consumer.attempts import (
     attempt_number,
     delivery_ttl_seconds,
 )
+from platform_tasks.consumer.cancels import CancelCheck, cancel_delivery, running_job
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.hooks import Hooks, hooks_of
 from platform_tasks.consumer.marks import DeliveryMarks, reads_can_skip
@@ -130,6 +131,7 @@ class DeliveryPipeline:
         self.skip_unmarked_reads = (
             reads_can_skip(self.settings) if skip_unmarked_reads is None else skip_unmarked_reads
         )
+        self.cancels = CancelCheck()
 
     @classmethod
     def for_app(cls, app: PlatformCelery, database_url: str) -> DeliveryPipeline:
@@ -215,6 +217,9 @@ class DeliveryPipeline:
             claimed, marked = tx.claim_and_look(job, delivery.consumer)
             if not claimed:
                 return Duplicate("applied")
+            cancelled = cancel_delivery(self.cancels, tx, envelope, delivery)
+            if cancelled is not None:  # an operator cancelled it (platform-tasks jobs cancel)
+                return cancelled
             if delivery.redelivered or marked or not self.skip_unmarked_reads:
                 if delivery.redelivered:  # the count below writes the job's Redis state
                     self.marks.mark(delivery.consumer, job)
@@ -253,7 +258,8 @@ class DeliveryPipeline:
             error: Exception | None = None
             try:
                 held = admit(task, envelope, delivery.unique_key)  # its limits, or wait
-                result = task.execute(envelope, tx.cursor)
+                with running_job(self.cancels, tx.cursor, envelope, delivery.queue):
+                    result = task.execute(envelope, tx.cursor)
             except Throttled as exc:
                 tx.rollback()
                 if counted:

@@ -83,8 +83,9 @@ class Admitted:
             except REDIS_ERRORS:
                 logger.warning(
                     "could not release a concurrency slot; it frees when its lease expires",
-                    exc_info=True, extra={"event": "limits.release_failed", "key": lease.key},
-                )  # fmt: skip
+                    exc_info=True,
+                    extra={"event": "limits.release_failed", "key": lease.key},
+                )
         self.leases.clear()
 
 
@@ -132,8 +133,9 @@ class LimitsRuntime:
                 )
                 self._unique = UniqueLocks(client, delay_keys(self.settings.profile))
             elif kind == "rabbitmq":
-                self._unique = UniqueLocks(self.client(),
-                                           rabbitmq_delay_keys(self.settings.profile))  # fmt: skip
+                self._unique = UniqueLocks(
+                    self.client(), rabbitmq_delay_keys(self.settings.profile)
+                )
         return self._unique
 
 
@@ -181,8 +183,7 @@ def admit(task: Any, envelope: Any, unique_key: str | None = None) -> Admitted:
             taken = runtime.throttles().take(task.name, key, spec.throttle, spec.throttle_total)
             if not taken.granted:
                 admitted.release()
-                raise Throttled(due_at(redis_now_ms(runtime.client()), taken.wait_ms),
-                                taken.reason)  # fmt: skip
+                raise Throttled(due_at(redis_now_ms(runtime.client()), taken.wait_ms), taken.reason)
         if unique_key is not None:
             _release_unique(runtime, unique_key, job)
     except REDIS_ERRORS as exc:
@@ -201,5 +202,8 @@ def _release_unique(runtime: LimitsRuntime, unique_key: str, job: str) -> None:
         if locks is not None:
             locks.release(unique_key, job)
     except REDIS_ERRORS:
-        logger.warning("could not release a unique publish key; it ends at its unique_for",
-                       exc_info=True, extra={"event": "limits.unique_release_failed"})  # fmt: skip
+        logger.warning(
+            "could not release a unique publish key; it ends at its unique_for",
+            exc_info=True,
+            extra={"event": "limits.unique_release_failed"},
+        )

@@ -83,12 +83,12 @@ class ConcurrencyLeases:
         return concurrency_key(self.profile, task, key)
 
     def acquire(self, task: str, key: str, job_id: str, cap: int, ttl_ms: int) -> CapDecision:
-        raw = cast(list[Any], self._acquire(keys=[self.key(task, key)],
-                                            args=[job_id, cap, ttl_ms]))  # fmt: skip
+        raw = cast(list[Any], self._acquire(keys=[self.key(task, key)], args=[job_id, cap, ttl_ms]))
         return CapDecision(bool(int(raw[0])), int(raw[1]), int(raw[2]))
 
-    def acquire_and_track(self, task: str, key: str, job_id: str, cap: int, ttl_ms: int,
-                          retry_ms: int) -> tuple[CapDecision, int]:  # fmt: skip
+    def acquire_and_track(
+        self, task: str, key: str, job_id: str, cap: int, ttl_ms: int, retry_ms: int
+    ) -> tuple[CapDecision, int]:
         """:meth:`acquire`, and keep the task's set of jobs waiting on a cap up to date.
 
         A granted job leaves the set; a refused one is in it until it is due back plus
@@ -139,8 +139,9 @@ class ConcurrencyLeases:
     def holders(self, task: str, key: str) -> list[str]:
         """Job ids holding a slot of ``(task, key)`` (expired leases included until the next
         acquire drops them)."""
-        return [m.decode() for m in cast(list[bytes], self.client.zrange(self.key(task, key),
-                                                                         0, -1))]  # fmt: skip
+        return [
+            m.decode() for m in cast(list[bytes], self.client.zrange(self.key(task, key), 0, -1))
+        ]
 
 
 class LeaseRenewer:
@@ -181,15 +182,17 @@ class LeaseRenewer:
         if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
             return
         self._pid = os.getpid()
-        self._thread = threading.Thread(target=self._loop, name="platform-lease-renewer",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._loop, name="platform-lease-renewer", daemon=True
+        )
         self._thread.start()
 
     def _loop(self) -> None:
         while True:
             held = self.held()
-            interval = min((renew_interval_s(lease.ttl_ms) for lease in held),
-                           default=IDLE_INTERVAL_S)  # fmt: skip
+            interval = min(
+                (renew_interval_s(lease.ttl_ms) for lease in held), default=IDLE_INTERVAL_S
+            )
             self._interval = interval
             if self._wake.wait(interval):
                 self._wake.clear()
@@ -209,6 +212,7 @@ class LeaseRenewer:
             if lost:
                 logger.warning(
                     "%d concurrency lease(s) expired before their renewal: their keys may run "
-                    "over the cap until these jobs end", lost,
+                    "over the cap until these jobs end",
+                    lost,
                     extra={"event": "limits.lease_lost", "leases": lost},
-                )  # fmt: skip
+                )

@@ -17,13 +17,16 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge
 
 CAP_REFUSED = Counter(
-    "platform_jobs_cap_refused", "Deliveries refused by their concurrency cap (put back to wait).",
+    "platform_jobs_cap_refused",
+    "Deliveries refused by their concurrency cap (put back to wait).",
     ("task",),
-)  # fmt: skip
+)
 WAITING_ON_CAP = Gauge(
-    "platform_jobs_waiting_on_cap", "Jobs waiting on a concurrency cap, across all workers.",
-    ("task",), multiprocess_mode="mostrecent",
-)  # fmt: skip
+    "platform_jobs_waiting_on_cap",
+    "Jobs waiting on a concurrency cap, across all workers.",
+    ("task",),
+    multiprocess_mode="mostrecent",
+)
 
 
 def record_cap(task: str, *, refused: bool, waiting: int) -> None:

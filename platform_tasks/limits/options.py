@@ -44,9 +44,16 @@ KeyFunction = Callable[[Any], Any]
 """Called with the validated envelope; returns the key (``None``: this job is not limited)."""
 
 LIMIT_OPTIONS = frozenset(
-    {"concurrency_key", "max_concurrency", "concurrency_lease_ttl", "concurrency_retry",
-     "throttle_key", "throttle", "throttle_total"}
-)  # fmt: skip
+    {
+        "concurrency_key",
+        "max_concurrency",
+        "concurrency_lease_ttl",
+        "concurrency_retry",
+        "throttle_key",
+        "throttle",
+        "throttle_total",
+    }
+)
 """The task options this package adds to ``PlatformTask.platform_options``."""
 
 DEFAULT_LEASE_TTL = timedelta(seconds=30)
@@ -154,20 +161,40 @@ def limit_spec(cls: type[Any], task: str) -> LimitSpec:
             "throttle_key=<function of the envelope> and throttle=Rate(...) or '10/s'"
         )
     return LimitSpec(
-        concurrency_key=(None if cap is None else _key_function(
-            values["concurrency_key"], task=task, option="concurrency_key")),
+        concurrency_key=(
+            None
+            if cap is None
+            else _key_function(values["concurrency_key"], task=task, option="concurrency_key")
+        ),
         max_concurrency=cap,
-        lease_ttl=(DEFAULT_LEASE_TTL if values["concurrency_lease_ttl"] is None else _seconds(
-            values["concurrency_lease_ttl"], task=task, option="concurrency_lease_ttl")),
-        cap_retry=(DEFAULT_CAP_RETRY if values["concurrency_retry"] is None else _seconds(
-            values["concurrency_retry"], task=task, option="concurrency_retry")),
-        throttle_key=(None if values["throttle_key"] is None else _key_function(
-            values["throttle_key"], task=task, option="throttle_key")),
-        throttle=(None if values["throttle"] is None else parse_rate(
-            values["throttle"], task=task, option="throttle")),
-        throttle_total=(None if values["throttle_total"] is None else parse_rate(
-            values["throttle_total"], task=task, option="throttle_total")),
-    )  # fmt: skip
+        lease_ttl=(
+            DEFAULT_LEASE_TTL
+            if values["concurrency_lease_ttl"] is None
+            else _seconds(
+                values["concurrency_lease_ttl"], task=task, option="concurrency_lease_ttl"
+            )
+        ),
+        cap_retry=(
+            DEFAULT_CAP_RETRY
+            if values["concurrency_retry"] is None
+            else _seconds(values["concurrency_retry"], task=task, option="concurrency_retry")
+        ),
+        throttle_key=(
+            None
+            if values["throttle_key"] is None
+            else _key_function(values["throttle_key"], task=task, option="throttle_key")
+        ),
+        throttle=(
+            None
+            if values["throttle"] is None
+            else parse_rate(values["throttle"], task=task, option="throttle")
+        ),
+        throttle_total=(
+            None
+            if values["throttle_total"] is None
+            else parse_rate(values["throttle_total"], task=task, option="throttle_total")
+        ),
+    )
 
 
 def key_text(function: KeyFunction, envelope: Any) -> str | None:

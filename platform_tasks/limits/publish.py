@@ -43,14 +43,18 @@ def unique_locks_of(port: QueuePort) -> UniqueLocks:
     return locks
 
 
-def publish_unique(port: QueuePort, queue: str, payload: Mapping[str, Any],
-                   options: PublishOptions, unique: UniquePublish,
-                   run_at: datetime | None) -> uuid.UUID:  # fmt: skip
+def publish_unique(
+    port: QueuePort,
+    queue: str,
+    payload: Mapping[str, Any],
+    options: PublishOptions,
+    unique: UniquePublish,
+    run_at: datetime | None,
+) -> uuid.UUID:
     """Publish (``run_at`` None) or schedule ``payload`` under ``unique``; the job id that
     will run (the waiting job's when one holds the key)."""
     locks = unique_locks_of(port)
-    options = options.model_copy(update={"headers": {**options.headers,
-                                                     UNIQUE_HEADER: unique.key}})  # fmt: skip
+    options = options.model_copy(update={"headers": {**options.headers, UNIQUE_HEADER: unique.key}})
     envelope = port.envelope(payload)
     job_id = str(envelope.job_id)
     if run_at is not None and run_at <= port._clock():

@@ -55,8 +55,9 @@ class Throttles:
         self.profile = profile
         self._take = client.register_script(script_source("rate_limit_take"))
 
-    def take(self, task: str, key: str | None, rate: RateLimit | None,
-             total: RateLimit | None) -> ThrottleDecision:  # fmt: skip
+    def take(
+        self, task: str, key: str | None, rate: RateLimit | None, total: RateLimit | None
+    ) -> ThrottleDecision:
         """One token of ``key`` at ``rate`` and of the task at ``total``, or none."""
         if total is not None:
             first, first_rate = throttle_total_bucket(self.profile, task), total
@@ -102,6 +103,7 @@ class Throttles:
             return GRANTED
         reason = verdict & 7
         if second is None:
-            return ThrottleDecision(False, verdict >> 3, "throttle" if total is None
-                                    else "throttle_total")  # fmt: skip
+            return ThrottleDecision(
+                False, verdict >> 3, "throttle" if total is None else "throttle_total"
+            )
         return ThrottleDecision(False, verdict >> 3, _REASONS.get(reason, "throttle"))

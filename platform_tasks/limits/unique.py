@@ -67,8 +67,10 @@ def unique_publish(key: Any, unique_for: Any, mode: Any) -> UniquePublish | None
             raise ValueError("unique_for and unique_mode need unique_key")
         return None
     if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
-        raise ValueError(f"unique_key must be a non-empty text of at most {MAX_KEY_LENGTH} "
-                         f"characters, got {key!r}")  # fmt: skip
+        raise ValueError(
+            f"unique_key must be a non-empty text of at most {MAX_KEY_LENGTH} "
+            f"characters, got {key!r}"
+        )
     if not isinstance(unique_for, timedelta) or unique_for.total_seconds() <= 0:
         raise ValueError(
             f"unique_for must be a positive timedelta with unique_key, got {unique_for!r}"
@@ -107,8 +109,15 @@ class UniqueLocks:
                 return _text(held).split(" ", 1)[0]
         raise RuntimeError(f"unique key {key!r}: its lock kept changing; publish again")
 
-    def store(self, request: UniquePublish, job_id: str, entry_id: str, due_ms: int | None,
-              delay_ms: int, build: Callable[[str], str]) -> str:  # fmt: skip
+    def store(
+        self,
+        request: UniquePublish,
+        job_id: str,
+        entry_id: str,
+        due_ms: int | None,
+        delay_ms: int,
+        build: Callable[[str], str],
+    ) -> str:
         """Store a delayed job under ``request.key`` (see the module docstring).
 
         ``build(job_id)`` encodes the entry for a job id: the new job's, or the waiting
@@ -119,9 +128,22 @@ class UniqueLocks:
         expected = ""
         entry = build(job_id)
         for _ in range(_REBUILDS):
-            outcome, value = cast(list[Any], self._schedule(keys=keys, args=[
-                request.mode, job_id, entry_id, "" if due_ms is None else due_ms,
-                request.ttl_ms, entry, delay_ms, expected]))  # fmt: skip
+            outcome, value = cast(
+                list[Any],
+                self._schedule(
+                    keys=keys,
+                    args=[
+                        request.mode,
+                        job_id,
+                        entry_id,
+                        "" if due_ms is None else due_ms,
+                        request.ttl_ms,
+                        entry,
+                        delay_ms,
+                        expected,
+                    ],
+                ),
+            )
             outcome, value = _text(outcome), _text(value)
             if outcome == "rebuild":
                 expected = value

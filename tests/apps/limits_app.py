@@ -47,15 +47,26 @@ def _tenant(envelope: Envelope[Any]) -> str | None:
     return envelope.tenant_id
 
 
-@app.task(name="tests.limits.capped", base=PlatformTask, data_model=Run,
-          concurrency_key=_tenant, max_concurrency=CAP,
-          concurrency_lease_ttl=LEASE_TTL_SECONDS, concurrency_retry=0.2)  # fmt: skip
+@app.task(
+    name="tests.limits.capped",
+    base=PlatformTask,
+    data_model=Run,
+    concurrency_key=_tenant,
+    max_concurrency=CAP,
+    concurrency_lease_ttl=LEASE_TTL_SECONDS,
+    concurrency_retry=0.2,
+)
 def capped(envelope: Envelope[Run], tx: Any) -> None:
     _run("capped", envelope, tx)
 
 
-@app.task(name="tests.limits.throttled", base=PlatformTask, data_model=Run,
-          throttle_key=_tenant, throttle=THROTTLE)  # fmt: skip
+@app.task(
+    name="tests.limits.throttled",
+    base=PlatformTask,
+    data_model=Run,
+    throttle_key=_tenant,
+    throttle=THROTTLE,
+)
 def throttled(envelope: Envelope[Run], tx: Any) -> None:
     _run("throttled", envelope, tx)
 
@@ -85,7 +96,13 @@ def _run(task: str, envelope: Envelope[Run], tx: Any) -> None:
     tx.execute(
         "INSERT INTO public.limit_runs (job_id, task, tenant, attempt, worker, label, started_at,"
         " ended_at) VALUES (%s, %s, %s, %s, %s, %s, %s, clock_timestamp())",
-        (job, task, envelope.tenant_id or "", _attempt(),
-         f"{socket.gethostname()}:{current_task.request.hostname}", envelope.data.label,
-         started),
-    )  # fmt: skip
+        (
+            job,
+            task,
+            envelope.tenant_id or "",
+            _attempt(),
+            f"{socket.gethostname()}:{current_task.request.hostname}",
+            envelope.data.label,
+            started,
+        ),
+    )

@@ -24,9 +24,15 @@ def capped(settings: PlatformSettings) -> Iterator[Any]:
     app = create_app("limits_admission", settings=settings)
     name = f"t.admission{next(_names)}"
 
-    @app.task(name=name, base=PlatformTask, shared=False, max_concurrency=1,
-              concurrency_key=lambda envelope: envelope.tenant_id,
-              throttle_key=lambda envelope: envelope.tenant_id, throttle="1/min")  # fmt: skip
+    @app.task(
+        name=name,
+        base=PlatformTask,
+        shared=False,
+        max_concurrency=1,
+        concurrency_key=lambda envelope: envelope.tenant_id,
+        throttle_key=lambda envelope: envelope.tenant_id,
+        throttle="1/min",
+    )
     def handler(envelope: Any, tx: Any) -> None: ...
 
     yield app.tasks[name]
@@ -34,8 +40,15 @@ def capped(settings: PlatformSettings) -> Iterator[Any]:
 
 
 def envelope(tenant: str) -> Any:
-    return parse_envelope({"job_id": str(uuid7()), "tenant_id": tenant, "kind": "t.admission",
-                           "correlation_id": "c", "data": {}})  # fmt: skip
+    return parse_envelope(
+        {
+            "job_id": str(uuid7()),
+            "tenant_id": tenant,
+            "kind": "t.admission",
+            "correlation_id": "c",
+            "data": {},
+        }
+    )
 
 
 def redis_ms(client: redis.Redis) -> int:
@@ -82,8 +95,13 @@ def test_a_limit_that_cannot_ask_redis_waits(settings: PlatformSettings) -> None
     app = create_app("limits_admission_down", settings=down)
     name = f"t.admission{next(_names)}"
 
-    @app.task(name=name, base=PlatformTask, shared=False, max_concurrency=1,
-              concurrency_key=lambda envelope: envelope.tenant_id)  # fmt: skip
+    @app.task(
+        name=name,
+        base=PlatformTask,
+        shared=False,
+        max_concurrency=1,
+        concurrency_key=lambda envelope: envelope.tenant_id,
+    )
     def handler(envelope: Any, tx: Any) -> None: ...
 
     try:

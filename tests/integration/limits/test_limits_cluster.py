@@ -44,7 +44,8 @@ def test_caps_and_throttles_work_on_a_cluster(cluster_client: RedisCluster) -> N
     assert leases.renew([Lease(leases.key("t", "a"), "a1", 60_000)]) == 0
     throttles = Throttles(cluster_client, profile="test")
     assert cluster_client.keyslot(throttle_total_bucket("test", "t")) == cluster_client.keyslot(
-        throttle_key_bucket("test", "t", "a"))  # fmt: skip
+        throttle_key_bucket("test", "t", "a")
+    )
     assert throttles.take("t", "a", Rate(1, 60), Rate(100, 1)).granted
     assert throttles.take("t", "a", Rate(1, 60), Rate(100, 1)).reason == "throttle"
     assert throttles.take("t", "b", Rate(1, 60), None).granted

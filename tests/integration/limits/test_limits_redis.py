@@ -45,8 +45,12 @@ def test_a_lease_not_renewed_ends_at_its_ttl_and_frees_the_slot(redis_client: re
     (score,) = [s for _, s in redis_client.zrange(leases.key("t", "k"), 0, -1, withscores=True)]
     assert score <= redis_ms(redis_client) + 300
     assert not leases.acquire("t", "k", "next", 1, 300).granted
-    wait_until(lambda: leases.acquire("t", "k", "next", 1, 60_000).granted, timeout=10,
-               interval=0.05, message="slot freed after the ttl")  # fmt: skip
+    wait_until(
+        lambda: leases.acquire("t", "k", "next", 1, 60_000).granted,
+        timeout=10,
+        interval=0.05,
+        message="slot freed after the ttl",
+    )
     assert leases.holders("t", "k") == ["next"]
     assert redis_ms(redis_client) >= score
 

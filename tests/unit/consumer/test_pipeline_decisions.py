@@ -55,6 +55,9 @@ class Cursor:
     def execute(self, sql: str, params: Any = None) -> None:
         conn = self.conn
         sql = "\n".join(line for line in sql.splitlines() if not line.startswith("--"))
+        if "platform_cancel_rules" in sql or "FROM core.cancel_rules" in sql:
+            self._rows: list[Any] = []  # the cancel check's read: no operator cancels here
+            return
         conn.statements.append(sql.split()[0] if not sql.startswith("BEGIN;") else "CLAIM")
         if sql.startswith(
             (
@@ -90,6 +93,9 @@ class Cursor:
 
     def fetchone(self) -> Any:
         return self._row
+
+    def fetchall(self) -> list[Any]:
+        return self._rows
 
     def close(self) -> None:
         self.closed = True

@@ -40,8 +40,14 @@ def declare(**options: Any) -> Any:
 
 
 def test_a_declared_cap_and_throttle_are_read_from_the_class() -> None:
-    cls = declare(concurrency_key=tenant, max_concurrency=3, concurrency_lease_ttl=10,
-                  throttle_key=tenant, throttle="20/min", throttle_total=Rate(5, 1))  # fmt: skip
+    cls = declare(
+        concurrency_key=tenant,
+        max_concurrency=3,
+        concurrency_lease_ttl=10,
+        throttle_key=tenant,
+        throttle="20/min",
+        throttle_total=Rate(5, 1),
+    )
     spec = cls.platform_limits
     assert spec.concurrency_key is tenant and spec.max_concurrency == 3
     assert spec.lease_ttl == timedelta(seconds=10)
@@ -63,8 +69,10 @@ def test_a_task_without_limits_has_none() -> None:
         ({"concurrency_key": tenant, "max_concurrency": True}, "max_concurrency must be"),
         ({"concurrency_key": tenant, "max_concurrency": "2"}, "max_concurrency must be"),
         ({"concurrency_key": "tenant_id", "max_concurrency": 2}, "concurrency_key must be a"),
-        ({"concurrency_key": tenant, "max_concurrency": 2, "concurrency_lease_ttl": -1},
-         "concurrency_lease_ttl must be positive"),
+        (
+            {"concurrency_key": tenant, "max_concurrency": 2, "concurrency_lease_ttl": -1},
+            "concurrency_lease_ttl must be positive",
+        ),
         ({"concurrency_lease_ttl": 5}, "concurrency_lease_ttl only applies"),
         ({"throttle": "10/s"}, "throttle_key is missing"),
         ({"throttle_key": tenant}, "throttle is missing"),
@@ -72,9 +80,10 @@ def test_a_task_without_limits_has_none() -> None:
         ({"throttle_total": 5}, "throttle_total=5 is not a rate"),
         ({"max_concurency": 2}, "unknown task option 'max_concurency'"),
     ],
-)  # fmt: skip
-def test_a_wrong_limit_option_fails_at_declaration_naming_it(options: dict[str, Any],
-                                                             names: str) -> None:  # fmt: skip
+)
+def test_a_wrong_limit_option_fails_at_declaration_naming_it(
+    options: dict[str, Any], names: str
+) -> None:
     with pytest.raises(ConfigurationError, match=r"t\.limited") as raised:
         declare(**options)
     assert names in str(raised.value)

@@ -1,0 +1,502 @@
+"""Bulk replay and discard of every pending dead letter matching a filter.
+
+One operation is one ``core.operations`` row. It walks the matching pending rows in id
+order, ``batch_size`` per transaction: lock the batch with ``FOR UPDATE SKIP LOCKED``,
+publish (replay) or mark (discard) each row, mark them, add the batch to the operation's
+counts and move its ``last_id`` — all in that one transaction. So:
+
+- two operations running the same filter at once never act on the same row: a row the
+  other holds is skipped, a row it committed is no longer pending;
+- a crash loses at most the batch in flight (rolled back; for a replay its publishes
+  may have happened, and the consumer's idempotency row makes the republish harmless);
+- rerunning the same kind and filter finds the unfinished (``running``) operation and
+  continues it from ``last_id`` instead of starting a new one.
+
+Memory holds one batch whatever the number of rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from psycopg2.extensions import connection as Connection
+from psycopg2.extensions import cursor as Cursor
+from psycopg2.extras import Json
+
+from platform_tasks.dead_letters.store import (
+    DeadLetter,
+    Publish,
+    ReplayedRow,
+    _dead_letter,
+    replay_refusal,
+)
+from platform_tasks.errors import ReplayError
+from platform_tasks.operations.filters import OperationFilter
+from platform_tasks.operations.log import (
+    Operation,
+    connect,
+    default_actor,
+    fetch_operation,
+    finish_operation,
+    start_operation,
+)
+from platform_tasks.postgres.queries import load_queries
+from platform_tasks.settings import PlatformSettings
+
+__all__ = [
+    "BULK_BATCH_SIZE",
+    "REFUSED_KEPT",
+    "BatchCallback",
+    "BulkResult",
+    "Preview",
+    "bulk_discard",
+    "bulk_replay",
+    "iter_matching",
+    "preview_dead_letters",
+]
+
+logger = logging.getLogger(__name__)
+
+BULK_BATCH_SIZE = 500
+"""Rows locked, acted on and committed per transaction."""
+
+REFUSED_KEPT = 100
+"""Refused rows a :class:`BulkResult` lists by id (all are counted in ``failed``)."""
+
+BatchCallback = Callable[[list[ReplayedRow], list[tuple[int, str]]], None]
+"""Called with ``(replayed, refused)`` of each committed batch of a bulk replay."""
+
+LOCK_CLASS = 0x6F707320  # "ops ": advisory locks (class, operation id) of running operations
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a bulk action would act on now: the count of matching pending rows and the
+    oldest ``sample_size`` of them (payload left out, ``last_error`` cut to its start)."""
+
+    matched: int
+    sample: list[DeadLetter]
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """The finished (or, on error, last committed) state of one bulk operation."""
+
+    operation: Operation
+    resumed: bool
+    """True when this run continued an unfinished operation of the same kind and filter."""
+    refused: list[tuple[int, str]] = field(default_factory=list)
+    """``(id, why)`` of rows this run left pending because they cannot be replayed
+    (at most :data:`REFUSED_KEPT`; the operation's ``failed`` count has them all)."""
+
+
+def _queries() -> dict[str, str]:
+    return load_queries("operations")
+
+
+def preview_dead_letters(
+    settings: PlatformSettings,
+    where: OperationFilter,
+    *,
+    sample_size: int = 20,
+    conn: Connection | None = None,
+) -> Preview:
+    """Count the pending rows matching ``where`` and return the oldest ``sample_size``.
+
+    Nothing is locked or changed; the ``--dry-run`` of the CLI and the console's
+    confirmation page show this. Needs ``settings.database_url``.
+    """
+    if sample_size < 0:
+        raise ValueError(f"sample_size must be >= 0, got {sample_size}")
+    with connect(settings, conn) as db, db, db.cursor() as cur:
+        cur.execute(_queries()["count_matching"], where.params())
+        row = cur.fetchone()
+        matched = int(row[0]) if row else 0
+        sample: list[DeadLetter] = []
+        if sample_size and matched:
+            cur.execute(_queries()["sample_matching"], {**where.params(), "limit": sample_size})
+            names = [column[0] for column in cur.description or ()]
+            sample = [_dead_letter(names, values) for values in cur.fetchall()]
+    return Preview(matched, sample)
+
+
+def iter_matching(
+    conn: Connection, where: OperationFilter, *, max_bytes: int | None = None
+) -> Iterator[tuple[int, uuid.UUID | None, str | None, str | None]]:
+    """Every pending row matching ``where``, oldest first, as ``(id, job id, queue, why
+    not replayable or None)``: what a replay would do, for a dry run. Streams through a
+    server-side cursor in one read-only transaction (one batch of payloads in memory)."""
+    with conn, conn.cursor(name="platform_operations_dry_run") as cur:
+        cur.itersize = BULK_BATCH_SIZE
+        cur.execute(_queries()["stream_matching"], where.params())
+        for row_id, queue, payload in cur:
+            refusal = replay_refusal(queue, payload, max_bytes=max_bytes)
+            job_id = None if refusal else uuid.UUID(str(payload["job_id"]))
+            yield int(row_id), job_id, queue, refusal
+
+
+@dataclass
+class _Run:
+    """One run of an operation on one connection: where it is and what it did."""
+
+    operation: Operation
+    where: OperationFilter
+    resumed: bool
+    after_id: int
+    max_id: int
+    refused: list[tuple[int, str]] = field(default_factory=list)
+
+
+def _check(
+    where: OperationFilter, batch_size: int, allow_empty_filter: bool, operation_id: int | None
+) -> None:
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if operation_id is None and where.is_empty and not allow_empty_filter:
+        raise ValueError(
+            "an empty filter means every pending dead letter: give a filter (queue, kind, "
+            "tenant_id, error_type, since, until) or allow_empty_filter=True (--all)"
+        )
+
+
+def _try_lock(cur: Cursor, operation_id: int) -> bool:
+    cur.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, operation_id % 2**31))
+    row = cur.fetchone()
+    return bool(row and row[0])
+
+
+def _unlock(db: Connection, operation_id: int) -> None:
+    if db.closed:
+        return
+    try:
+        with db, db.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, operation_id % 2**31))
+    except Exception:  # the session ends soon; its locks end with it
+        logger.warning(
+            "could not release the lock of operation %s",
+            operation_id,
+            exc_info=True,
+            extra={"event": "operations.unlock_failed", "operation_id": operation_id},
+        )
+
+
+def _claim(
+    db: Connection, kind: str, where: OperationFilter, actor: str, operation_id: int | None
+) -> _Run:
+    """Continue an unfinished operation of this kind and filter whose process is gone, or
+    start a new one; either way hold its advisory lock for this session."""
+    queries = _queries()
+    with db, db.cursor() as cur:
+        if operation_id is not None:
+            found = fetch_operation(cur, operation_id)
+            if found is None:
+                raise ValueError(f"operation {operation_id} not found")
+            if found.kind != kind or found.outcome != "running":
+                raise ValueError(
+                    f"operation {operation_id} is a {found.kind} operation that is "
+                    f"{found.outcome}; only a running {kind} operation can be continued"
+                )
+            stored = OperationFilter.from_json(found.filter)
+            if not where.is_empty and where != stored:
+                raise ValueError(
+                    f"operation {operation_id} has filter {stored.describe()}, "
+                    f"not {where.describe()}"
+                )
+            if not _try_lock(cur, found.id):
+                raise ValueError(f"operation {operation_id} is being run by another process")
+            return _Run(found, stored, True, found.last_id, found.max_id or 0)
+        cur.execute(queries["unfinished"], {"kind": kind, "filter": Json(where.to_json())})
+        for (candidate,) in cur.fetchall():
+            if _try_lock(cur, int(candidate)):
+                found = fetch_operation(cur, int(candidate))
+                if found is None or found.outcome != "running":  # finished meanwhile
+                    _release_in(cur, int(candidate))
+                    continue
+                return _Run(found, where, True, found.last_id, found.max_id or 0)
+        cur.execute(queries["count_matching"], where.params())
+        row = cur.fetchone()
+        matched, max_id = (int(row[0]), int(row[1] or 0)) if row else (0, 0)
+        operation = start_operation(
+            cur, kind=kind, actor=actor, filter=where.to_json(), matched=matched
+        )
+        cur.execute("UPDATE core.operations SET max_id = %s WHERE id = %s", (max_id, operation.id))
+        _try_lock(cur, operation.id)
+        return _Run(operation, where, False, 0, max_id)
+
+
+def _release_in(cur: Cursor, operation_id: int) -> None:
+    cur.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, operation_id % 2**31))
+
+
+@contextmanager
+def _operation(
+    settings: PlatformSettings,
+    conn: Connection | None,
+    kind: str,
+    where: OperationFilter,
+    actor: str | None,
+    operation_id: int | None,
+) -> Iterator[tuple[Connection, _Run]]:
+    with connect(settings, conn) as db:
+        run = _claim(db, kind, where, actor or default_actor(), operation_id)
+        _log_start(run, kind)
+        try:
+            yield db, run
+        except BaseException as exc:
+            if not db.closed:
+                db.rollback()
+                try:
+                    detail = f"{type(exc).__name__}: {exc}"
+                    with db, db.cursor() as cur:
+                        run.operation = finish_operation(
+                            cur, run.operation.id, outcome="failed", detail=detail
+                        )
+                except Exception:
+                    logger.warning(
+                        "could not record the failure of operation %s",
+                        run.operation.id,
+                        exc_info=True,
+                        extra={
+                            "event": "operations.finish_failed",
+                            "operation_id": run.operation.id,
+                        },
+                    )
+            raise
+        finally:
+            _unlock(db, run.operation.id)
+
+
+def _finish(db: Connection, run: _Run) -> Operation:
+    with db, db.cursor() as cur:
+        current = fetch_operation(cur, run.operation.id, lock=True)
+        assert current is not None
+        outcome = "succeeded" if current.failed == 0 else "partial"
+        operation = finish_operation(cur, current.id, outcome=outcome)
+    logger.info(
+        "operation %s (%s) %s: %d done, %d failed of %d matched",
+        operation.id,
+        operation.kind,
+        operation.outcome,
+        operation.done,
+        operation.failed,
+        operation.matched,
+        extra={
+            "event": "operations.finished",
+            "operation_id": operation.id,
+            "kind": operation.kind,
+            "outcome": operation.outcome,
+            "done": operation.done,
+            "failed": operation.failed,
+            "matched": operation.matched,
+        },
+    )
+    return operation
+
+
+def _log_start(run: _Run, kind: str) -> None:
+    logger.info(
+        "operation %s (%s) %s by %s on %s",
+        run.operation.id,
+        kind,
+        "continued" if run.resumed else "started",
+        run.operation.actor,
+        run.where.describe(),
+        extra={
+            "event": "operations.started",
+            "operation_id": run.operation.id,
+            "kind": kind,
+            "resumed": run.resumed,
+            "actor": run.operation.actor,
+            "filter": run.where.to_json(),
+        },
+    )
+
+
+def _advance(cur: Cursor, run: _Run, *, done: int, failed: int, last_id: int) -> None:
+    cur.execute(
+        _queries()["advance"],
+        {"id": run.operation.id, "done": done, "failed": failed, "last_id": last_id},
+    )
+    run.after_id = last_id
+
+
+def _batch_params(run: _Run, batch_size: int) -> dict[str, Any]:
+    return {
+        **run.where.params(),
+        "after_id": run.after_id,
+        "max_id": run.max_id,
+        "limit": batch_size,
+    }
+
+
+def bulk_replay(
+    settings: PlatformSettings,
+    where: OperationFilter,
+    *,
+    actor: str | None = None,
+    app: Any | None = None,
+    publish: Publish | None = None,
+    open_publish: Callable[[], Publish] | None = None,
+    batch_size: int = BULK_BATCH_SIZE,
+    allow_empty_filter: bool = False,
+    operation_id: int | None = None,
+    on_batch: BatchCallback | None = None,
+    conn: Connection | None = None,
+    now: datetime | None = None,
+) -> BulkResult:
+    """Republish every pending dead letter matching ``where`` to its original queue, with
+    its original job id, and mark it ``replayed``; one recorded operation.
+
+    Publishing uses, in order of preference: ``publish`` (a callable ``(queue, envelope)``),
+    ``open_publish`` (called once, at the first row to publish), ``app`` (a platform
+    Celery app: ``QueuePort(app).publish``, for custom routing), else a port built from
+    ``settings`` alone (broker, delay store), like ``platform-tasks dead-letters replay``.
+    Rows without a readable envelope stay pending and are counted as ``failed``.
+
+    An empty filter means every pending row and is refused unless ``allow_empty_filter``.
+    ``actor`` defaults to :func:`~platform_tasks.operations.log.default_actor`. If an
+    unfinished replay with the same filter exists whose process is gone, it is continued
+    (``resumed=True``); ``operation_id`` continues that operation explicitly (with its
+    stored filter; ``where`` may then be empty). A publish that fails ends the operation as
+    ``failed`` after committing what was published before it, then raises
+    :class:`~platform_tasks.errors.ReplayError`. ``on_batch`` is called after each
+    committed batch with the rows it replayed and refused (a CLI prints them as it goes;
+    nothing is kept across batches). Needs ``settings.database_url`` and the broker
+    settings.
+    """
+    _check(where, batch_size, allow_empty_filter, operation_id)
+    ports: list[Any] = []
+
+    def opened() -> Publish:
+        if open_publish is not None:
+            return open_publish()
+        from platform_tasks.app import platform_queue_port
+        from platform_tasks.publishing.queue_port import QueuePort
+
+        port = QueuePort(app) if app is not None else platform_queue_port(settings)
+        ports.append(port)
+        published: Publish = port.publish
+        return published
+
+    try:
+        with _operation(settings, conn, "replay", where, actor, operation_id) as (db, run):
+            sender = publish
+            queries = _queries()
+            while True:
+                with db, db.cursor() as cur:
+                    cur.execute(queries["lock_batch"], _batch_params(run, batch_size))
+                    rows = cur.fetchall()
+                    if not rows:
+                        break
+                    published: list[int] = []
+                    replayed: list[ReplayedRow] = []
+                    refused: list[tuple[int, str]] = []
+                    failed = 0
+                    for row_id, queue, payload in rows:
+                        refusal = replay_refusal(
+                            queue, payload, max_bytes=settings.max_payload_bytes
+                        )
+                        if refusal:
+                            failed += 1
+                            refused.append((row_id, refusal))
+                            if len(run.refused) < REFUSED_KEPT:
+                                run.refused.append((row_id, refusal))
+                            continue
+                        if sender is None:
+                            sender = opened()
+                        try:
+                            job_id = sender(queue, payload)
+                        except Exception as exc:
+                            _mark(cur, published, now)
+                            _advance(
+                                cur, run, done=len(published), failed=failed, last_id=row_id - 1
+                            )
+                            db.commit()
+                            raise ReplayError(row_id, published, exc) from exc
+                        published.append(row_id)
+                        replayed.append(ReplayedRow(row_id, uuid.UUID(str(job_id)), queue))
+                    _mark(cur, published, now)
+                    _advance(cur, run, done=len(published), failed=failed, last_id=rows[-1][0])
+                _log_batch(run, "replay", len(published), failed, rows[0][0], rows[-1][0])
+                if on_batch is not None:
+                    on_batch(replayed, refused)
+            operation = _finish(db, run)
+    finally:
+        for port in ports:
+            port.close()
+    return BulkResult(operation, run.resumed, run.refused)
+
+
+def _mark(cur: Cursor, ids: Sequence[int], now: datetime | None) -> None:
+    if ids:
+        cur.execute(
+            _queries()["mark_replayed"], {"ids": list(ids), "now": now or datetime.now(UTC)}
+        )
+
+
+def _log_batch(run: _Run, kind: str, done: int, failed: int, first: int, last: int) -> None:
+    logger.info(
+        "operation %s (%s): batch of ids %d..%d, %d done, %d failed",
+        run.operation.id,
+        kind,
+        first,
+        last,
+        done,
+        failed,
+        extra={
+            "event": "operations.batch",
+            "operation_id": run.operation.id,
+            "kind": kind,
+            "done": done,
+            "failed": failed,
+            "first_id": first,
+            "last_id": last,
+        },
+    )
+
+
+def bulk_discard(
+    settings: PlatformSettings,
+    where: OperationFilter,
+    *,
+    reason: str,
+    actor: str | None = None,
+    batch_size: int = BULK_BATCH_SIZE,
+    allow_empty_filter: bool = False,
+    operation_id: int | None = None,
+    conn: Connection | None = None,
+    now: datetime | None = None,
+) -> BulkResult:
+    """Mark every pending dead letter matching ``where`` ``discarded`` with ``reason``
+    (stored as ``discard_reason``, suffixed with the operation id); one recorded
+    operation, batched, concurrent-safe and resumable like :func:`bulk_replay`.
+    Needs ``settings.database_url`` only.
+    """
+    if not reason or not reason.strip():
+        raise ValueError("a discard needs a reason (--reason)")
+    _check(where, batch_size, allow_empty_filter, operation_id)
+    with _operation(settings, conn, "discard", where, actor, operation_id) as (db, run):
+        stored = f"{reason.strip()} (operation {run.operation.id})"
+        while True:
+            with db, db.cursor() as cur:
+                cur.execute(
+                    _queries()["discard_batch"],
+                    {
+                        **_batch_params(run, batch_size),
+                        "reason": stored,
+                        "now": now or datetime.now(UTC),
+                    },
+                )
+                ids = sorted(int(row[0]) for row in cur.fetchall())
+                if not ids:
+                    break
+                _advance(cur, run, done=len(ids), failed=0, last_id=ids[-1])
+            _log_batch(run, "discard", len(ids), 0, ids[0], ids[-1])
+        operation = _finish(db, run)
+    return BulkResult(operation, run.resumed, [])
