@@ -64,6 +64,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     from platform_tasks.jobs.worker import install as install_scheduled_jobs
     from platform_tasks.metrics import install as install_metrics
     from platform_tasks.notifications.setup import install as install_notification_rails
+    from platform_tasks.operations.worker import install as install_queue_pause
     from platform_tasks.worker_queues import install as install_worker_queues
 
     return [
@@ -79,6 +80,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
         install_broker_checks,
         install_task_events,
         install_notification_rails,
+        install_queue_pause,
     ]
 
 

@@ -234,3 +234,19 @@ TRANSPORT_BACKOFF_STREAM = "platform:transport:v1:backoff"
 """A stream nobody writes: the transport's back-off after a broker error reply blocks on
 ``XREAD BLOCK <ms> STREAMS <this> $`` (read-only, so Redis accepts it when out of memory,
 ``MISCONF`` or a read-only replica), keeping the consumer's socket in the event loop."""
+
+
+@dataclass(frozen=True)
+class OperationKeys:
+    """Keys of operator actions: ``paused`` is a hash from queue name to the pause (the
+    operation id, who, since when) that every worker polls."""
+
+    namespace: str
+
+    @property
+    def paused(self) -> str:
+        return f"{{{self.namespace}:operations}}:v1:paused"
+
+
+def operation_keys(profile: str) -> OperationKeys:
+    return OperationKeys(base_namespace(profile))

@@ -91,6 +91,7 @@ from platform_tasks.errors import (
     Throttled,
 )
 from platform_tasks.keys import delivery_keys
+from platform_tasks.operations.consumer_check import CancelCheck, cancel_delivery, running_job
 from platform_tasks.queue_port import QueuePort
 from platform_tasks.redis_client import REDIS_ERRORS, build_redis
 
@@ -124,6 +125,7 @@ class DeliveryPipeline:
         self.marks = marks if marks is not None else DeliveryMarks.beside(database)
         self.skip_unmarked_reads = (reads_can_skip(self.settings) if skip_unmarked_reads is None
                                     else skip_unmarked_reads)  # fmt: skip
+        self.cancels = CancelCheck()
 
     @classmethod
     def for_app(cls, app: Any, database_url: str) -> DeliveryPipeline:
@@ -202,6 +204,9 @@ class DeliveryPipeline:
             claimed, marked = tx.claim_and_look(job, delivery.consumer)
             if not claimed:
                 return Duplicate("applied")
+            cancelled = cancel_delivery(self.cancels, tx, envelope, delivery)
+            if cancelled is not None:  # an operator cancelled it (platform-tasks jobs cancel)
+                return cancelled
             if delivery.redelivered or marked or not self.skip_unmarked_reads:
                 if delivery.redelivered:  # the count below writes the job's Redis state
                     self.marks.mark(delivery.consumer, job)
@@ -228,7 +233,8 @@ class DeliveryPipeline:
                 attempt = over
             error: Exception | None = None
             try:
-                result = task.execute(envelope, tx.cursor)
+                with running_job(self.cancels, tx.cursor, envelope, delivery.queue):
+                    result = task.execute(envelope, tx.cursor)
             except Throttled as exc:
                 tx.rollback()
                 if counted:

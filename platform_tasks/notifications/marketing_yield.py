@@ -38,6 +38,7 @@ from prometheus_client import Counter
 
 from platform_tasks.notifications.rails import MARKETING, TRANSACTIONAL, notification_queue
 from platform_tasks.notifications.yield_reader import Reading, Watched, YieldReader, broker_depth
+from platform_tasks.operations.queue_gate import hold, release
 
 __all__ = [
     "CHECK_INTERVAL_SECONDS",
@@ -53,6 +54,10 @@ logger = logging.getLogger(__name__)
 CHECK_INTERVAL_SECONDS = 0.5
 """How often the transactional depth is read (one broker round trip per channel) and the
 event loop acts on the newest reading."""
+
+YIELD_REASON = "marketing yield"
+"""The yield's hold on a marketing queue (:mod:`platform_tasks.operations.queue_gate`):
+an operator's pause of the same queue outlasts the yield's resume, and the other way."""
 
 REFRESH_TIMEOUT_SECONDS = 10.0
 """How long :meth:`MarketingYield.check` waits for a fresh look (never the event loop)."""
@@ -191,7 +196,7 @@ class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
             action = state.decide(depth, waiting)
             if action == "pause":
                 state.paused_at = time.monotonic()
-                c.call_soon(c.cancel_task_queue, marketing)
+                c.call_soon(hold, c, marketing, YIELD_REASON)
                 PAUSES.labels(state.channel).inc()
                 logger.info(
                     "marketing paused on %s: transactional depth %d (pause above %d), "
@@ -212,7 +217,7 @@ class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
                 assert state.paused_at is not None
                 paused_for = time.monotonic() - state.paused_at
                 state.paused_at = None
-                c.call_soon(c.add_task_queue, marketing)
+                c.call_soon(release, c, marketing, YIELD_REASON)
                 RESUMES.labels(state.channel).inc()
                 PAUSED_SECONDS.labels(state.channel).inc(paused_for)
                 logger.info(

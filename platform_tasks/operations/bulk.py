@@ -17,20 +17,34 @@ Memory holds one batch whatever the number of rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg2.extensions import connection as Connection
+from psycopg2.extensions import cursor as Cursor
+from psycopg2.extras import Json
 
-from platform_tasks.dead_letters import DeadLetter, Publish
+from platform_tasks.dead_letters import DeadLetter, Publish, _dead_letter, replay_refusal
+from platform_tasks.errors import ReplayError
 from platform_tasks.operations.filters import OperationFilter
-from platform_tasks.operations.log import Operation
+from platform_tasks.operations.log import (
+    Operation,
+    connect,
+    default_actor,
+    fetch_operation,
+    finish_operation,
+    start_operation,
+)
+from platform_tasks.queries import load_queries
 from platform_tasks.settings import PlatformSettings
 
 __all__ = [
     "BULK_BATCH_SIZE",
+    "REFUSED_KEPT",
     "BulkResult",
     "Preview",
     "bulk_discard",
@@ -38,15 +52,21 @@ __all__ = [
     "preview_dead_letters",
 ]
 
+logger = logging.getLogger(__name__)
+
 BULK_BATCH_SIZE = 500
 """Rows locked, acted on and committed per transaction."""
+
+REFUSED_KEPT = 100
+"""Refused rows a :class:`BulkResult` lists by id (all are counted in ``failed``)."""
+
+LOCK_CLASS = 0x6F707320  # "ops ": advisory locks (class, operation id) of running operations
 
 
 @dataclass(frozen=True)
 class Preview:
-    """What a bulk action would act on now: the count of matching pending rows, how many
-    of them a replay would refuse (no readable envelope), and the first ``sample`` rows
-    (payload left out, ``last_error`` cut to its start)."""
+    """What a bulk action would act on now: the count of matching pending rows and the
+    oldest ``sample_size`` of them (payload left out, ``last_error`` cut to its start)."""
 
     matched: int
     sample: list[DeadLetter]
@@ -59,9 +79,13 @@ class BulkResult:
     operation: Operation
     resumed: bool
     """True when this run continued an unfinished operation of the same kind and filter."""
-    refused: list[tuple[int, str]]
+    refused: list[tuple[int, str]] = field(default_factory=list)
     """``(id, why)`` of rows this run left pending because they cannot be replayed
     (at most :data:`REFUSED_KEPT`; the operation's ``failed`` count has them all)."""
+
+
+def _queries() -> dict[str, str]:
+    return load_queries("operations")
 
 
 def preview_dead_letters(
@@ -76,7 +100,173 @@ def preview_dead_letters(
     Nothing is locked or changed; the ``--dry-run`` of the CLI and the console's
     confirmation page show this. Needs ``settings.database_url``.
     """
-    raise NotImplementedError
+    if sample_size < 0:
+        raise ValueError(f"sample_size must be >= 0, got {sample_size}")
+    with connect(settings, conn) as db, db, db.cursor() as cur:
+        cur.execute(_queries()["count_matching"], where.params())
+        row = cur.fetchone()
+        matched = int(row[0]) if row else 0
+        sample: list[DeadLetter] = []
+        if sample_size and matched:
+            cur.execute(_queries()["sample_matching"], {**where.params(), "limit": sample_size})
+            names = [column[0] for column in cur.description or ()]
+            sample = [_dead_letter(names, values) for values in cur.fetchall()]
+    return Preview(matched, sample)
+
+
+@dataclass
+class _Run:
+    """One run of an operation on one connection: where it is and what it did."""
+
+    operation: Operation
+    where: OperationFilter
+    resumed: bool
+    after_id: int
+    max_id: int
+    refused: list[tuple[int, str]] = field(default_factory=list)
+
+
+def _check(where: OperationFilter, batch_size: int, allow_empty_filter: bool,
+           operation_id: int | None) -> None:  # fmt: skip
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if operation_id is None and where.is_empty and not allow_empty_filter:
+        raise ValueError(
+            "an empty filter means every pending dead letter: give a filter (queue, kind, "
+            "tenant_id, error_type, since, until) or allow_empty_filter=True (--all)"
+        )
+
+
+def _try_lock(cur: Cursor, operation_id: int) -> bool:
+    cur.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, operation_id % 2**31))
+    row = cur.fetchone()
+    return bool(row and row[0])
+
+
+def _unlock(db: Connection, operation_id: int) -> None:
+    if db.closed:
+        return
+    try:
+        with db, db.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, operation_id % 2**31))
+    except Exception:  # the session ends soon; its locks end with it
+        logger.warning("could not release the lock of operation %s", operation_id,
+                       exc_info=True, extra={"event": "operations.unlock_failed",
+                                             "operation_id": operation_id})  # fmt: skip
+
+
+def _claim(db: Connection, kind: str, where: OperationFilter, actor: str,
+           operation_id: int | None) -> _Run:  # fmt: skip
+    """Continue an unfinished operation of this kind and filter whose process is gone, or
+    start a new one; either way hold its advisory lock for this session."""
+    queries = _queries()
+    with db, db.cursor() as cur:
+        if operation_id is not None:
+            found = fetch_operation(cur, operation_id)
+            if found is None:
+                raise ValueError(f"operation {operation_id} not found")
+            if found.kind != kind or found.outcome != "running":
+                raise ValueError(
+                    f"operation {operation_id} is a {found.kind} operation that is "
+                    f"{found.outcome}; only a running {kind} operation can be continued"
+                )
+            stored = OperationFilter.from_json(found.filter)
+            if not where.is_empty and where != stored:
+                raise ValueError(
+                    f"operation {operation_id} has filter {stored.describe()}, "
+                    f"not {where.describe()}"
+                )
+            if not _try_lock(cur, found.id):
+                raise ValueError(f"operation {operation_id} is being run by another process")
+            return _Run(found, stored, True, found.last_id, found.max_id or 0)
+        cur.execute(queries["unfinished"], {"kind": kind, "filter": Json(where.to_json())})
+        for (candidate,) in cur.fetchall():
+            if _try_lock(cur, int(candidate)):
+                found = fetch_operation(cur, int(candidate))
+                if found is None or found.outcome != "running":  # finished meanwhile
+                    _release_in(cur, int(candidate))
+                    continue
+                return _Run(found, where, True, found.last_id, found.max_id or 0)
+        cur.execute(queries["count_matching"], where.params())
+        row = cur.fetchone()
+        matched, max_id = (int(row[0]), int(row[1] or 0)) if row else (0, 0)
+        operation = start_operation(cur, kind=kind, actor=actor, filter=where.to_json(),
+                                    matched=matched)  # fmt: skip
+        cur.execute("UPDATE core.operations SET max_id = %s WHERE id = %s",
+                    (max_id, operation.id))  # fmt: skip
+        _try_lock(cur, operation.id)
+        return _Run(operation, where, False, 0, max_id)
+
+
+def _release_in(cur: Cursor, operation_id: int) -> None:
+    cur.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, operation_id % 2**31))
+
+
+@contextmanager
+def _operation(settings: PlatformSettings, conn: Connection | None, kind: str,
+               where: OperationFilter, actor: str | None, operation_id: int | None
+               ) -> Iterator[tuple[Connection, _Run]]:  # fmt: skip
+    with connect(settings, conn) as db:
+        run = _claim(db, kind, where, actor or default_actor(), operation_id)
+        _log_start(run, kind)
+        try:
+            yield db, run
+        except BaseException as exc:
+            if not db.closed:
+                db.rollback()
+                try:
+                    detail = f"{type(exc).__name__}: {exc}"
+                    with db, db.cursor() as cur:
+                        run.operation = finish_operation(
+                            cur, run.operation.id, outcome="failed", detail=detail
+                        )
+                except Exception:
+                    logger.warning("could not record the failure of operation %s",
+                                   run.operation.id, exc_info=True,
+                                   extra={"event": "operations.finish_failed",
+                                          "operation_id": run.operation.id})  # fmt: skip
+            raise
+        finally:
+            _unlock(db, run.operation.id)
+
+
+def _finish(db: Connection, run: _Run) -> Operation:
+    with db, db.cursor() as cur:
+        current = fetch_operation(cur, run.operation.id, lock=True)
+        assert current is not None
+        outcome = "succeeded" if current.failed == 0 else "partial"
+        operation = finish_operation(cur, current.id, outcome=outcome)
+    logger.info(
+        "operation %s (%s) %s: %d done, %d failed of %d matched",
+        operation.id, operation.kind, operation.outcome, operation.done, operation.failed,
+        operation.matched,
+        extra={"event": "operations.finished", "operation_id": operation.id,
+               "kind": operation.kind, "outcome": operation.outcome, "done": operation.done,
+               "failed": operation.failed, "matched": operation.matched},
+    )  # fmt: skip
+    return operation
+
+
+def _log_start(run: _Run, kind: str) -> None:
+    logger.info(
+        "operation %s (%s) %s by %s on %s",
+        run.operation.id, kind, "continued" if run.resumed else "started", run.operation.actor,
+        run.where.describe(),
+        extra={"event": "operations.started", "operation_id": run.operation.id, "kind": kind,
+               "resumed": run.resumed, "actor": run.operation.actor,
+               "filter": run.where.to_json()},
+    )  # fmt: skip
+
+
+def _advance(cur: Cursor, run: _Run, *, done: int, failed: int, last_id: int) -> None:
+    cur.execute(_queries()["advance"], {"id": run.operation.id, "done": done, "failed": failed,
+                                        "last_id": last_id})  # fmt: skip
+    run.after_id = last_id
+
+
+def _batch_params(run: _Run, batch_size: int) -> dict[str, Any]:
+    return {**run.where.params(), "after_id": run.after_id, "max_id": run.max_id,
+            "limit": batch_size}  # fmt: skip
 
 
 def bulk_replay(
@@ -89,6 +279,7 @@ def bulk_replay(
     open_publish: Callable[[], Publish] | None = None,
     batch_size: int = BULK_BATCH_SIZE,
     allow_empty_filter: bool = False,
+    operation_id: int | None = None,
     conn: Connection | None = None,
     now: datetime | None = None,
 ) -> BulkResult:
@@ -103,12 +294,81 @@ def bulk_replay(
 
     An empty filter means every pending row and is refused unless ``allow_empty_filter``.
     ``actor`` defaults to :func:`~platform_tasks.operations.log.default_actor`. If an
-    unfinished replay with the same filter exists it is continued (``resumed=True``).
-    A publish that fails ends the operation as ``failed`` after committing what was
-    published before it, then raises :class:`~platform_tasks.errors.ReplayError`.
-    Needs ``settings.database_url`` and the broker settings.
+    unfinished replay with the same filter exists whose process is gone, it is continued
+    (``resumed=True``); ``operation_id`` continues that operation explicitly (with its
+    stored filter; ``where`` may then be empty). A publish that fails ends the operation as
+    ``failed`` after committing what was published before it, then raises
+    :class:`~platform_tasks.errors.ReplayError`. Needs ``settings.database_url`` and the
+    broker settings.
     """
-    raise NotImplementedError
+    _check(where, batch_size, allow_empty_filter, operation_id)
+    ports: list[Any] = []
+
+    def opened() -> Publish:
+        if open_publish is not None:
+            return open_publish()
+        from platform_tasks.queue_port import QueuePort, platform_queue_port
+
+        port = QueuePort(app) if app is not None else platform_queue_port(settings)
+        ports.append(port)
+        published: Publish = port.publish
+        return published
+
+    try:
+        with _operation(settings, conn, "replay", where, actor, operation_id) as (db, run):
+            sender = publish
+            queries = _queries()
+            while True:
+                with db, db.cursor() as cur:
+                    cur.execute(queries["lock_batch"], _batch_params(run, batch_size))
+                    rows = cur.fetchall()
+                    if not rows:
+                        break
+                    published: list[int] = []
+                    failed = 0
+                    for row_id, queue, payload in rows:
+                        refusal = replay_refusal(
+                            queue, payload, max_bytes=settings.max_payload_bytes
+                        )
+                        if refusal:
+                            failed += 1
+                            if len(run.refused) < REFUSED_KEPT:
+                                run.refused.append((row_id, refusal))
+                            continue
+                        if sender is None:
+                            sender = opened()
+                        try:
+                            sender(queue, payload)
+                        except Exception as exc:
+                            _mark(cur, published, now)
+                            _advance(cur, run, done=len(published), failed=failed,
+                                     last_id=row_id - 1)  # fmt: skip
+                            db.commit()
+                            raise ReplayError(row_id, published, exc) from exc
+                        published.append(row_id)
+                    _mark(cur, published, now)
+                    _advance(cur, run, done=len(published), failed=failed, last_id=rows[-1][0])
+                _log_batch(run, "replay", len(published), failed, rows[0][0], rows[-1][0])
+            operation = _finish(db, run)
+    finally:
+        for port in ports:
+            port.close()
+    return BulkResult(operation, run.resumed, run.refused)
+
+
+def _mark(cur: Cursor, ids: Sequence[int], now: datetime | None) -> None:
+    if ids:
+        cur.execute(_queries()["mark_replayed"], {"ids": list(ids),
+                                                  "now": now or datetime.now(UTC)})  # fmt: skip
+
+
+def _log_batch(run: _Run, kind: str, done: int, failed: int, first: int, last: int) -> None:
+    logger.info(
+        "operation %s (%s): batch of ids %d..%d, %d done, %d failed",
+        run.operation.id, kind, first, last, done, failed,
+        extra={"event": "operations.batch", "operation_id": run.operation.id, "kind": kind,
+               "done": done, "failed": failed, "first_id": first, "last_id": last},
+    )  # fmt: skip
 
 
 def bulk_discard(
@@ -119,6 +379,7 @@ def bulk_discard(
     actor: str | None = None,
     batch_size: int = BULK_BATCH_SIZE,
     allow_empty_filter: bool = False,
+    operation_id: int | None = None,
     conn: Connection | None = None,
     now: datetime | None = None,
 ) -> BulkResult:
@@ -127,4 +388,19 @@ def bulk_discard(
     operation, batched, concurrent-safe and resumable like :func:`bulk_replay`.
     Needs ``settings.database_url`` only.
     """
-    raise NotImplementedError
+    if not reason or not reason.strip():
+        raise ValueError("a discard needs a reason (--reason)")
+    _check(where, batch_size, allow_empty_filter, operation_id)
+    with _operation(settings, conn, "discard", where, actor, operation_id) as (db, run):
+        stored = f"{reason.strip()} (operation {run.operation.id})"
+        while True:
+            with db, db.cursor() as cur:
+                cur.execute(_queries()["discard_batch"], {**_batch_params(run, batch_size),
+                            "reason": stored, "now": now or datetime.now(UTC)})  # fmt: skip
+                ids = sorted(int(row[0]) for row in cur.fetchall())
+                if not ids:
+                    break
+                _advance(cur, run, done=len(ids), failed=0, last_id=ids[-1])
+            _log_batch(run, "discard", len(ids), 0, ids[0], ids[-1])
+        operation = _finish(db, run)
+    return BulkResult(operation, run.resumed, [])

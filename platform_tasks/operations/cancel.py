@@ -2,9 +2,9 @@
 
 A cancel is one ``core.operations`` row (kind ``cancel``) and does two things:
 
-1. **A cancel rule** in the platform's Redis (the filter, the operation id, a cutoff and
+1. **A cancel rule** in ``core.cancel_rules`` (the filter, the operation id, a cutoff and
    an expiry). Every consumer checks the rules before running a job
-   (:func:`platform_tasks.operations.consumer_check.cancelled_by`): a job that matches
+   (:mod:`platform_tasks.operations.consumer_check`): a job that matches
    and was published at or before the cutoff (its uuid7 job id's time) is not run; a
    ``core.dead_letters`` row records it (status ``discarded``, reason ``cancelled``,
    ``discard_reason`` ``cancelled by operation N``) in the same transaction as the job's
@@ -20,17 +20,39 @@ cooperatively. Jobs published after the cancel are not affected.
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+import redis
 from psycopg2.extensions import connection as Connection
 
+from platform_tasks.operations.consumer_check import (
+    RULES_MAX_AGE_SECONDS,
+    Rule,
+    current_job,
+    read_rules,
+    record_cancelled,
+)
 from platform_tasks.operations.filters import JobFilter
-from platform_tasks.operations.log import Operation
+from platform_tasks.operations.log import (
+    Operation,
+    connect,
+    default_actor,
+    fetch_operation,
+    finish_operation,
+    start_operation,
+)
 from platform_tasks.settings import PlatformSettings
 
 __all__ = [
     "DEFAULT_RULE_TTL",
+    "PROPAGATION_SECONDS",
     "CancelPreview",
     "CancelResult",
     "CancelRule",
@@ -41,19 +63,21 @@ __all__ = [
     "preview_cancel",
 ]
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_RULE_TTL = timedelta(days=1)
 """How long a cancel rule keeps cancelling queued jobs as they come up."""
 
+PROPAGATION_SECONDS = RULES_MAX_AGE_SECONDS * 2
+"""How long :func:`cancel_jobs` waits after writing its rule: every consumer has read the
+rules again by then, so none starts a matching job after the cancel returned."""
 
-@dataclass(frozen=True)
-class CancelRule:
-    """A cancel in force: jobs matching ``filter`` published at or before ``cutoff``
-    are not run until ``expires_at``."""
+SWEEP_BATCH = 500
+"""Delay-store entries read per ``HSCAN`` round trip and recorded per transaction."""
 
-    operation_id: int
-    filter: JobFilter
-    cutoff: datetime
-    expires_at: datetime
+CancelRule = Rule
+"""A cancel in force: jobs matching ``filter`` published at or before ``cutoff`` are not
+run until ``expires_at`` (``operation_id``, ``filter``, ``cutoff``, ``expires_at``)."""
 
 
 @dataclass(frozen=True)
@@ -72,12 +96,97 @@ class CancelResult:
     rule: CancelRule
 
 
+@dataclass(frozen=True)
+class _Delayed:
+    """One delay-store entry, read as the job it will become."""
+
+    entry_id: str
+    queue: str | None
+    envelope: dict[str, Any]
+
+
+def _delay_stores(settings: PlatformSettings) -> list[tuple[Any, Any]]:
+    """``(client, keys)`` of the delay store this deployment uses (none: native delays)."""
+    from platform_tasks.brokers import delays_in_store
+    from platform_tasks.keys import delay_keys, rabbitmq_delay_keys
+
+    kind = delays_in_store(settings)
+    if kind == "redis":
+        return [(redis.Redis.from_url(settings.effective_broker_url),
+                 delay_keys(settings.profile))]  # fmt: skip
+    if kind == "rabbitmq":
+        from platform_tasks.redis_client import build_redis
+
+        return [(build_redis(settings), rabbitmq_delay_keys(settings.profile))]
+    return []
+
+
+def _body_envelope(body: Any, encoding: str | None) -> dict[str, Any] | None:
+    if isinstance(body, str) and encoding == "base64":
+        body = base64.b64decode(body).decode("utf-8", "replace")
+    decoded = json.loads(body) if isinstance(body, str | bytes) else body
+    if isinstance(decoded, list) and decoded and isinstance(decoded[0], list) and decoded[0]:
+        first = decoded[0][0]  # protocol 2: [args, kwargs, embed]; the envelope is args[0]
+        if isinstance(first, dict):
+            return first
+    return None
+
+
+def decode_entry(entry_id: str, raw: bytes | str) -> _Delayed | None:
+    """A delay-store entry (Redis-list or AMQP encoding) as its queue and envelope, or
+    ``None`` when it holds no readable envelope (left alone)."""
+    try:
+        data = json.loads(raw)
+        if "m" in data:  # {"q": list key, "m": kombu wire message}
+            message = json.loads(data["m"])
+            encoding = (message.get("properties") or {}).get("body_encoding")
+            envelope = _body_envelope(message.get("body"), encoding)
+            queue: str | None = str(data["q"]).split("\x06\x16")[0]
+        else:  # AMQP message: {"q", "e", "r", "b", "p"}
+            envelope = _body_envelope(data.get("b"), None)
+            queue = str(data.get("q") or "") or None
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+    if envelope is None:
+        return None
+    return _Delayed(entry_id, queue, envelope)
+
+
+def _matching_delayed(client: Any, keys: Any, where: JobFilter) -> Iterator[list[_Delayed]]:
+    """Batches of delay-store entries matching ``where`` (an ``HSCAN``: entries added or
+    promoted meanwhile may be seen or not; the cancel rule covers those)."""
+    batch: list[_Delayed] = []
+    for entry_id, raw in client.hscan_iter(keys.entries, count=SWEEP_BATCH):
+        entry_text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+        delayed = decode_entry(entry_text, raw)
+        if delayed is None:
+            continue
+        envelope = delayed.envelope
+        if where.matches(tenant_id=envelope.get("tenant_id"), kind=envelope.get("kind"),
+                         queue=delayed.queue):  # fmt: skip
+            batch.append(delayed)
+            if len(batch) >= SWEEP_BATCH:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
 def preview_cancel(settings: PlatformSettings, where: JobFilter, *,
                    queues: list[str] | None = None) -> CancelPreview:  # fmt: skip
     """Count matching delay-store entries (a scan; nothing changes) and read the depth of
     ``queues`` (default: ``where.queue`` if set, else none). Needs the broker settings
     (and the platform Redis for a RabbitMQ delay store)."""
-    raise NotImplementedError
+    delayed = 0
+    for client, keys in _delay_stores(settings):
+        try:
+            delayed += sum(len(batch) for batch in _matching_delayed(client, keys, where))
+        finally:
+            client.close()
+    names = list(queues) if queues is not None else ([where.queue] if where.queue else [])
+    from platform_tasks.operations.pause import broker_depths
+
+    return CancelPreview(delayed, broker_depths(settings, names) if names else {})
 
 
 def cancel_jobs(
@@ -94,27 +203,144 @@ def cancel_jobs(
 
     The operation's ``done`` counts every job accounted for so far; queued jobs are
     added as consumers reach them. Rerunning a cancel is harmless (each job has one row).
-    Needs ``settings.database_url``, ``settings.redis_url`` and the broker settings.
+    Returns after :data:`PROPAGATION_SECONDS`, when every consumer has read the rule.
+    ``now`` is ignored (the cutoff is PostgreSQL's clock). Needs ``settings.database_url``
+    and the broker settings (and ``settings.redis_url`` for a RabbitMQ delay store).
     """
-    raise NotImplementedError
+    if rule_ttl <= timedelta(0):
+        raise ValueError(f"rule_ttl must be positive, got {rule_ttl}")
+    who = actor or default_actor()
+    with connect(settings, conn) as db:
+        with db, db.cursor() as cur:
+            operation = start_operation(cur, kind="cancel", actor=who, filter=where.to_json())
+            cur.execute(
+                "INSERT INTO core.cancel_rules (operation_id, tenant_id, kind, queue, cutoff, "
+                "expires_at) VALUES (%s, %s, %s, %s, now(), now() + %s) "
+                "RETURNING cutoff, expires_at",
+                (operation.id, where.tenant_id, where.kind, where.queue, rule_ttl),
+            )
+            row = cur.fetchone()
+            assert row is not None
+            rule = Rule(operation.id, where, row[0], row[1])
+            cur.execute("DELETE FROM core.cancel_rules WHERE expires_at <= now()")
+        logger.info(
+            "operation %s (cancel) started by %s on %s", operation.id, who, where.describe(),
+            extra={"event": "operations.started", "operation_id": operation.id,
+                   "kind": "cancel", "actor": who, "filter": where.to_json()},
+        )  # fmt: skip
+        started = time.monotonic()
+        delayed = 0
+        try:
+            for client, keys in _delay_stores(settings):
+                try:
+                    delayed += _sweep(db, client, keys, where, rule)
+                finally:
+                    client.close()
+            left = PROPAGATION_SECONDS - (time.monotonic() - started)
+            if left > 0:
+                time.sleep(left)  # consumers' rule caches expire (see PROPAGATION_SECONDS)
+            with db, db.cursor() as cur:
+                operation = finish_operation(
+                    cur, operation.id, outcome="succeeded",
+                    detail=f"{delayed} delayed job(s) cancelled now; queued jobs are "
+                    f"cancelled as consumers reach them until {rule.expires_at.isoformat()}",
+                )  # fmt: skip
+        except BaseException as exc:
+            db.rollback()
+            with db, db.cursor() as cur:
+                finish_operation(cur, operation.id, outcome="failed",
+                                 detail=f"{type(exc).__name__}: {exc}")  # fmt: skip
+            raise
+    logger.info(
+        "operation %s (cancel): %d delayed job(s) cancelled; rule in force until %s",
+        operation.id, delayed, rule.expires_at.isoformat(),
+        extra={"event": "operations.finished", "operation_id": operation.id,
+               "kind": "cancel", "outcome": operation.outcome, "done": operation.done},
+    )  # fmt: skip
+    return CancelResult(operation, delayed, rule)
 
 
-def cancel_rules(settings: PlatformSettings) -> list[CancelRule]:
-    """The cancel rules in force (expired ones are left out). Needs ``settings.redis_url``."""
-    raise NotImplementedError
+def _sweep(db: Connection, client: Any, keys: Any, where: JobFilter, rule: Rule) -> int:
+    """Record then remove the matching delay-store entries; how many were recorded.
+
+    The row is committed before the entry is removed, so a crash in between leaves an
+    accounted job still in the store (a rerun, or the rule when it is promoted, finds
+    its row and adds none), never a removed job without a row.
+    """
+    from platform_tasks.delay_store import DelayStore
+
+    store = DelayStore(client, keys)
+    cancelled = 0
+    for batch in _matching_delayed(client, keys, where):
+        eligible = [
+            item for item in batch
+            if rule.matches(job_id=item.envelope.get("job_id"),
+                            tenant_id=item.envelope.get("tenant_id"),
+                            kind=item.envelope.get("kind"), queue=item.queue)
+        ]  # fmt: skip
+        with db, db.cursor() as cur:
+            for item in eligible:
+                envelope = item.envelope
+                row = record_cancelled(cur, rule.operation_id, job_id=envelope.get("job_id"),
+                                       queue=item.queue, kind=envelope.get("kind"),
+                                       tenant_id=envelope.get("tenant_id"),
+                                       correlation_id=envelope.get("correlation_id"),
+                                       payload=envelope, attempts=0, where="delayed")  # fmt: skip
+                cancelled += row is not None
+        store.remove([item.entry_id for item in eligible])
+        store.forget_returns([item.entry_id for item in eligible])
+    return cancelled
 
 
-def lift_cancel(settings: PlatformSettings, operation_id: int) -> bool:
+def cancel_rules(settings: PlatformSettings, *, conn: Connection | None = None) -> list[CancelRule]:
+    """The cancel rules in force (expired ones are left out). Needs ``settings.database_url``."""
+    with connect(settings, conn) as db, db, db.cursor() as cur:
+        return read_rules(cur)
+
+
+def lift_cancel(settings: PlatformSettings, operation_id: int, *,
+                conn: Connection | None = None) -> bool:  # fmt: skip
     """Remove the rule of cancel ``operation_id`` before it expires; jobs already cancelled
     stay cancelled. ``False`` when no such rule was in force."""
-    raise NotImplementedError
+    with connect(settings, conn) as db, db, db.cursor() as cur:
+        cur.execute("DELETE FROM core.cancel_rules WHERE operation_id = %s RETURNING 1",
+                    (operation_id,))  # fmt: skip
+        lifted = cur.fetchone() is not None
+        if lifted:
+            found = fetch_operation(cur, operation_id)
+            note = f"{found.detail or ''} (rule lifted)".strip() if found else None
+            cur.execute("UPDATE core.operations SET detail = %s WHERE id = %s",
+                        (note, operation_id))  # fmt: skip
+    logger.info("cancel rule of operation %s %s", operation_id,
+                "lifted" if lifted else "was not in force",
+                extra={"event": "operations.cancel_lifted", "operation_id": operation_id,
+                       "lifted": lifted})  # fmt: skip
+    return lifted
 
 
 def is_cancelled() -> bool:
     """Inside a running job: whether a cancel made after it started now matches it.
 
     Cooperative: a long handler calls this between units of work and stops (raising or
-    returning) when true. Outside a job it is ``False``. Reads the rules at most every
-    half second.
+    returning) when true. Outside a job it is ``False``. Reads the rules (through the
+    job's own transaction) at most every quarter second; while that transaction is
+    aborted it answers from the rules last read.
     """
-    raise NotImplementedError
+    job = current_job.get()
+    if job is None:
+        return False
+    from psycopg2.extensions import TRANSACTION_STATUS_INTRANS
+
+    rules = job.check.cached()
+    conn = getattr(job.cursor, "connection", None)
+    if (
+        conn is not None
+        and not conn.closed
+        and not job.cursor.closed
+        and (conn.info.transaction_status == TRANSACTION_STATUS_INTRANS)
+    ):
+        rules = job.check.rules(job.cursor)
+    return any(
+        rule.matches(job_id=job.job_id, tenant_id=job.tenant_id, kind=job.kind, queue=job.queue)
+        for rule in rules
+    )

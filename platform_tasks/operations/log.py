@@ -29,6 +29,7 @@ __all__ = [
     "Operation",
     "connect",
     "default_actor",
+    "fetch_operation",
     "finish_operation",
     "get_operation",
     "list_operations",
@@ -36,11 +37,11 @@ __all__ = [
 ]
 
 KINDS = ("replay", "discard", "cancel", "pause", "resume")
-OUTCOMES = ("running", "succeeded", "partial", "failed", "dry_run")
+OUTCOMES = ("running", "succeeded", "partial", "failed")
 
 _COLUMNS = (
     "id, actor, started_at, finished_at, kind, filter, matched, done, failed, outcome, "
-    "last_id, detail"
+    "last_id, max_id, detail"
 )
 
 
@@ -60,6 +61,9 @@ class Operation:
     outcome: str
     last_id: int
     """The highest dead-letter id a bulk replay/discard has finished (its resume point)."""
+    max_id: int | None
+    """The highest dead-letter id when a bulk replay/discard started: rows that became
+    dead letters after it are not its to act on."""
     detail: str | None
 
     def to_json(self) -> dict[str, Any]:
@@ -138,7 +142,9 @@ def finish_operation(
 ) -> Operation:
     """Set the outcome and ``finished_at`` of a running row (the caller commits)."""
     if outcome not in OUTCOMES or outcome == "running":
-        raise ValueError(f"a finished operation's outcome is one of {OUTCOMES[1:]}, got {outcome!r}")
+        raise ValueError(
+            f"a finished operation's outcome is one of {OUTCOMES[1:]}, got {outcome!r}"
+        )
     cur.execute(
         f"UPDATE core.operations SET outcome = %s, finished_at = now(), "
         f"detail = COALESCE(%s, detail) WHERE id = %s RETURNING {_COLUMNS}",
@@ -174,6 +180,12 @@ def get_operation(
 ) -> Operation | None:
     """One operation by id, or ``None``."""
     with connect(settings, conn) as db, db, db.cursor() as cur:
-        cur.execute(f"SELECT {_COLUMNS} FROM core.operations WHERE id = %s", (operation_id,))
-        rows = _fetch(cur)
-        return rows[0] if rows else None
+        return fetch_operation(cur, operation_id)
+
+
+def fetch_operation(cur: Cursor, operation_id: int, *, lock: bool = False) -> Operation | None:
+    """One operation by id in the caller's transaction (``lock``: ``FOR UPDATE``)."""
+    suffix = " FOR UPDATE" if lock else ""
+    cur.execute(f"SELECT {_COLUMNS} FROM core.operations WHERE id = %s{suffix}", (operation_id,))
+    rows = _fetch(cur)
+    return rows[0] if rows else None

@@ -10,25 +10,32 @@ fetched finish; nothing is requeued. A pause outlives worker restarts until resu
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg2.extensions import connection as Connection
 
-from platform_tasks.operations.log import Operation
+from platform_tasks.keys import operation_keys
+from platform_tasks.operations.log import Operation, connect, default_actor, start_operation
 from platform_tasks.settings import PlatformSettings
 
 __all__ = [
     "POLL_SECONDS",
     "PausedQueue",
     "QueueStatus",
+    "broker_depths",
     "pause_queue",
     "paused_queues",
     "queue_overview",
+    "read_paused",
     "resume_queue",
 ]
+
+logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.25
 """How often a worker reads the pause flags: a pause is honoured within about this long
@@ -53,6 +60,32 @@ class QueueStatus:
     paused: PausedQueue | None
 
 
+def _redis(settings: PlatformSettings) -> Any:
+    from platform_tasks.redis_client import build_redis
+
+    return build_redis(settings)
+
+
+def _check_queue(queue: str) -> str:
+    if not isinstance(queue, str) or not queue.strip():
+        raise ValueError(f"queue must be a non-empty name, got {queue!r}")
+    return queue
+
+
+def read_paused(client: Any, profile: str) -> dict[str, PausedQueue]:
+    """The pause flags (one ``HGETALL``); an unreadable flag still pauses its queue."""
+    paused: dict[str, PausedQueue] = {}
+    for raw_queue, raw in client.hgetall(operation_keys(profile).paused).items():
+        queue = raw_queue.decode() if isinstance(raw_queue, bytes) else str(raw_queue)
+        try:
+            data = json.loads(raw)
+            paused[queue] = PausedQueue(queue, int(data["operation_id"]), str(data["actor"]),
+                                        datetime.fromisoformat(data["since"]))  # fmt: skip
+        except (ValueError, KeyError, TypeError):
+            paused[queue] = PausedQueue(queue, 0, "?", datetime.fromtimestamp(0, UTC))
+    return paused
+
+
 def pause_queue(
     settings: PlatformSettings, queue: str, *, actor: str | None = None,
     conn: Connection | None = None,
@@ -60,7 +93,27 @@ def pause_queue(
     """Pause ``queue`` on every worker; recorded as a ``pause`` operation. Pausing a
     paused queue is recorded too and keeps the first pause's time. Needs
     ``settings.database_url`` and ``settings.redis_url``."""
-    raise NotImplementedError
+    _check_queue(queue)
+    who = actor or default_actor()
+    client = _redis(settings)
+    try:
+        with connect(settings, conn) as db, db, db.cursor() as cur:
+            # the row commits only once the flag is set: no logged pause that never was
+            operation = start_operation(cur, kind="pause", actor=who, filter={"queue": queue},
+                                        outcome="succeeded", matched=1)  # fmt: skip
+            flag = json.dumps({"operation_id": operation.id, "actor": who,
+                               "since": datetime.now(UTC).isoformat()})  # fmt: skip
+            first = bool(client.hsetnx(operation_keys(settings.profile).paused, queue, flag))
+            cur.execute("UPDATE core.operations SET done = %s, detail = %s WHERE id = %s",
+                        (1 if first else 0, None if first else "already paused",
+                         operation.id))  # fmt: skip
+    finally:
+        client.close()
+    logger.info("queue %s paused by %s (operation %s)%s", queue, who, operation.id,
+                "" if first else ": it already was",
+                extra={"event": "operations.queue_paused", "queue": queue, "actor": who,
+                       "operation_id": operation.id, "already": not first})  # fmt: skip
+    return operation
 
 
 def resume_queue(
@@ -68,13 +121,59 @@ def resume_queue(
     conn: Connection | None = None,
 ) -> Operation:  # fmt: skip
     """Resume ``queue`` on every worker that consumes it; a ``resume`` operation
-    (``outcome='succeeded'``, or ``detail`` says it was not paused)."""
-    raise NotImplementedError
+    (``done=1``, or ``done=0`` and ``detail`` saying it was not paused)."""
+    _check_queue(queue)
+    who = actor or default_actor()
+    client = _redis(settings)
+    try:
+        with connect(settings, conn) as db, db, db.cursor() as cur:
+            operation = start_operation(cur, kind="resume", actor=who, filter={"queue": queue},
+                                        outcome="succeeded", matched=1)  # fmt: skip
+            removed = bool(client.hdel(operation_keys(settings.profile).paused, queue))
+            cur.execute("UPDATE core.operations SET done = %s, detail = %s WHERE id = %s",
+                        (1 if removed else 0, None if removed else "was not paused",
+                         operation.id))  # fmt: skip
+    finally:
+        client.close()
+    logger.info("queue %s resumed by %s (operation %s)%s", queue, who, operation.id,
+                "" if removed else ": it was not paused",
+                extra={"event": "operations.queue_resumed", "queue": queue, "actor": who,
+                       "operation_id": operation.id, "was_paused": removed})  # fmt: skip
+    return operation
 
 
 def paused_queues(settings: PlatformSettings) -> list[PausedQueue]:
     """Every paused queue, by name. Needs ``settings.redis_url``."""
-    raise NotImplementedError
+    client = _redis(settings)
+    try:
+        return sorted(read_paused(client, settings.profile).values(), key=lambda p: p.queue)
+    finally:
+        client.close()
+
+
+def broker_depths(settings: PlatformSettings, queues: Sequence[str], *,
+                  app: Any | None = None) -> dict[str, int | None]:  # fmt: skip
+    """Messages waiting in each of ``queues``, asked of the broker (``None`` when the
+    broker cannot be read). ``app`` (default: one built from ``settings``) gives the
+    connection, so the transport is the workers'."""
+    from platform_tasks.notifications.yield_reader import ONE_ATTEMPT, broker_depth
+
+    if app is None:
+        from platform_tasks.app import create_app
+        from platform_tasks.queue_port import PLATFORM_APP_NAME
+
+        app = create_app(PLATFORM_APP_NAME, settings=settings)
+    depths: dict[str, int | None] = {}
+    try:
+        with app.connection_for_read(transport_options=ONE_ATTEMPT) as connection:
+            channel = connection.default_channel
+            for queue in queues:
+                depths[queue] = broker_depth(channel, queue)
+    except Exception as exc:
+        logger.warning("queue depths unreadable: %s", type(exc).__name__,
+                       extra={"event": "operations.depths_unreadable"})  # fmt: skip
+        return dict.fromkeys(queues)
+    return depths
 
 
 def queue_overview(
@@ -82,4 +181,11 @@ def queue_overview(
 ) -> list[QueueStatus]:
     """Depth and pause of ``queues`` (default: the app's queues when ``app`` is given,
     plus every paused queue, plus ``default``). Depths are asked of the broker."""
-    raise NotImplementedError
+    paused = {p.queue: p for p in paused_queues(settings)}
+    if queues is None:
+        names = set(paused) | {"default"}
+        if app is not None:
+            names |= set(app.amqp.queues)
+        queues = sorted(names)
+    depths = broker_depths(settings, queues, app=app)
+    return [QueueStatus(name, depths.get(name), paused.get(name)) for name in queues]

@@ -14,8 +14,9 @@ CREATE TABLE IF NOT EXISTS core.operations (
     done        bigint      NOT NULL DEFAULT 0,
     failed      bigint      NOT NULL DEFAULT 0,
     outcome     text        NOT NULL DEFAULT 'running'
-                CHECK (outcome IN ('running', 'succeeded', 'partial', 'failed', 'dry_run')),
+                CHECK (outcome IN ('running', 'succeeded', 'partial', 'failed')),
     last_id     bigint      NOT NULL DEFAULT 0,
+    max_id      bigint      NULL,
     detail      text        NULL
 );
 
@@ -32,3 +33,17 @@ CREATE INDEX IF NOT EXISTS dead_letters_error_type_idx
 -- store sweep, the consumer's check) reached it first.
 CREATE UNIQUE INDEX IF NOT EXISTS dead_letters_cancelled_job_idx
     ON core.dead_letters (job_id) WHERE reason = 'cancelled';
+
+-- Cancels in force: consumers do not run a job that matches one (tenant, kind, queue;
+-- NULL means any) and was published at or before its cutoff. Read by every consumer at
+-- most every quarter second, so the table stays small: rules expire, and a lifted or
+-- expired rule is deleted.
+CREATE TABLE IF NOT EXISTS core.cancel_rules (
+    operation_id bigint      PRIMARY KEY REFERENCES core.operations (id),
+    tenant_id    text        NULL,
+    kind         text        NULL,
+    queue        text        NULL,
+    cutoff       timestamptz NOT NULL,
+    expires_at   timestamptz NOT NULL,
+    CHECK (tenant_id IS NOT NULL OR kind IS NOT NULL OR queue IS NOT NULL)
+);

@@ -1,0 +1,230 @@
+"""The consumer's side of a cancel: do not run a job a cancel rule matches.
+
+:class:`CancelCheck` keeps the rules of ``core.cancel_rules`` in memory and reads them
+again, through the job's own transaction, when they are older than
+:data:`RULES_MAX_AGE_SECONDS` — a query on a table of a few rows at most four times a
+second per process, instead of one per job. :func:`~platform_tasks.operations.cancel.cancel_jobs`
+waits longer than that age before it returns, so once it has returned no consumer starts
+a job the cancel matches.
+
+A matched job gets its accounting row (``core.dead_letters``, status ``discarded``,
+reason ``cancelled``) in the job's transaction, with its idempotency claim: a redelivery
+of it is a duplicate, and a job already accounted for by the delay-store sweep gets no
+second row (a unique index; ``ON CONFLICT DO NOTHING``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from psycopg2.extensions import cursor as Cursor
+from psycopg2.extras import Json
+
+from platform_tasks.operations.filters import JobFilter
+
+if TYPE_CHECKING:
+    from platform_tasks.consumer.verdicts import Duplicate
+
+__all__ = [
+    "RULES_MAX_AGE_SECONDS",
+    "CancelCheck",
+    "Rule",
+    "job_time",
+    "record_cancelled",
+    "running_job",
+]
+
+logger = logging.getLogger(__name__)
+
+RULES_MAX_AGE_SECONDS = 0.25
+"""Rules older than this are read again before a job is let run."""
+
+RULES_QUERY = (
+    "SELECT operation_id, tenant_id, kind, queue, cutoff, expires_at "
+    "FROM core.cancel_rules WHERE expires_at > now()"
+)
+
+INSERT_CANCELLED = """
+INSERT INTO core.dead_letters
+    (job_id, queue, kind, tenant_id, payload, attempts, last_error, error_type, reason,
+     correlation_id, status, discard_reason, discarded_at)
+VALUES (%(job_id)s, %(queue)s, %(kind)s, %(tenant_id)s, %(payload)s, %(attempts)s,
+        %(last_error)s, 'Cancelled', 'cancelled', %(correlation_id)s, 'discarded',
+        %(discard_reason)s, now())
+ON CONFLICT (job_id) WHERE reason = 'cancelled' DO NOTHING
+RETURNING id
+"""
+
+COUNT_DONE = (
+    "UPDATE core.operations SET done = done + %(n)s, matched = matched + %(n)s WHERE id = %(id)s"
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    operation_id: int
+    filter: JobFilter
+    cutoff: datetime
+    expires_at: datetime
+
+    def matches(self, *, job_id: Any, tenant_id: str | None, kind: str | None,
+                queue: str | None) -> bool:  # fmt: skip
+        """The job is one this rule means: the filter matches and it was published at or
+        before the cutoff (its uuid7's time; a job id of another version always counts)."""
+        if not self.filter.matches(tenant_id=tenant_id, kind=kind, queue=queue):
+            return False
+        published = job_time(job_id)
+        return published is None or published <= self.cutoff
+
+
+def job_time(job_id: Any) -> datetime | None:
+    """When a uuid7 job id was made (its 48-bit millisecond prefix); ``None`` otherwise."""
+    try:
+        value = job_id if isinstance(job_id, uuid.UUID) else uuid.UUID(str(job_id))
+    except ValueError:
+        return None
+    if value.version != 7:
+        return None
+    return datetime.fromtimestamp((value.int >> 80) / 1000, UTC)
+
+
+def read_rules(cur: Cursor) -> list[Rule]:
+    cur.execute(RULES_QUERY)
+    return [
+        Rule(int(op), JobFilter(tenant_id=tenant, kind=kind, queue=queue), cutoff, expires)
+        for op, tenant, kind, queue, cutoff, expires in cur.fetchall()
+    ]
+
+
+class CancelCheck:
+    """The cancel rules one consumer process acts on, kept fresh by the jobs' transactions."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._rules: list[Rule] = []
+        self._read_at: float | None = None
+        self._lock = threading.Lock()
+
+    def rules(self, cur: Cursor) -> list[Rule]:
+        """The rules, read again through ``cur`` when older than the max age."""
+        started = self.clock()  # before the read: the rules are at least this fresh
+        with self._lock:
+            fresh = self._read_at is not None and started - self._read_at < RULES_MAX_AGE_SECONDS
+            if fresh:
+                return self._rules
+        rules = read_rules(cur)
+        with self._lock:
+            self._rules, self._read_at = rules, started
+        return rules
+
+    def cached(self) -> list[Rule]:
+        with self._lock:
+            return list(self._rules)
+
+    def matching(self, cur: Cursor, *, job_id: Any, tenant_id: str | None, kind: str | None,
+                 queue: str | None) -> Rule | None:  # fmt: skip
+        for rule in self.rules(cur):
+            if rule.matches(job_id=job_id, tenant_id=tenant_id, kind=kind, queue=queue):
+                return rule
+        return None
+
+
+def record_cancelled(cur: Cursor, rule_id: int, *, job_id: Any, queue: str | None,
+                     kind: str | None, tenant_id: str | None, correlation_id: str | None,
+                     payload: Any, attempts: int, where: str) -> int | None:  # fmt: skip
+    """Write the accounting row of a cancelled job (the caller commits); its id, or
+    ``None`` when the job already had one. Counted in the operation's ``done``."""
+    cur.execute(
+        INSERT_CANCELLED,
+        {
+            "job_id": str(job_id) if job_id is not None else None,
+            "queue": queue,
+            "kind": kind,
+            "tenant_id": tenant_id,
+            "payload": Json(payload),
+            "attempts": attempts,
+            "last_error": f"cancelled by operation {rule_id} while {where}",
+            "correlation_id": correlation_id,
+            "discard_reason": f"cancelled by operation {rule_id}",
+        },
+    )
+    row = cur.fetchone()
+    if row is None:
+        return None
+    cur.execute(COUNT_DONE, {"n": 1, "id": rule_id})
+    return int(row[0])
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """What :func:`~platform_tasks.operations.cancel.is_cancelled` asks about the job."""
+
+    job_id: Any
+    tenant_id: str | None
+    kind: str | None
+    queue: str | None
+    check: CancelCheck
+    cursor: Cursor
+
+
+current_job: contextvars.ContextVar[RunningJob | None] = contextvars.ContextVar(
+    "platform_operations_current_job", default=None
+)
+
+
+@contextmanager
+def running_job(check: CancelCheck, cursor: Cursor, envelope: Any, queue: str | None
+                ) -> Iterator[None]:  # fmt: skip
+    """Around a handler's run: lets it ask :func:`is_cancelled` about itself."""
+    token = current_job.set(RunningJob(envelope.job_id, envelope.tenant_id, envelope.kind,
+                                       queue, check, cursor))  # fmt: skip
+    try:
+        yield
+    finally:
+        current_job.reset(token)
+
+
+def cancel_delivery(check: CancelCheck, tx: Any, envelope: Any, delivery: Any) -> Duplicate | None:
+    """Before the handler runs (the job claimed in ``tx``): a ``Duplicate("cancelled")``
+    verdict, with the accounting row and the claim committed, when a cancel rule matches
+    the job; ``None`` to run it. An error propagates (the delivery waits)."""
+    from platform_tasks.consumer.verdicts import Duplicate
+    from platform_tasks.errors import PlatformError
+
+    queue = delivery.queue
+    rule = check.matching(tx.cursor, job_id=envelope.job_id, tenant_id=envelope.tenant_id,
+                          kind=envelope.kind, queue=queue)  # fmt: skip
+    if rule is None:
+        return None
+    payload = delivery.payload if isinstance(delivery.payload, dict) else envelope.to_message()
+    row = record_cancelled(tx.cursor, rule.operation_id, job_id=envelope.job_id, queue=queue,
+                           kind=envelope.kind, tenant_id=envelope.tenant_id,
+                           correlation_id=envelope.correlation_id, payload=payload,
+                           attempts=_attempts_spent(delivery.header_attempt),
+                           where="queued")  # fmt: skip
+    problem = tx.commit()
+    if problem is not None:
+        raise PlatformError(f"could not record the cancel of job {envelope.job_id}: {problem}")
+    logger.info(
+        "job %s not run: cancelled by operation %s", envelope.job_id, rule.operation_id,
+        extra={"event": "operations.job_cancelled", "job_id": str(envelope.job_id),
+               "operation_id": rule.operation_id, "queue": queue, "kind": envelope.kind,
+               "tenant_id": envelope.tenant_id, "dead_letter_id": row},
+    )  # fmt: skip
+    return Duplicate("cancelled", row)
+
+
+def _attempts_spent(header_attempt: Any) -> int:
+    try:
+        return max(0, int(header_attempt) - 1)
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,149 @@
+"""The worker's side of pause and resume: a consumer bootstep that honours the flags.
+
+:class:`QueuePauseStep` reads the pause flags from the platform's Redis on a thread of
+its own every :data:`~platform_tasks.operations.pause.POLL_SECONDS` (a Redis that hangs
+never holds the event loop that dispatches and acks every queue, as the marketing yield
+learnt), and the event loop acts on the newest reading: a paused queue the worker
+consumes is held through :mod:`~platform_tasks.operations.queue_gate` (its consumer
+cancelled, as Celery's ``cancel_consumer`` does), and released on resume. While Redis
+cannot be read the worker keeps its queues as they are. Jobs already fetched finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery import bootsteps
+
+from platform_tasks.operations.pause import POLL_SECONDS, read_paused
+from platform_tasks.operations.queue_gate import hold, holds, release
+
+__all__ = ["PAUSE_REASON", "PauseReader", "QueuePauseStep", "install"]
+
+logger = logging.getLogger(__name__)
+
+PAUSE_REASON = "operator pause"
+REDIS_TIMEOUT_SECONDS = 1.0
+
+
+class PauseReader:
+    """A thread that keeps the newest set of paused queues (``None`` until first read)."""
+
+    def __init__(self, settings: Any, *, interval: float = POLL_SECONDS) -> None:
+        self.settings = settings
+        self.interval = interval
+        self.latest: frozenset[str] | None = None
+        self.number = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._client: Any = None
+        self._failing = False
+
+    def start(self) -> PauseReader:
+        self._thread = threading.Thread(target=self._run, name="platform-pause-reader",
+                                        daemon=True)  # fmt: skip
+        self._thread.start()
+        return self
+
+    def read_once(self) -> None:
+        from platform_tasks.redis_client import REDIS_ERRORS, build_redis
+
+        try:
+            if self._client is None:
+                self._client = build_redis(self.settings, timeout=REDIS_TIMEOUT_SECONDS,
+                                           single_attempt=True)  # fmt: skip
+            paused = frozenset(read_paused(self._client, self.settings.profile))
+        except REDIS_ERRORS as exc:
+            if not self._failing:
+                logger.warning("pause flags unreadable (%s); queues stay as they are",
+                               type(exc).__name__,
+                               extra={"event": "operations.pause_flags_unreadable"})  # fmt: skip
+            self._failing = True
+            return
+        self._failing = False
+        self.latest = paused
+        self.number += 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.read_once()
+            self._stop.wait(self.interval)
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:
+                logger.debug("closing the pause reader's client failed", exc_info=True,
+                             extra={"event": "operations.pause_reader_close_failed"})  # fmt: skip
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+
+class QueuePauseStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """Consumer bootstep: cancel/re-add consumers of queues an operator paused/resumed."""
+
+    label = "platform queue pause"
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, c: Any, **kwargs: Any) -> None:
+        super().__init__(c, **kwargs)
+        self.consumed: set[str] = set()  # every queue this worker consumes or consumed
+        self.reader: PauseReader | None = None
+        self._timer: Any = None
+        self._acted_on = 0
+
+    def start(self, c: Any) -> None:
+        self.consumed |= set(c.app.amqp.queues.consume_from)
+        for queue, reasons in holds(c).items():
+            if reasons and queue in c.app.amqp.queues.consume_from:
+                c.call_soon(c.cancel_task_queue, queue)  # the consumer restarted: hold again
+        self.reader = PauseReader(c.app.platform_settings).start()
+        self._acted_on = 0
+        self._timer = c.timer.call_repeatedly(POLL_SECONDS / 2, self.tick, (c,), priority=10)
+
+    def tick(self, c: Any) -> None:
+        """Act on the newest reading not acted on yet (the event loop; never waits)."""
+        reader = self.reader
+        if reader is None or reader.latest is None or reader.number <= self._acted_on:
+            return
+        self._acted_on = reader.number
+        self.act(c, reader.latest)
+
+    def act(self, c: Any, paused: frozenset[str]) -> None:
+        current = holds(c)
+        for queue in sorted(self.consumed):
+            mine = PAUSE_REASON in current.get(queue, ())
+            if queue in paused and not mine:
+                hold(c, queue, PAUSE_REASON)
+                logger.info(
+                    "queue %s paused on this worker",
+                    queue,
+                    extra={"event": "operations.worker_paused", "queue": queue},
+                )
+            elif queue not in paused and mine:
+                release(c, queue, PAUSE_REASON)
+                logger.info(
+                    "queue %s resumed on this worker",
+                    queue,
+                    extra={"event": "operations.worker_resumed", "queue": queue},
+                )
+
+    def stop(self, c: Any) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.reader is not None:
+            self.reader.stop()
+            self.reader = None
+
+    shutdown = stop
+
+
+def install(app: Any) -> None:
+    """Every worker of ``app`` honours pause flags (``platform-tasks queues pause``)."""
+    app.steps["consumer"].add(QueuePauseStep)
