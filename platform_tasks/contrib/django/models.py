@@ -15,7 +15,6 @@ from __future__ import annotations
 from django.db import models  # type: ignore[import-untyped]
 
 from platform_tasks.contrib.django import permissions
-from platform_tasks.operations.log import KINDS, OUTCOMES
 
 __all__ = ["DeadLetter", "Operation", "Queue"]
 
@@ -71,13 +70,14 @@ class Operation(models.Model):  # type: ignore[misc]
     actor = models.TextField()
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True)
-    kind = models.TextField(choices=[(k, k) for k in KINDS])
+    kind = models.TextField()
     filter = models.JSONField()
     matched = models.BigIntegerField()
     done = models.BigIntegerField()
     failed = models.BigIntegerField()
-    outcome = models.TextField(choices=[(o, o.replace("_", " ")) for o in OUTCOMES])
+    outcome = models.TextField()
     last_id = models.BigIntegerField()
+    max_id = models.BigIntegerField(null=True)
     detail = models.TextField(null=True)
 
     class Meta:

@@ -10,6 +10,7 @@ holds (the pages show no action button to them in the first place).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,6 +40,8 @@ BULK_ACTIONS = {
     "discard": permissions.DISCARD_DEAD_LETTERS,
 }
 SAMPLE_SIZE = 20
+REFUSED_SHOWN = 5
+"""Rows a replay refused, named in the message after it (the log row counts them all)."""
 FILTER_FORM_FIELDS = ("queue", "kind", "tenant_id", "error_type", "since", "until")
 
 
@@ -174,6 +177,14 @@ def _run_bulk(request: HttpRequest, action: str) -> HttpResponse:
         f"{op.matched} done, {op.failed} failed"
         + (" (continued an unfinished run)" if result.resumed else ""),
     )
+    if result.refused:
+        shown = "; ".join(f"id {row_id}: {why}" for row_id, why in result.refused[:REFUSED_SHOWN])
+        more = len(result.refused) - REFUSED_SHOWN
+        messages.warning(
+            request,
+            f"{len(result.refused)} rows were left pending: {shown}"
+            + (f" (and {more} more)" if more > 0 else ""),
+        )
     return HttpResponseRedirect(_operation_url(op.id))
 
 
@@ -278,6 +289,16 @@ def cancel_jobs(admin_site: Any, request: HttpRequest) -> HttpResponse:
     return TemplateResponse(request, "platform_console/cancel_confirm.html", context)
 
 
+def shown_queues(paused: list[operations.PausedQueue]) -> list[str]:
+    """The queues page lists ``default``, every paused queue and the queues named in
+    ``PLATFORM_CONSOLE_QUEUES`` (comma-separated: the console has no Celery app to
+    learn them from)."""
+    configured = os.environ.get("PLATFORM_CONSOLE_QUEUES", "")
+    names = {"default", *(p.queue for p in paused)}
+    names.update(name.strip() for name in configured.split(",") if name.strip())
+    return sorted(names)
+
+
 def queues_page(admin_site: Any, request: HttpRequest) -> HttpResponse:
     """Queue depths, paused queues and the cancels in force (read-only)."""
     context = _context(
@@ -289,7 +310,8 @@ def queues_page(admin_site: Any, request: HttpRequest) -> HttpResponse:
     )
     settings = platform_settings()
     try:
-        context["queues"] = operations.queue_overview(settings)
+        names = shown_queues(operations.paused_queues(settings))
+        context["queues"] = operations.queue_overview(settings, names)
     except Exception as exc:
         context["queues_error"] = safe_error(exc)
     try:

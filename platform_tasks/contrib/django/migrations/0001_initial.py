@@ -63,35 +63,14 @@ class Migration(migrations.Migration):  # type: ignore[misc]
                 ("actor", models.TextField()),
                 ("started_at", models.DateTimeField()),
                 ("finished_at", models.DateTimeField(null=True)),
-                (
-                    "kind",
-                    models.TextField(
-                        choices=[
-                            ("replay", "replay"),
-                            ("discard", "discard"),
-                            ("cancel", "cancel"),
-                            ("pause", "pause"),
-                            ("resume", "resume"),
-                        ]
-                    ),
-                ),
+                ("kind", models.TextField()),
                 ("filter", models.JSONField()),
                 ("matched", models.BigIntegerField()),
                 ("done", models.BigIntegerField()),
                 ("failed", models.BigIntegerField()),
-                (
-                    "outcome",
-                    models.TextField(
-                        choices=[
-                            ("running", "running"),
-                            ("succeeded", "succeeded"),
-                            ("partial", "partial"),
-                            ("failed", "failed"),
-                            ("dry_run", "dry run"),
-                        ]
-                    ),
-                ),
+                ("outcome", models.TextField()),
                 ("last_id", models.BigIntegerField()),
+                ("max_id", models.BigIntegerField(null=True)),
                 ("detail", models.TextField(null=True)),
             ],
             options={
