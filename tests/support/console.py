@@ -51,8 +51,9 @@ def console_database(server: PostgresServer) -> str:
             cur.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
             cur.execute(f"CREATE DATABASE {DATABASE}")
         conn.close()
-        subprocess.run([CLI, "migrate"], env=_env_for(url), check=True, timeout=120,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            [CLI, "migrate"], env=_env_for(url), check=True, timeout=120, capture_output=True
+        )
         _url = url
     conn = psycopg2.connect(_url)
     with conn, conn.cursor() as cur:
@@ -66,13 +67,25 @@ def _env_for(database_url: str, redis_url: str = "redis://127.0.0.1:1/0") -> dic
     return {k: v for k, v in env.items() if not k.startswith("DJANGO_")}
 
 
-def insert_dead_letter(database_url: str, *, tenant: str, kind: str = "billing.charge",
-                       queue: str = "default", error: str = "ValueError: card declined",
-                       error_type: str = "ValueError", data: Any = None) -> int:  # fmt: skip
+def insert_dead_letter(
+    database_url: str,
+    *,
+    tenant: str,
+    kind: str = "billing.charge",
+    queue: str = "default",
+    error: str = "ValueError: card declined",
+    error_type: str = "ValueError",
+    data: Any = None,
+) -> int:
     """One pending dead letter with an envelope payload, as a consumer writes it."""
     job_id = uuid7()
-    payload = {"job_id": str(job_id), "tenant_id": tenant, "correlation_id": f"corr-{job_id}",
-               "kind": kind, "data": data if data is not None else {"amount": 100}}  # fmt: skip
+    payload = {
+        "job_id": str(job_id),
+        "tenant_id": tenant,
+        "correlation_id": f"corr-{job_id}",
+        "kind": kind,
+        "data": data if data is not None else {"amount": 100},
+    }
     conn = psycopg2.connect(database_url)
     try:
         with conn, conn.cursor() as cur:
@@ -80,9 +93,17 @@ def insert_dead_letter(database_url: str, *, tenant: str, kind: str = "billing.c
                 "INSERT INTO core.dead_letters (job_id, queue, kind, tenant_id, payload, attempts,"
                 " last_error, error_type, correlation_id) VALUES (%s, %s, %s, %s, %s, 3, %s, %s,"
                 " %s) RETURNING id",
-                (str(job_id), queue, kind, tenant, json.dumps(payload), error, error_type,
-                 payload["correlation_id"]),
-            )  # fmt: skip
+                (
+                    str(job_id),
+                    queue,
+                    kind,
+                    tenant,
+                    json.dumps(payload),
+                    error,
+                    error_type,
+                    payload["correlation_id"],
+                ),
+            )
             (row_id,) = cur.fetchone()  # type: ignore[misc]
     finally:
         conn.close()
@@ -103,17 +124,23 @@ class Console:
 
 def create_user(env: Mapping[str, str], username: str, password: str, role: str) -> str:
     """``platform-tasks console create-user`` as the README gives it; its output."""
-    done = subprocess.run([CLI, "console", "create-user", username, "--role", role],
-                          env={**env, "PLATFORM_CONSOLE_PASSWORD": password}, cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL)  # fmt: skip
+    done = subprocess.run(
+        [CLI, "console", "create-user", username, "--role", role],
+        env={**env, "PLATFORM_CONSOLE_PASSWORD": password},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout + done.stderr
 
 
 @contextmanager
-def running_console(database_url: str, redis_url: str, log_path: Path,
-                    extra: Mapping[str, str] | None = None) -> Iterator[Console]:  # fmt: skip
+def running_console(
+    database_url: str, redis_url: str, log_path: Path, extra: Mapping[str, str] | None = None
+) -> Iterator[Console]:
     """The console started with the README's command, an operator and a viewer created."""
     env = {**_env_for(database_url, redis_url), **(extra or {})}
     create_user(env, *OPERATOR, "operator")
@@ -122,12 +149,16 @@ def running_console(database_url: str, redis_url: str, log_path: Path,
     process = CeleryProcess(
         [CLI, "console", "--port", str(port)],
         env={**env, "PLATFORM_CONSOLE_ADMIN_PASSWORD": ADMIN_PASSWORD},
-        cwd=REPO_ROOT, log_path=log_path,
-    ).start()  # fmt: skip
+        cwd=REPO_ROOT,
+        log_path=log_path,
+    ).start()
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _answers(url) or not process.running, timeout=90,
-                   message="the console to answer")  # fmt: skip
+        wait_until(
+            lambda: _answers(url) or not process.running,
+            timeout=90,
+            message="the console to answer",
+        )
         assert process.running, process.log()
         yield Console(url, process, env)
     finally:
@@ -145,10 +176,12 @@ def logged_in_session(console: Console, username: str, password: str) -> request
     session = requests.Session()
     session.get(f"{console.url}/admin/login/", timeout=10).raise_for_status()
     token = session.cookies["platform_console_csrftoken"]
-    reply = session.post(f"{console.url}/admin/login/?next=/admin/", timeout=10,
-                         data={"username": username, "password": password,
-                               "csrfmiddlewaretoken": token},
-                         headers={"Referer": f"{console.url}/admin/login/"})  # fmt: skip
+    reply = session.post(
+        f"{console.url}/admin/login/?next=/admin/",
+        timeout=10,
+        data={"username": username, "password": password, "csrfmiddlewaretoken": token},
+        headers={"Referer": f"{console.url}/admin/login/"},
+    )
     assert reply.url.endswith("/admin/"), f"login of {username} failed: {reply.url}"
     return session
 
@@ -159,8 +192,10 @@ def chromium_paths() -> tuple[str, str]:
     driver = shutil.which("chromedriver") or "/usr/bin/chromedriver"
     missing = [path for path in (browser, driver) if not os.access(path, os.X_OK)]
     if missing:
-        pytest.fail(f"{', '.join(missing)} missing: run ./scripts/bootstrap (it installs "
-                    "Debian's chromium and chromium-driver)")  # fmt: skip
+        pytest.fail(
+            f"{', '.join(missing)} missing: run ./scripts/bootstrap (it installs "
+            "Debian's chromium and chromium-driver)"
+        )
     return browser, driver
 
 
@@ -173,9 +208,14 @@ def headless_chromium(download_dir: Path) -> Iterator[Any]:
     browser, driver = chromium_paths()
     options = webdriver.ChromeOptions()
     options.binary_location = browser
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                     "--disable-gpu", "--window-size=1400,1000",
-                     f"--user-data-dir={download_dir / 'profile'}"):  # fmt: skip
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1000",
+        f"--user-data-dir={download_dir / 'profile'}",
+    ):
         options.add_argument(argument)
     service = Service(executable_path=driver, log_output=str(download_dir / "chromedriver.log"))
     web = webdriver.Chrome(options=options, service=service)

@@ -54,8 +54,9 @@ def test_operator_filters_opens_and_bulk_replays_with_confirmation(
     postgres_server: PostgresServer, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     database_url = console_database(postgres_server)
-    acme = [insert_dead_letter(database_url, tenant="acme", data={"card": SCRIPT})
-            for _ in range(3)]  # fmt: skip
+    acme = [
+        insert_dead_letter(database_url, tenant="acme", data={"card": SCRIPT}) for _ in range(3)
+    ]
     others = [insert_dead_letter(database_url, tenant="globex") for _ in range(2)]
 
     with (
@@ -159,10 +160,14 @@ def test_viewer_sees_no_action_and_a_forged_post_is_refused(
             ("queue/cancel/", {"tenant_id": "acme"}),
         ]
         for path, data in forged:
-            reply = requests.post(f"{console.url}/admin/platform_console/{path}", timeout=30,
-                                  cookies=cookies, headers=referer,
-                                  data={**data, "csrfmiddlewaretoken": token},
-                                  allow_redirects=False)  # fmt: skip
+            reply = requests.post(
+                f"{console.url}/admin/platform_console/{path}",
+                timeout=30,
+                cookies=cookies,
+                headers=referer,
+                data={**data, "csrfmiddlewaretoken": token},
+                allow_redirects=False,
+            )
             assert reply.status_code == 403, (path, reply.status_code, console.log()[-3000:])
 
     assert query(database_url, "SELECT status FROM core.dead_letters") == [("pending_review",)]
