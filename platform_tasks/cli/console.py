@@ -29,7 +29,7 @@ PASSWORD_ENV = "PLATFORM_CONSOLE_PASSWORD"
 def _setup(host: str | None = None) -> None:
     """Django set up with the bundled settings (``--host`` added to the allowed hosts)."""
     if host and "PLATFORM_CONSOLE_ALLOWED_HOSTS" not in os.environ and not _wildcard(host):
-        from platform_tasks.contrib.django.settings_hosts import with_host
+        from platform_tasks.contrib.django.settings_values import with_host
 
         os.environ["PLATFORM_CONSOLE_ALLOWED_HOSTS"] = ",".join(with_host(host))
     os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE

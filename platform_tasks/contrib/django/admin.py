@@ -9,7 +9,6 @@ through Django's escaping (``format_html``), never marked safe as it is.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.contrib import admin  # type: ignore[import-untyped]
@@ -28,32 +27,9 @@ from platform_tasks.contrib.django.filters import (
     TenantFilter,
 )
 from platform_tasks.contrib.django.models import DeadLetter, Operation, Queue
+from platform_tasks.contrib.django.payloads import payload_html
 
-__all__ = ["DeadLetterAdmin", "OperationAdmin", "QueueAdmin", "visible_payload"]
-
-HIDDEN = "(hidden: needs the permission platform_console.view_dead_letter_payload)"
-
-
-def visible_payload(payload: Any, *, show_data: bool) -> Any:
-    """The payload as a user may see it: without the permission, the envelope's ``data``
-    (the customer's data) is replaced by a note, and a payload that is not an envelope
-    object is hidden whole (what in it is data cannot be told)."""
-    if show_data:
-        return payload
-    if isinstance(payload, dict):
-        return {key: (HIDDEN if key == "data" else value) for key, value in payload.items()}
-    return HIDDEN
-
-
-def _payload_html(payload: Any, *, show_data: bool) -> str:
-    text = json.dumps(
-        visible_payload(payload, show_data=show_data),
-        indent=2,
-        ensure_ascii=False,
-        sort_keys=True,
-        default=str,
-    )
-    return str(format_html('<pre class="platform-payload">{}</pre>', text))
+__all__ = ["DeadLetterAdmin", "OperationAdmin", "QueueAdmin"]
 
 
 class _ReadOnly(admin.ModelAdmin):  # type: ignore[misc]
@@ -133,11 +109,11 @@ class DeadLetterAdmin(_ReadOnly):
 
     @admin.display(description="payload")  # type: ignore[untyped-decorator]
     def payload_with_data(self, obj: DeadLetter) -> str:
-        return _payload_html(obj.payload, show_data=True)
+        return payload_html(obj.payload, show_data=True)
 
     @admin.display(description="payload")  # type: ignore[untyped-decorator]
     def payload_without_data(self, obj: DeadLetter) -> str:
-        return _payload_html(obj.payload, show_data=False)
+        return payload_html(obj.payload, show_data=False)
 
     def _fields_for(self, request: HttpRequest) -> tuple[str, ...]:
         # Chosen per request (admin instances are shared by the server's threads).

@@ -21,54 +21,13 @@ Everything comes from the environment:
 from __future__ import annotations
 
 import os
-import re
 import secrets
-from urllib.parse import unquote, urlsplit
 
-from platform_tasks.contrib.django.settings_hosts import LOOPBACK_HOSTS
-from platform_tasks.errors import SettingsError
-
-_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-
-
-def console_schema(value: str | None) -> str:
-    """The schema of the console's own tables; refuses ``core`` and non-identifiers."""
-    schema = (value or "console").strip()
-    if not _SCHEMA.match(schema) or schema in ("core", "pg_catalog", "information_schema"):
-        raise SettingsError(
-            [
-                (
-                    "PLATFORM_CONSOLE_SCHEMA",
-                    f"must be a lower-case identifier other than core (got {schema!r})",
-                )
-            ]
-        )
-    return schema
-
-
-def database_from_url(url: str | None, schema: str) -> dict[str, object]:
-    """Django's ``DATABASES`` entry for the platform database, its tables in ``schema``."""
-    if not url:
-        raise SettingsError([("PLATFORM_DATABASE_URL", "must be set for the console")])
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres") or not parts.path.strip("/"):
-        raise SettingsError(
-            [("PLATFORM_DATABASE_URL", "must be postgresql://user[:password]@host[:port]/db")]
-        )
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": unquote(parts.path.lstrip("/")),
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "",
-        "PORT": str(parts.port or ""),
-        "CONN_MAX_AGE": 60,
-        "CONN_HEALTH_CHECKS": True,
-        "OPTIONS": {
-            "options": f"-c search_path={schema}",
-            "application_name": "platform-tasks console",
-        },
-    }
+from platform_tasks.contrib.django.settings_values import (
+    LOOPBACK_HOSTS,
+    console_schema,
+    database_from_url,
+)
 
 
 def _list(name: str, default: list[str]) -> list[str]:
