@@ -51,6 +51,8 @@ class LazyGroup(click.Group):
         "jobs": "platform_tasks.cli.jobs:jobs",
         "maintenance": "platform_tasks.cli.maintenance:maintenance",
         "migrate": "platform_tasks.cli.migrate:migrate",
+        "operations": "platform_tasks.cli.operations:operations",
+        "queues": "platform_tasks.cli.operations:queues",
     },
 )
 def main() -> None:

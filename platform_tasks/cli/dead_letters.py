@@ -39,6 +39,8 @@ from platform_tasks.dead_letters import (
     replay_dead_letters,
 )
 from platform_tasks.errors import ReplayError
+from platform_tasks.operations.bulk import BULK_BATCH_SIZE
+from platform_tasks.operations.filters import OperationFilter
 from platform_tasks.settings import PlatformSettings, redact_url
 
 _RELATIVE = re.compile(r"^(\d+)\s*([smhdw])$")
@@ -183,6 +185,35 @@ def _filter_options(func: Any) -> Any:
     return func
 
 
+def _bulk_options(func: Any) -> Any:
+    """Options of the filter form of replay/discard (one logged operation)."""
+    options = [
+        click.option("--error-type", help="Only rows with this error type (e.g. TimeoutError)."),
+        click.option("--until", type=SINCE, help="Only rows created before: 6h, 7d, or ISO time."),
+        click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation."),
+        click.option("--actor", envvar="PLATFORM_ACTOR", default=None,
+                     help="Who runs the operation (logged); default: the OS user."),
+        click.option("--operation", "operation_id", type=int, default=None,
+                     help="Continue this unfinished operation, with its stored filter."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _bulk_filter(ids: tuple[int, ...], where: DeadLetterFilter, error_type: str | None,
+                 until: datetime | None, operation_id: int | None) -> OperationFilter:  # fmt: skip
+    """The filter of the bulk form; its extra options are refused beside IDs."""
+    if ids and (error_type or until or operation_id is not None):
+        raise click.UsageError("--error-type, --until and --operation select rows by filter; "
+                               "do not combine them with IDs")  # fmt: skip
+    try:
+        return OperationFilter(queue=where.queue, kind=where.kind, tenant_id=where.tenant_id,
+                               error_type=error_type, since=where.since, until=until)  # fmt: skip
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 @click.group("dead-letters")
 def dead_letters() -> None:
     """Review and act on rows of core.dead_letters."""
@@ -316,11 +347,12 @@ def _print_report(report: ReplayReport) -> None:
 @click.option(
     "--batch-size",
     type=click.IntRange(min=1),
-    default=REPLAY_BATCH_SIZE,
-    show_default=True,
-    help="Rows locked, published and committed per transaction.",
+    default=None,
+    help=f"Rows locked, published and committed per transaction [default: "
+    f"{REPLAY_BATCH_SIZE} by IDs, {BULK_BATCH_SIZE} by filter].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@_bulk_options
 def replay_command(
     ids: tuple[int, ...],
     queue: str | None,
@@ -330,8 +362,13 @@ def replay_command(
     replay_all: bool,
     dry_run: bool,
     app_spec: str | None,
-    batch_size: int,
+    batch_size: int | None,
     as_json: bool,
+    error_type: str | None,
+    until: datetime | None,
+    yes: bool,
+    actor: str | None,
+    operation_id: int | None,
 ) -> None:
     """Republish pending dead letters to their original queue with their original job id.
 
@@ -340,13 +377,18 @@ def replay_command(
     moment is left to it, so each row is published once. Rows that hold no readable
     envelope are refused. Needs only the platform settings (database, broker), not the
     application's code. Exits 1 when nothing was replayed.
+
+    Without IDs the replay is one operation logged in core.operations (who: --actor),
+    run 500 rows per transaction; rerunning the same filter after a crash continues it,
+    as does --operation N. At a terminal it asks first unless --yes.
     """
     where = DeadLetterFilter(queue=queue, kind=kind, tenant_id=tenant_id, since=since)
-    if not ids and where.is_empty and not replay_all:
+    bulk_filter = _bulk_filter(ids, where, error_type, until, operation_id)
+    if not ids and bulk_filter.is_empty and not replay_all and operation_id is None:
         raise click.UsageError(
             "give dead letter IDs, filters, or --all to replay every pending row"
         )
-    if replay_all and (ids or not where.is_empty):
+    if replay_all and (ids or not bulk_filter.is_empty):
         raise click.UsageError(
             "--all replays every pending row; do not combine it with IDs or filters"
         )
@@ -363,6 +405,23 @@ def replay_command(
         publish: Publish = port.publish
         return publish
 
+    if not ids:
+        from platform_tasks.cli import bulk_dead_letters as bulk
+
+        try:
+            if dry_run:
+                with _connection(settings) as conn:
+                    bulk.dry_run(settings, conn, bulk_filter, as_json)
+                return
+            bulk.confirm(settings, bulk_filter, "replay", yes)
+            bulk.replay(settings, bulk_filter, everything=replay_all, open_publish=open_publish,
+                        batch_size=batch_size or BULK_BATCH_SIZE, actor=actor,
+                        operation_id=operation_id,
+                        as_json=as_json)  # fmt: skip
+        finally:
+            for port in ports:
+                port.close()
+        return
     try:
         with _connection(settings) as conn:
             report = replay_dead_letters(
@@ -371,7 +430,7 @@ def replay_command(
                 ids=list(ids) or None,
                 where=where,
                 dry_run=dry_run,
-                batch_size=batch_size,
+                batch_size=batch_size or REPLAY_BATCH_SIZE,
                 max_bytes=settings.max_payload_bytes,
             )
     except ReplayError as exc:
@@ -393,12 +452,67 @@ def replay_command(
 
 
 @dead_letters.command("discard")
-@click.argument("ids", metavar="ID...", nargs=-1, type=int, required=True)
+@click.argument("ids", metavar="[ID]...", nargs=-1, type=int)
 @click.option("--reason", required=True, help="Why these rows will not be replayed (stored).")
-def discard_command(ids: tuple[int, ...], reason: str) -> None:
-    """Mark pending dead letters discarded, keeping the reason. Exits 1 if none matched."""
+@_filter_options
+@click.option("--all", "discard_all", is_flag=True, help="Discard every pending row.")
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), default=BULK_BATCH_SIZE, show_default=True,
+    help="Rows marked and committed per transaction (filter form).",
+)  # fmt: skip
+@click.option("--dry-run", is_flag=True, help="Show how many rows match; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@_bulk_options
+def discard_command(
+    ids: tuple[int, ...],
+    reason: str,
+    queue: str | None,
+    kind: str | None,
+    tenant_id: str | None,
+    since: datetime | None,
+    discard_all: bool,
+    batch_size: int,
+    dry_run: bool,
+    as_json: bool,
+    error_type: str | None,
+    until: datetime | None,
+    yes: bool,
+    actor: str | None,
+    operation_id: int | None,
+) -> None:
+    """Mark pending dead letters discarded, keeping the reason. Exits 1 if none matched.
+
+    By IDs, or by filters / --all as one operation logged in core.operations (batched,
+    continued by a rerun of the same filter or --operation N).
+    """
     if not reason.strip():
         raise click.BadParameter("must not be empty", param_hint="--reason")
+    where = DeadLetterFilter(queue=queue, kind=kind, tenant_id=tenant_id, since=since)
+    bulk_filter = _bulk_filter(ids, where, error_type, until, operation_id)
+    if not ids:
+        if bulk_filter.is_empty and not discard_all and operation_id is None:
+            raise click.UsageError("give dead letter IDs, filters, or --all to discard every "
+                                   "pending row")  # fmt: skip
+        if discard_all and not bulk_filter.is_empty:
+            raise click.UsageError("--all discards every pending row; do not combine it with "
+                                   "filters")  # fmt: skip
+        from platform_tasks.cli import bulk_dead_letters as bulk
+        from platform_tasks.operations.bulk import preview_dead_letters
+
+        settings = database_settings()
+        if dry_run:
+            preview = preview_dead_letters(settings, bulk_filter, sample_size=0)
+            click.echo(f"would discard {preview.matched} (nothing changed)")
+            if not preview.matched:
+                sys.exit(NOTHING_MATCHED)
+            return
+        bulk.confirm(settings, bulk_filter, "discard", yes)
+        bulk.discard(settings, bulk_filter, reason=reason, everything=discard_all,
+                     batch_size=batch_size, actor=actor, operation_id=operation_id,
+                     as_json=as_json)  # fmt: skip
+        return
+    if discard_all or dry_run:
+        raise click.UsageError("--all and --dry-run apply to the filter form, not to IDs")
     with _connection() as conn:
         report = discard_dead_letters(conn, list(ids), reason=reason)
     for row_id in report.discarded:

@@ -11,10 +11,12 @@ from platform_tasks.cli import LazyGroup
 @click.group(
     cls=LazyGroup,
     lazy_commands={
+        "cancel": "platform_tasks.cli.operations:cancel_command",
         "check": "platform_tasks.cli.jobs_static:check",
         "docs": "platform_tasks.cli.jobs_static:docs",
         "list": "platform_tasks.cli.jobs_runtime:list_jobs",
     },
 )
 def jobs() -> None:
-    """Inspect scheduled job definitions (runtime listing or static evidence)."""
+    """Inspect scheduled job definitions (runtime listing or static evidence); cancel
+    waiting jobs by filter."""

@@ -18,6 +18,7 @@ Memory holds one batch whatever the number of rows.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,7 +29,13 @@ from psycopg2.extensions import connection as Connection
 from psycopg2.extensions import cursor as Cursor
 from psycopg2.extras import Json
 
-from platform_tasks.dead_letters import DeadLetter, Publish, _dead_letter, replay_refusal
+from platform_tasks.dead_letters import (
+    DeadLetter,
+    Publish,
+    ReplayedRow,
+    _dead_letter,
+    replay_refusal,
+)
 from platform_tasks.errors import ReplayError
 from platform_tasks.operations.filters import OperationFilter
 from platform_tasks.operations.log import (
@@ -45,10 +52,12 @@ from platform_tasks.settings import PlatformSettings
 __all__ = [
     "BULK_BATCH_SIZE",
     "REFUSED_KEPT",
+    "BatchCallback",
     "BulkResult",
     "Preview",
     "bulk_discard",
     "bulk_replay",
+    "iter_matching",
     "preview_dead_letters",
 ]
 
@@ -59,6 +68,9 @@ BULK_BATCH_SIZE = 500
 
 REFUSED_KEPT = 100
 """Refused rows a :class:`BulkResult` lists by id (all are counted in ``failed``)."""
+
+BatchCallback = Callable[[list[ReplayedRow], list[tuple[int, str]]], None]
+"""Called with ``(replayed, refused)`` of each committed batch of a bulk replay."""
 
 LOCK_CLASS = 0x6F707320  # "ops ": advisory locks (class, operation id) of running operations
 
@@ -112,6 +124,21 @@ def preview_dead_letters(
             names = [column[0] for column in cur.description or ()]
             sample = [_dead_letter(names, values) for values in cur.fetchall()]
     return Preview(matched, sample)
+
+
+def iter_matching(
+    conn: Connection, where: OperationFilter, *, max_bytes: int | None = None
+) -> Iterator[tuple[int, uuid.UUID | None, str | None, str | None]]:
+    """Every pending row matching ``where``, oldest first, as ``(id, job id, queue, why
+    not replayable or None)``: what a replay would do, for a dry run. Streams through a
+    server-side cursor in one read-only transaction (one batch of payloads in memory)."""
+    with conn, conn.cursor(name="platform_operations_dry_run") as cur:
+        cur.itersize = BULK_BATCH_SIZE
+        cur.execute(_queries()["stream_matching"], where.params())
+        for row_id, queue, payload in cur:
+            refusal = replay_refusal(queue, payload, max_bytes=max_bytes)
+            job_id = None if refusal else uuid.UUID(str(payload["job_id"]))
+            yield int(row_id), job_id, queue, refusal
 
 
 @dataclass
@@ -280,6 +307,7 @@ def bulk_replay(
     batch_size: int = BULK_BATCH_SIZE,
     allow_empty_filter: bool = False,
     operation_id: int | None = None,
+    on_batch: BatchCallback | None = None,
     conn: Connection | None = None,
     now: datetime | None = None,
 ) -> BulkResult:
@@ -298,8 +326,10 @@ def bulk_replay(
     (``resumed=True``); ``operation_id`` continues that operation explicitly (with its
     stored filter; ``where`` may then be empty). A publish that fails ends the operation as
     ``failed`` after committing what was published before it, then raises
-    :class:`~platform_tasks.errors.ReplayError`. Needs ``settings.database_url`` and the
-    broker settings.
+    :class:`~platform_tasks.errors.ReplayError`. ``on_batch`` is called after each
+    committed batch with the rows it replayed and refused (a CLI prints them as it goes;
+    nothing is kept across batches). Needs ``settings.database_url`` and the broker
+    settings.
     """
     _check(where, batch_size, allow_empty_filter, operation_id)
     ports: list[Any] = []
@@ -325,6 +355,8 @@ def bulk_replay(
                     if not rows:
                         break
                     published: list[int] = []
+                    replayed: list[ReplayedRow] = []
+                    refused: list[tuple[int, str]] = []
                     failed = 0
                     for row_id, queue, payload in rows:
                         refusal = replay_refusal(
@@ -332,13 +364,14 @@ def bulk_replay(
                         )
                         if refusal:
                             failed += 1
+                            refused.append((row_id, refusal))
                             if len(run.refused) < REFUSED_KEPT:
                                 run.refused.append((row_id, refusal))
                             continue
                         if sender is None:
                             sender = opened()
                         try:
-                            sender(queue, payload)
+                            job_id = sender(queue, payload)
                         except Exception as exc:
                             _mark(cur, published, now)
                             _advance(cur, run, done=len(published), failed=failed,
@@ -346,9 +379,12 @@ def bulk_replay(
                             db.commit()
                             raise ReplayError(row_id, published, exc) from exc
                         published.append(row_id)
+                        replayed.append(ReplayedRow(row_id, uuid.UUID(str(job_id)), queue))
                     _mark(cur, published, now)
                     _advance(cur, run, done=len(published), failed=failed, last_id=rows[-1][0])
                 _log_batch(run, "replay", len(published), failed, rows[0][0], rows[-1][0])
+                if on_batch is not None:
+                    on_batch(replayed, refused)
             operation = _finish(db, run)
     finally:
         for port in ports:

@@ -102,8 +102,15 @@ class QueuePauseStep(bootsteps.StartStopStep):  # type: ignore[misc]
         for queue, reasons in holds(c).items():
             if reasons and queue in c.app.amqp.queues.consume_from:
                 c.call_soon(c.cancel_task_queue, queue)  # the consumer restarted: hold again
-        self.reader = PauseReader(c.app.platform_settings).start()
+        self.reader = PauseReader(c.app.platform_settings)
+        # One read before the first message is fetched: a worker started while a queue is
+        # paused starts paused (at most one Redis timeout spent here if Redis is away).
+        self.reader.read_once()
         self._acted_on = 0
+        if self.reader.latest is not None:
+            self._acted_on = self.reader.number
+            self.act(c, self.reader.latest)
+        self.reader.start()
         self._timer = c.timer.call_repeatedly(POLL_SECONDS / 2, self.tick, (c,), priority=10)
 
     def tick(self, c: Any) -> None:

@@ -96,3 +96,17 @@ WHERE id = %(id)s;
 SELECT id FROM core.operations
 WHERE kind = %(kind)s AND filter = %(filter)s AND outcome = 'running'
 ORDER BY id;
+
+-- name: stream_matching
+-- Every matching pending row, oldest first, for a dry run (read through a server-side
+-- cursor: one batch in memory).
+SELECT id, queue, payload
+FROM core.dead_letters
+WHERE status = 'pending_review'
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(error_type)s::text IS NULL OR error_type = %(error_type)s)
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+ORDER BY id;

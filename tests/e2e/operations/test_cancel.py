@@ -1,0 +1,115 @@
+"""Cancel by tenant end to end: queued and delayed jobs of the tenant never run, each one
+gets its accounting row; other tenants' jobs and jobs published after the cancel run; a
+running job sees ``is_cancelled()``. Real CLI, PostgreSQL, Redis broker and workers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import redis
+
+from platform_tasks.harness import wait_until
+from platform_tasks.queue_port import platform_queue_port
+from platform_tasks.settings import PlatformSettings
+from tests.support.operations import (
+    APP,
+    REPO_ROOT,
+    Shell,
+    create_applied_table,
+    envelope,
+)
+from tests.support.processes import CeleryProcess, celery_processes, worker_argv
+
+
+@pytest.fixture
+def shell(redis_url: str, database_url: str) -> Shell:
+    create_applied_table(database_url)
+    return Shell(redis_url, database_url)
+
+
+def _workers(shell: Shell, started: list[CeleryProcess], tmp_path: Path) -> None:
+    workers = [
+        CeleryProcess(worker_argv(APP, concurrency=2, hostname=f"w{index}@%h"), env=shell.env,
+                      cwd=REPO_ROOT, log_path=tmp_path / f"worker{index}.log").start()
+        for index in range(2)
+    ]  # fmt: skip
+    started.extend(workers)
+    for worker in workers:
+        worker.wait_for_log("ready.", timeout=120)
+
+
+def test_cancel_by_tenant_stops_queued_and_delayed_jobs_and_accounts_for_each(
+    shell: Shell, settings: PlatformSettings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    port = platform_queue_port(settings)
+    soon = datetime.now(UTC) + timedelta(seconds=1)
+    try:
+        gone = [str(port.publish("default", envelope("gone"))) for _ in range(30)]
+        gone += [str(port.schedule("default", envelope("gone"), soon)) for _ in range(20)]
+        stay = [str(port.publish("default", envelope("stay"))) for _ in range(30)]
+        stay += [str(port.schedule("default", envelope("stay"), soon)) for _ in range(10)]
+    finally:
+        port.close()
+    assert redis_client.llen("default") == 60
+
+    preview = shell.run("jobs", "cancel", "--tenant", "gone", "--dry-run")
+    assert preview.returncode == 0, preview.stderr
+    assert "20 delayed job(s) match tenant_id=gone" in preview.stdout
+    result = shell.run("jobs", "cancel", "--tenant", "gone", "--yes")
+    assert result.returncode == 0, result.stderr
+    assert "cancelled 20 delayed job(s)" in result.stdout
+    operation_id = shell.scalar("SELECT id FROM core.operations WHERE kind = 'cancel'")
+
+    with celery_processes() as started:
+        _workers(shell, started, tmp_path)
+        later = str(platform_queue_port(settings).publish("default", envelope("gone")))
+
+        def settled() -> bool:
+            applied = shell.scalar("SELECT count(*) FROM public.ops_applied")
+            cancelled = shell.scalar("SELECT count(*) FROM core.dead_letters "
+                                     "WHERE reason = 'cancelled'")  # fmt: skip
+            return bool(applied == 41 and cancelled == 50)
+
+        wait_until(
+            settled,
+            timeout=180,
+            interval=0.25,
+            message="the other tenant's jobs to run and the cancelled ones to be counted",
+        )
+        wait_until(lambda: redis_client.llen("default") == 0, timeout=60, message="an empty queue")
+    applied = shell.query("SELECT job_id::text, tenant_id FROM public.ops_applied")
+    assert sorted(job for job, _ in applied) == sorted([*stay, later])
+    rows = shell.query(
+        "SELECT job_id::text, status, discard_reason, tenant_id FROM core.dead_letters"
+    )
+    assert sorted(job for job, *_ in rows) == sorted(gone)  # one row per cancelled job
+    assert {tuple(rest) for _, *rest in rows} == {
+        ("discarded", f"cancelled by operation {operation_id}", "gone")
+    }
+    logged = shell.query("SELECT actor, outcome, done, filter->>'tenant_id' FROM core.operations")
+    assert logged == [("tester", "succeeded", 50, "gone")]
+    listed = shell.run("operations", "list")
+    assert listed.returncode == 0 and "cancel" in listed.stdout and "tester" in listed.stdout
+    assert redis_client.zcard("{platform:test:delays}:v1:schedule") == 0
+
+
+def test_running_job_sees_the_cancel_flag(
+    shell: Shell, settings: PlatformSettings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    with celery_processes() as started:
+        _workers(shell, started, tmp_path)
+        port = platform_queue_port(settings)
+        try:
+            job = str(port.publish("default", envelope("long", kind="tests.ops.wait_cancel")))
+        finally:
+            port.close()
+        wait_until(lambda: redis_client.get(f"test:started:{job}") is not None, timeout=60,
+                   message="the long job to start")  # fmt: skip
+        assert redis_client.get(f"test:outcome:{job}") is None
+        result = shell.run("jobs", "cancel", "--tenant", "long", "--yes")
+        assert result.returncode == 0, result.stderr
+        wait_until(lambda: redis_client.get(f"test:outcome:{job}") is not None, timeout=30,
+                   message="the job to stop")  # fmt: skip
+        assert redis_client.get(f"test:outcome:{job}") == b"cancelled"
