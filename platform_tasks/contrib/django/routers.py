@@ -8,8 +8,9 @@ otherwise) and add this router::
     DATABASE_ROUTERS = ["platform_tasks.contrib.django.routers.PlatformConsoleRouter"]
 
 The console's models (over schema ``core``) are then read and written there; every
-other app (auth, sessions, content types, permissions) stays where it was, and nothing
-is ever migrated into the platform database by Django: its schema belongs to
+other app (auth, sessions, content types, permissions) stays where it was. No app is
+ever migrated into the platform database (even ``migrate --database platform`` leaves
+only Django's own bookkeeping table ``django_migrations`` there): its schema belongs to
 ``platform-tasks migrate``.
 """
 
