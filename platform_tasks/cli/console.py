@@ -108,7 +108,12 @@ def console(ctx: click.Context, host: str, port: int, threads: int) -> None:
         _warn_without_users()
     from platform_tasks.contrib.django.server import serve
 
-    serve(host, port, threads=threads)
+    try:
+        serve(host, port, threads=threads)
+    except OSError as exc:  # the address is taken or cannot be bound
+        raise click.ClickException(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None
 
 
 def _warn_without_users() -> None:

@@ -53,8 +53,8 @@ def prepare() -> None:
     with connection.cursor() as cur:
         cur.execute("SELECT pg_advisory_lock(hashtext(%s))", [_LOCK])
         try:
-            cur.execute(f"CREATE SCHEMA IF NOT EXISTS {connection.ops.quote_name(schema)}")
             _core_ready()
+            cur.execute(f"CREATE SCHEMA IF NOT EXISTS {connection.ops.quote_name(schema)}")
             call_command("migrate", interactive=False, verbosity=0)
             sync_groups()
         finally:

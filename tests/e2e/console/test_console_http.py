@@ -282,3 +282,43 @@ def test_a_user_without_view_permission_is_refused_every_page(console: Console) 
     ):
         reply = session.get(f"{console.url}{BASE}/{path}", timeout=30, allow_redirects=False)
         assert reply.status_code == 403, (path, reply.status_code)
+
+
+def test_it_listens_on_loopback_only_by_default(console: Console) -> None:
+    import psutil
+
+    listening = [
+        c.laddr
+        for c in psutil.Process(console.process.pid).net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN
+    ]
+    assert listening and all(address.ip == "127.0.0.1" for address in listening)
+
+
+def test_an_unmigrated_database_is_refused_naming_the_migrate_command(
+    console: Console, postgres_server: PostgresServer
+) -> None:
+    import subprocess
+
+    import psycopg2
+
+    from tests.support.console import CLI
+
+    conn = psycopg2.connect(postgres_server.admin_url())
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("DROP DATABASE IF EXISTS console_unmigrated WITH (FORCE)")
+        cur.execute("CREATE DATABASE console_unmigrated")
+    conn.close()
+    url = postgres_server.url.rsplit("/", 1)[0] + "/console_unmigrated"
+    done = subprocess.run(
+        [CLI, "console", "--port", "1"],
+        env={**console.env, "PLATFORM_DATABASE_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 1
+    assert "run 'platform-tasks migrate'" in done.stderr
+    assert query(url, "SELECT count(*) FROM pg_namespace WHERE nspname = 'console'") == [(0,)]
