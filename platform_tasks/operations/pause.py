@@ -20,7 +20,13 @@ from typing import Any
 from psycopg2.extensions import connection as Connection
 
 from platform_tasks.keys import operation_keys
-from platform_tasks.operations.log import Operation, connect, default_actor, start_operation
+from platform_tasks.operations.log import (
+    Operation,
+    connect,
+    default_actor,
+    fetch_operation,
+    start_operation,
+)
 from platform_tasks.settings import PlatformSettings
 
 __all__ = [
@@ -107,6 +113,7 @@ def pause_queue(
             cur.execute("UPDATE core.operations SET done = %s, detail = %s WHERE id = %s",
                         (1 if first else 0, None if first else "already paused",
                          operation.id))  # fmt: skip
+            operation = fetch_operation(cur, operation.id) or operation
     finally:
         client.close()
     logger.info("queue %s paused by %s (operation %s)%s", queue, who, operation.id,
@@ -133,6 +140,7 @@ def resume_queue(
             cur.execute("UPDATE core.operations SET done = %s, detail = %s WHERE id = %s",
                         (1 if removed else 0, None if removed else "was not paused",
                          operation.id))  # fmt: skip
+            operation = fetch_operation(cur, operation.id) or operation
     finally:
         client.close()
     logger.info("queue %s resumed by %s (operation %s)%s", queue, who, operation.id,

@@ -61,6 +61,8 @@ def test_pause_stops_two_workers_within_two_seconds_and_resume_drains(
         assert len(settled) == 1, f"depth still falling after {HONOURED_WITHIN} s: {samples}"
         (held,) = settled
         assert held > 0
+        settled_at = min(at for at, depth in samples if depth == held)
+        print(f"depth {held} from {settled_at:.2f} s after the pause returned")
         for worker in workers:
             worker.wait_for_log("queue default paused on this worker", timeout=5)
 
