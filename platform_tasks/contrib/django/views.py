@@ -215,7 +215,8 @@ def queue_pause(admin_site: Any, request: HttpRequest, action: str) -> HttpRespo
             op.id,
             extra={"event": f"console.queue_{action}", "operation_id": op.id},
         )
-        messages.success(request, f"{action} of queue {queue}: operation {op.id}")
+        note = f" ({op.detail})" if op.detail else ""
+        messages.success(request, f"{action} of queue {queue}: operation {op.id}{note}")
         return HttpResponseRedirect(_operation_url(op.id))
     if request.method != "GET":
         return HttpResponseNotAllowed(["GET", "POST"])
