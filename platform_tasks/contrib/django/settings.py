@@ -111,12 +111,19 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"event": {"()": "platform_tasks.contrib.django.log_events.EventFilter"}},
+    "filters": {
+        "event": {"()": "platform_tasks.contrib.django.log_events.EventFilter"},
+        "refusals": {"()": "platform_tasks.contrib.django.log_events.RoutineRefusals"},
+    },
     "formatters": {
         "line": {"format": "%(asctime)s %(levelname)s %(name)s event=%(event)s %(message)s"}
     },
     "handlers": {
-        "stderr": {"class": "logging.StreamHandler", "filters": ["event"], "formatter": "line"}
+        "stderr": {
+            "class": "logging.StreamHandler",
+            "filters": ["event", "refusals"],
+            "formatter": "line",
+        }
     },
     "root": {"handlers": ["stderr"], "level": "INFO"},
 }
