@@ -9,6 +9,7 @@ through Django's escaping (``format_html``), never marked safe as it is.
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 from django.contrib import admin  # type: ignore[import-untyped]
@@ -54,7 +55,7 @@ class _ReadOnly(admin.ModelAdmin):  # type: ignore[misc]
 class DeadLetterAdmin(_ReadOnly):
     list_display = (
         "id",
-        "created_at",
+        "dead_lettered_at",
         "queue",
         "kind",
         "tenant_id",
@@ -97,11 +98,16 @@ class DeadLetterAdmin(_ReadOnly):
     )
     change_list_template = "platform_console/deadletter_change_list.html"
 
+    @admin.display(description="dead-lettered at", ordering="created_at")  # type: ignore[untyped-decorator]
+    def dead_lettered_at(self, obj: DeadLetter) -> str:
+        return str(obj.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"))
+
     @admin.display(description="error")  # type: ignore[untyped-decorator]
     def error_start(self, obj: DeadLetter) -> str:
-        line = (obj.last_error or "").strip().splitlines()
-        first = line[0] if line else ""
-        return first if len(first) <= 80 else first[:79] + "…"
+        """The error's last line: for a traceback, the exception and its message."""
+        lines = [line for line in (obj.last_error or "").strip().splitlines() if line.strip()]
+        last = lines[-1].strip() if lines else ""
+        return last if len(last) <= 100 else last[:99] + "…"
 
     @admin.display(description="error (full)")  # type: ignore[untyped-decorator]
     def error_full(self, obj: DeadLetter) -> str:
