@@ -80,6 +80,7 @@ def main() -> None:
     parser.add_argument("--rows", default="10000,50000")
     parser.add_argument("--one-at-a-time", type=int, default=40)
     options = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     sizes = [int(n) for n in options.rows.split(",")]
     with bench_redis() as redis_server, bench_postgres() as pg:
         migrate(pg.url)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import psycopg2.errors
 from psycopg2.extensions import cursor as Cursor
 from psycopg2.extras import Json
 
@@ -113,6 +114,7 @@ class CancelCheck:
         self._rules: list[Rule] = []
         self._read_at: float | None = None
         self._lock = threading.Lock()
+        self._warned = False
 
     def rules(self, cur: Cursor) -> list[Rule]:
         """The rules, read again through ``cur`` when older than the max age."""
@@ -121,9 +123,27 @@ class CancelCheck:
             fresh = self._read_at is not None and started - self._read_at < RULES_MAX_AGE_SECONDS
             if fresh:
                 return self._rules
-        rules = read_rules(cur)
+        rules = self._read_guarded(cur)
         with self._lock:
             self._rules, self._read_at = rules, started
+        return rules
+
+    def _read_guarded(self, cur: Cursor) -> list[Rule]:
+        """The rules, read in a savepoint of the job's transaction: a database not yet
+        migrated to ``0006_operations`` (no ``core.cancel_rules``) has no rules, and its
+        error must not abort the transaction that holds the job's claim."""
+        cur.execute("SAVEPOINT platform_cancel_rules")
+        try:
+            rules = read_rules(cur)
+        except psycopg2.errors.UndefinedTable:
+            cur.execute("ROLLBACK TO SAVEPOINT platform_cancel_rules")
+            if not self._warned:
+                self._warned = True
+                logger.warning("core.cancel_rules does not exist: run platform-tasks migrate; "
+                               "no cancel is checked until then",
+                               extra={"event": "operations.cancel_rules_missing"})  # fmt: skip
+            rules = []
+        cur.execute("RELEASE SAVEPOINT platform_cancel_rules")
         return rules
 
     def cached(self) -> list[Rule]:
