@@ -322,3 +322,29 @@ def test_an_unmigrated_database_is_refused_naming_the_migrate_command(
     assert done.returncode == 1
     assert "run 'platform-tasks migrate'" in done.stderr
     assert query(url, "SELECT count(*) FROM pg_namespace WHERE nspname = 'console'") == [(0,)]
+
+
+def test_the_date_filter_of_the_list_carries_into_the_bulk_replay(
+    console: Console, database_url: str
+) -> None:
+    recent = insert_dead_letter(database_url, tenant="acme")
+    old = insert_dead_letter(database_url, tenant="acme")
+    query(
+        database_url,
+        "UPDATE core.dead_letters SET created_at = now() - interval '10 days' WHERE id = %s",
+        old,
+    )
+    operator = logged_in_session(console, *OPERATOR)
+    listed = operator.get(f"{console.url}{BASE}/deadletter/", timeout=30).text
+    past_week = re.search(r'href="(\?created_at__gte=[^"]+)"[^>]*>\s*Past 7 days', listed)
+    assert past_week, "the list offers the 'Past 7 days' date filter"
+    query_string = past_week.group(1).replace("&amp;", "&")
+    page = operator.get(f"{console.url}{BASE}/deadletter/bulk/replay/{query_string}", timeout=30)
+    assert re.search(r'id="preview-count">1<', page.text), page.text[-2000:]
+    fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', page.text))
+    fields.pop("csrfmiddlewaretoken")
+    assert set(fields) == {"since", "until"}
+    reply = _post(console, operator, "deadletter/bulk/replay/", fields)
+    assert reply.status_code == 302
+    statuses = dict(query(database_url, "SELECT id, status FROM core.dead_letters"))
+    assert statuses == {recent: "replayed", old: "pending_review"}
