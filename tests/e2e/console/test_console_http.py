@@ -348,3 +348,32 @@ def test_the_date_filter_of_the_list_carries_into_the_bulk_replay(
     assert reply.status_code == 302
     statuses = dict(query(database_url, "SELECT id, status FROM core.dead_letters"))
     assert statuses == {recent: "replayed", old: "pending_review"}
+
+
+def test_an_empty_filter_acts_only_when_every_row_is_meant(
+    console: Console, database_url: str
+) -> None:
+    rows = [insert_dead_letter(database_url, tenant=t) for t in ("acme", "globex")]
+    operator = logged_in_session(console, *OPERATOR)
+    page = operator.get(f"{console.url}{BASE}/deadletter/bulk/discard/", timeout=30).text
+    assert re.search(r'id="preview-count">2<', page) and 'name="everything"' in page
+    unticked = _post(console, operator, "deadletter/bulk/discard/", {"reason": "all of it"})
+    assert unticked.status_code == 302 and "/operation/" not in unticked.headers["Location"]
+    assert _operations(database_url) == []
+    ticked = _post(
+        console, operator, "deadletter/bulk/discard/", {"reason": "all of it", "everything": "yes"}
+    )
+    assert "/operation/" in ticked.headers["Location"]
+    assert query(
+        database_url,
+        "SELECT count(*) FROM core.dead_letters WHERE id = ANY(%s) AND status = 'discarded'",
+        rows,
+    ) == [(2,)]
+
+
+def test_nothing_matching_offers_no_button(console: Console, database_url: str) -> None:
+    operator = logged_in_session(console, *OPERATOR)
+    page = operator.get(
+        f"{console.url}{BASE}/deadletter/bulk/replay/", params={"tenant_id": "nobody"}, timeout=30
+    ).text
+    assert 'id="nothing-matches"' in page and 'id="confirm"' not in page
