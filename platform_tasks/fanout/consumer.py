@@ -231,7 +231,9 @@ def install_consumer(app: Any, *, start_up_checks: bool = True) -> None:
     ``start_up_checks=False`` (what ``create_app`` installs for every app) registers the
     consumer without the worker's database and tenant-source checks: a worker of an app
     that never calls ``fan_out`` must start as it did before the consumer was added. An
-    explicit ``install(app, port)`` keeps the checks.
+    explicit ``install(app, port)`` keeps the checks. A ``PLATFORM_TENANTS_QUERY`` the
+    user set says the app fans out, so its tenant source is checked either way: a query
+    that cannot run refuses the worker instead of dead-lettering every fan-out.
     """
     from platform_tasks.consumer.task import PlatformTask
 
@@ -248,5 +250,5 @@ def install_consumer(app: Any, *, start_up_checks: bool = True) -> None:
     )
     task.start_up_checks = start_up_checks
     add_queue_source(app, lambda _app: [FANOUT_QUEUE])
-    if start_up_checks:
+    if start_up_checks or settings.tenants_query is not None:
         app.steps["worker"].add(TenantsQueryCheckStep)
