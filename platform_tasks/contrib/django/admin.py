@@ -1,0 +1,234 @@
+"""The console's admin pages: dead letters, the operations log, queues.
+
+Everything here only reads (the models are unmanaged and nobody may add, change or
+delete a row through the admin); actions are the confirmation pages of
+:mod:`platform_tasks.contrib.django.views`, reached by buttons shown only to users with
+the action's permission. Stored text (errors, payloads, tenant names) is rendered
+through Django's escaping (``format_html``), never marked safe as it is.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC
+from typing import Any
+
+from django.contrib import admin  # type: ignore[import-untyped]
+from django.core.exceptions import PermissionDenied  # type: ignore[import-untyped]
+from django.http import HttpRequest, HttpResponse  # type: ignore[import-untyped]
+from django.urls import path  # type: ignore[import-untyped]
+from django.utils.html import format_html  # type: ignore[import-untyped]
+
+from platform_tasks.contrib.django import permissions, views
+from platform_tasks.contrib.django.apps import APP_LABEL
+from platform_tasks.contrib.django.filters import (
+    ErrorTypeFilter,
+    KindFilter,
+    QueueFilter,
+    StatusFilter,
+    TenantFilter,
+)
+from platform_tasks.contrib.django.models import DeadLetter, Operation, Queue
+from platform_tasks.contrib.django.payloads import payload_html
+
+__all__ = ["DeadLetterAdmin", "OperationAdmin", "QueueAdmin"]
+
+
+class _ReadOnly(admin.ModelAdmin):  # type: ignore[misc]
+    actions = None
+
+    def check_view(self, request: HttpRequest) -> None:
+        """403 unless the user may view this model (the admin only checks is_staff)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(DeadLetter)
+class DeadLetterAdmin(_ReadOnly):
+    list_display = (
+        "id",
+        "dead_lettered_at",
+        "queue",
+        "kind",
+        "tenant_id",
+        "error_type",
+        "error_start",
+        "attempts",
+        "status",
+    )
+    list_display_links = ("id",)
+    list_filter = (
+        StatusFilter,
+        QueueFilter,
+        KindFilter,
+        TenantFilter,
+        ErrorTypeFilter,
+        "created_at",
+    )
+    search_fields = ("last_error", "error_type", "kind", "tenant_id", "correlation_id")
+    show_full_result_count = False  # a count(*) over millions of rows per page view
+    list_per_page = 50
+    fields = (
+        "id",
+        "job_id",
+        "status",
+        "queue",
+        "kind",
+        "tenant_id",
+        "correlation_id",
+        "created_at",
+        "attempts",
+        "reason",
+        "error_type",
+        "error_full",
+        "payload",
+        "replay_count",
+        "replayed_at",
+        "discard_reason",
+        "discarded_at",
+        "updated_at",
+    )
+    change_list_template = "platform_console/deadletter_change_list.html"
+
+    @admin.display(description="dead-lettered at", ordering="created_at")  # type: ignore[untyped-decorator]
+    def dead_lettered_at(self, obj: DeadLetter) -> str:
+        return str(obj.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"))
+
+    @admin.display(description="error")  # type: ignore[untyped-decorator]
+    def error_start(self, obj: DeadLetter) -> str:
+        """The error's last line: for a traceback, the exception and its message."""
+        lines = [line for line in (obj.last_error or "").strip().splitlines() if line.strip()]
+        last = lines[-1].strip() if lines else ""
+        return last if len(last) <= 100 else last[:99] + "…"
+
+    @admin.display(description="error (full)")  # type: ignore[untyped-decorator]
+    def error_full(self, obj: DeadLetter) -> str:
+        return str(format_html('<pre class="platform-error">{}</pre>', obj.last_error or ""))
+
+    @admin.display(description="payload")  # type: ignore[untyped-decorator]
+    def payload_with_data(self, obj: DeadLetter) -> str:
+        return payload_html(obj.payload, show_data=True)
+
+    @admin.display(description="payload")  # type: ignore[untyped-decorator]
+    def payload_without_data(self, obj: DeadLetter) -> str:
+        return payload_html(obj.payload, show_data=False)
+
+    def _fields_for(self, request: HttpRequest) -> tuple[str, ...]:
+        # Chosen per request (admin instances are shared by the server's threads).
+        shown = (
+            "payload_with_data"
+            if permissions.has(request.user, permissions.VIEW_PAYLOAD)
+            else "payload_without_data"
+        )
+        return tuple(shown if name == "payload" else name for name in self.fields)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return self._fields_for(request)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return self._fields_for(request)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        query = request.GET.copy()
+        for key in ("o", "p", "e"):
+            query.pop(key, None)
+        extra = {
+            "can_replay": permissions.has(request.user, permissions.REPLAY_DEAD_LETTERS),
+            "can_discard": permissions.has(request.user, permissions.DISCARD_DEAD_LETTERS),
+            "bulk_query": query.urlencode(),
+            **(extra_context or {}),
+        }
+        return super().changelist_view(request, extra_context=extra)
+
+    def get_urls(self) -> list[Any]:
+        site = self.admin_site
+
+        def bulk(action: str) -> Any:
+            def view(request: HttpRequest) -> HttpResponse:
+                self.check_view(request)
+                return views.bulk_dead_letters(site, request, action)
+
+            return site.admin_view(view)
+
+        return [
+            path("bulk/replay/", bulk("replay"), name=f"{APP_LABEL}_deadletter_bulk_replay"),
+            path("bulk/discard/", bulk("discard"), name=f"{APP_LABEL}_deadletter_bulk_discard"),
+            *super().get_urls(),
+        ]
+
+
+@admin.register(Operation)
+class OperationAdmin(_ReadOnly):
+    list_display = (
+        "id",
+        "kind",
+        "actor",
+        "started_at",
+        "finished_at",
+        "filter_text",
+        "matched",
+        "done",
+        "failed",
+        "outcome",
+    )
+    list_filter = ("kind", "outcome", "actor")
+    search_fields = ("actor", "detail")
+    show_full_result_count = False
+    fields = (
+        "id",
+        "kind",
+        "actor",
+        "outcome",
+        "started_at",
+        "finished_at",
+        "filter_text",
+        "matched",
+        "done",
+        "failed",
+        "last_id",
+        "detail",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="filter")  # type: ignore[untyped-decorator]
+    def filter_text(self, obj: Operation) -> str:
+        shown = {key: value for key, value in (obj.filter or {}).items() if value is not None}
+        return " ".join(f"{key}={value}" for key, value in shown.items()) or "everything"
+
+
+@admin.register(Queue)
+class QueueAdmin(_ReadOnly):
+    """The queues page replaces the change list: there is no table to list."""
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        self.check_view(request)
+        return views.queues_page(self.admin_site, request)
+
+    def get_urls(self) -> list[Any]:
+        site = self.admin_site
+
+        def pause(action: str) -> Any:
+            def view(request: HttpRequest) -> HttpResponse:
+                self.check_view(request)
+                return views.queue_pause(site, request, action)
+
+            return site.admin_view(view)
+
+        def cancel(request: HttpRequest) -> HttpResponse:
+            self.check_view(request)
+            return views.cancel_jobs(site, request)
+
+        return [
+            path("pause/", pause("pause"), name=f"{APP_LABEL}_queue_pause"),
+            path("resume/", pause("resume"), name=f"{APP_LABEL}_queue_resume"),
+            path("cancel/", site.admin_view(cancel), name=f"{APP_LABEL}_queue_cancel"),
+            path("", site.admin_view(self.changelist_view), name=f"{APP_LABEL}_queue_changelist"),
+        ]
