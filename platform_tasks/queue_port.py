@@ -23,6 +23,7 @@ from platform_tasks.envelope import Envelope, parse_envelope, uuid7, validation_
 from platform_tasks.errors import ConfigurationError, NaiveDatetimeError
 from platform_tasks.keys import delay_keys, rabbitmq_delay_keys
 from platform_tasks.native_delays import NativeDelays
+from platform_tasks.observability.trace_context import outgoing_headers
 from platform_tasks.wire import WireBuilder
 
 ATTEMPT_HEADER = "platform_attempt"
@@ -111,11 +112,13 @@ class QueuePort:
             complete["correlation_id"] = current_correlation_id.get() or uuid.uuid4().hex
         return parse_envelope(complete, dict, max_bytes=self.settings.max_payload_bytes)
 
-    def _send_options(self, queue: str, envelope: Envelope[Any], options: PublishOptions
-                      ) -> dict[str, Any]:  # fmt: skip
+    def _send_options(self, queue: str, envelope: Envelope[Any], options: PublishOptions,
+                      ready_at: datetime | None = None) -> dict[str, Any]:  # fmt: skip
+        """``send_task`` arguments; ``ready_at`` (default now) is when the job is due."""
         if not queue:
             raise ValueError("queue must be a non-empty queue name")
-        headers = dict(options.headers)
+        when = ready_at if ready_at is not None else self._clock()
+        headers = outgoing_headers(options.headers, published_at=when.timestamp())
         headers[ATTEMPT_HEADER] = options.attempt
         send: dict[str, Any] = {
             "args": [envelope.to_message()],
@@ -163,14 +166,16 @@ class QueuePort:
             self.app.send_task(envelope.kind, **self._send_options(queue, envelope, options))
             return envelope.job_id
         if self._native is not None:
-            send = self._send_options(queue, envelope, options)
+            send = self._send_options(queue, envelope, options, run_at)
             self._native.send(envelope.kind, run_at - now, **send)
             return envelope.job_id
         if self._amqp_messages is not None:
-            send = self._send_options(queue, envelope, options)
+            send = self._send_options(queue, envelope, options, run_at)
             self._delay_store().add_encoded(*self._store_amqp(envelope.kind, send, run_at))
             return envelope.job_id
-        message = self._wire.build(envelope.kind, **self._send_options(queue, envelope, options))
+        message = self._wire.build(
+            envelope.kind, **self._send_options(queue, envelope, options, run_at)
+        )
         due_ms = int(run_at.timestamp() * 1000)
         self._delay_store().add(message.delivery_tag, due_ms, message.list_key, message.wire)
         return envelope.job_id
@@ -192,7 +197,7 @@ class QueuePort:
             prepared.append((self.envelope(payload), run_at))
         if self._native is not None:
             for envelope, run_at in prepared:
-                send = self._send_options(queue, envelope, options)
+                send = self._send_options(queue, envelope, options, run_at)
                 delay = run_at - self._clock()
                 if delay.total_seconds() <= 0:
                     self.app.send_task(envelope.kind, **send)
@@ -201,7 +206,9 @@ class QueuePort:
             return [envelope.job_id for envelope, _ in prepared]
         if self._amqp_messages is not None:
             encoded = [
-                self._store_amqp(envelope.kind, self._send_options(queue, envelope, options), at)
+                self._store_amqp(
+                    envelope.kind, self._send_options(queue, envelope, options, at), at
+                )
                 for envelope, at in prepared
             ]
             self._delay_store().add_many_encoded(encoded)
@@ -209,7 +216,7 @@ class QueuePort:
         entries = []
         for envelope, run_at in prepared:
             message = self._wire.build(
-                envelope.kind, **self._send_options(queue, envelope, options)
+                envelope.kind, **self._send_options(queue, envelope, options, run_at)
             )
             due_ms = int(run_at.timestamp() * 1000)
             entries.append((message.delivery_tag, due_ms, message.list_key, message.wire))

@@ -25,6 +25,7 @@ from kombu.transport.native_delayed_delivery import (
     MAX_NUMBER_OF_BITS_TO_USE,
 )
 
+from platform_tasks.observability.trace_context import carried_headers
 from platform_tasks.queue_port import ATTEMPT_HEADER
 
 _DELAY_PREFIX = re.compile(rf"^(?:[01]\.){{{MAX_NUMBER_OF_BITS_TO_USE}}}")
@@ -44,6 +45,9 @@ class Delivery:
     is written."""
     redelivered: bool = False
     """The broker put this message back after an earlier delivery (its worker died)."""
+    headers: Mapping[str, Any] | None = None
+    """Trace context and the publisher's custom headers: what a retry, a throttle and a
+    dead letter (for its replay) carry on."""
 
     @classmethod
     def from_request(cls, task: Any, request: Any, payload: Any = None) -> Delivery:
@@ -64,6 +68,7 @@ class Delivery:
             priority=priority if isinstance(priority, int) else None,
             payload=payload,
             redelivered=redelivered,
+            headers=carried_headers(request),
         )
 
 

@@ -27,6 +27,9 @@ _HOOKS_ATTRIBUTE = "platform_pipeline_hooks"
 class PipelineHook:
     """No-op base: one method per outcome of a delivery."""
 
+    def on_started(self, delivery: Delivery, envelope: Envelope[Any]) -> None:
+        """A valid envelope was received; deciding its outcome starts."""
+
     def on_applied(self, delivery: Delivery, envelope: Envelope[Any], verdict: Applied) -> None:
         """The handler's work committed."""
 
@@ -141,6 +144,7 @@ def _log(level: int, message: str, event: str, envelope: Envelope[Any], delivery
 def install(app: Any) -> None:
     """Structured logs, alerts and metrics on ``app``'s delivery pipeline."""
     from platform_tasks.metrics import MetricsHook
+    from platform_tasks.observability.tracing import span_hooks
 
-    for hook in (LogHook(), AlertHook(), MetricsHook(app)):
+    for hook in (LogHook(), AlertHook(), MetricsHook(app), *span_hooks()):
         add_hook(app, hook)

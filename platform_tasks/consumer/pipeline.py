@@ -91,6 +91,7 @@ from platform_tasks.errors import (
     Throttled,
 )
 from platform_tasks.keys import delivery_keys
+from platform_tasks.observability.trace_context import running_with
 from platform_tasks.queue_port import QueuePort
 from platform_tasks.redis_client import REDIS_ERRORS, build_redis
 
@@ -175,17 +176,19 @@ class DeliveryPipeline:
         except EnvelopeError as exc:
             return self.settle(task, delivery, None, self._poison(delivery, args, kwargs, exc))
         token = current_correlation_id.set(envelope.correlation_id)
+        self.hooks.emit("on_started", delivery, envelope)
         try:
-            backoff: Backoff | None = None
-            while True:
-                verdict = self.decide(task, envelope, delivery)
-                if not isinstance(verdict, Wait):
-                    break
-                self.hooks.emit("on_waiting", delivery, verdict.cause)
-                if backoff is None:
-                    backoff = self._backoff()
-                backoff.wait(verdict.cause)
-            return self.settle(task, delivery, envelope, verdict)
+            with running_with(delivery.headers):
+                backoff: Backoff | None = None
+                while True:
+                    verdict = self.decide(task, envelope, delivery)
+                    if not isinstance(verdict, Wait):
+                        break
+                    self.hooks.emit("on_waiting", delivery, verdict.cause)
+                    if backoff is None:
+                        backoff = self._backoff()
+                    backoff.wait(verdict.cause)
+                return self.settle(task, delivery, envelope, verdict)
         finally:
             current_correlation_id.reset(token)
 
@@ -343,6 +346,7 @@ class DeliveryPipeline:
             last_error=str(exc),
             error_type=error_type_name(exc),
             reason=POISON,
+            headers=dict(delivery.headers) if delivery.headers else None,
         )
         return DeadLetter(record, exc, claim=False)
 
@@ -463,6 +467,8 @@ class DeliveryPipeline:
     def _store_retry(self, delivery: Delivery, envelope: Envelope[Any], run_at: datetime,
                      attempt: int) -> None:  # fmt: skip
         opts: dict[str, Any] = {"attempt": attempt}
+        if delivery.headers:  # trace context and custom headers survive the retry
+            opts["headers"] = dict(delivery.headers)
         if delivery.priority is not None:
             opts["priority"] = delivery.priority
         queue = delivery.queue or self.app.conf.task_default_queue or "default"
@@ -491,6 +497,7 @@ class DeliveryPipeline:
             last_error=last_error,
             error_type=error_type,
             reason=reason,
+            headers=dict(delivery.headers) if delivery.headers else None,
         )
 
     def _forget(self, delivery: Delivery, envelope: Envelope[Any]) -> None:

@@ -1,0 +1,180 @@
+"""OpenTelemetry for workers: a tracer in each pool process, and the job's facts on its span.
+
+``opentelemetry-instrumentation-celery`` makes a span per publish and per run, and reads
+the parent from the message's ``traceparent``; the platform keeps that header on every
+message it builds for the job (see :mod:`~platform_tasks.observability.trace_context`),
+so retries and replays stay in the publishing request's trace. :class:`SpanHook` adds
+what only the platform knows to the run span: ``correlation_id``, the attempt, and an
+error status on an attempt that failed and will be retried (Celery sees a retry, not a
+failure, so the instrumentation alone would leave that span "unset").
+
+:func:`trace_workers` is the set-up the OpenTelemetry documentation gives for Celery, in
+one call from the app module: a tracer provider with the OTLP/HTTP exporter in every
+pool process (``worker_process_init``; a batch exporter's thread does not survive a
+fork), configured by the standard ``OTEL_*`` variables (``OTEL_SERVICE_NAME``,
+``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_BSP_SCHEDULE_DELAY`` ...). Everything here needs
+the ``otel`` extra; without it :func:`span_hooks` is empty and the platform runs as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from celery import signals
+
+from platform_tasks.consumer.hooks import PipelineHook
+from platform_tasks.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from platform_tasks.consumer.dead_letter_records import DeadLetterRecord
+    from platform_tasks.consumer.delivery import Delivery
+    from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt, ThrottledUntil
+    from platform_tasks.envelope import Envelope
+
+__all__ = ["SpanHook", "span_hooks", "trace_workers"]
+
+logger = logging.getLogger(__name__)
+
+ATTEMPT_ATTRIBUTE = "platform.attempt"
+CORRELATION_ATTRIBUTE = "correlation_id"
+OTEL_EXTRA_HINT = "install the otel extra: pip install 'platform-tasks[otel]'"
+
+
+def _trace() -> Any:
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return None
+    return trace
+
+
+class SpanHook(PipelineHook):
+    """Puts the platform's facts on the current span (the run span under the instrumentation)."""
+
+    def __init__(self, trace: Any) -> None:
+        self._trace = trace
+
+    def _span(self) -> Any:
+        span = self._trace.get_current_span()
+        return span if span.is_recording() else None
+
+    def on_started(self, delivery: Delivery, envelope: Envelope[Any]) -> None:
+        span = self._span()
+        if span is not None:
+            span.set_attribute(CORRELATION_ATTRIBUTE, envelope.correlation_id)
+            span.set_attribute("platform.kind", envelope.kind)
+            span.set_attribute("platform.tenant_id", envelope.tenant_id)
+            if delivery.queue:
+                span.set_attribute("platform.queue", delivery.queue)
+
+    def on_applied(self, delivery: Delivery, envelope: Envelope[Any], verdict: Applied) -> None:
+        span = self._span()
+        if span is not None:
+            span.set_attribute(ATTEMPT_ATTRIBUTE, verdict.attempt)
+
+    def on_duplicate(self, delivery: Delivery, envelope: Envelope[Any], verdict: Duplicate
+                     ) -> None:  # fmt: skip
+        span = self._span()
+        if span is not None:
+            span.set_attribute("platform.duplicate", verdict.reason)
+
+    def on_retry_scheduled(self, delivery: Delivery, envelope: Envelope[Any], verdict: RetryAt
+                           ) -> None:  # fmt: skip
+        span = self._span()
+        if span is not None:
+            from opentelemetry.trace import Status, StatusCode
+
+            span.set_attribute(ATTEMPT_ATTRIBUTE, verdict.attempt)
+            span.set_attribute("platform.retry_at", verdict.at.isoformat())
+            span.record_exception(verdict.error)
+            span.set_status(Status(StatusCode.ERROR, f"attempt {verdict.attempt} failed"))
+
+    def on_throttled(self, delivery: Delivery, envelope: Envelope[Any],
+                     verdict: ThrottledUntil) -> None:  # fmt: skip
+        span = self._span()
+        if span is not None:
+            span.set_attribute(ATTEMPT_ATTRIBUTE, verdict.attempt)
+            span.add_event("platform.throttled", {"reason": verdict.reason,
+                                                  "retry_at": verdict.at.isoformat()})  # fmt: skip
+
+    def on_dead_lettered(self, record: DeadLetterRecord, dead_letter_id: int,
+                         error: BaseException | None) -> None:  # fmt: skip
+        span = self._span()
+        if span is not None:
+            from opentelemetry.trace import Status, StatusCode
+
+            span.set_attribute(ATTEMPT_ATTRIBUTE, record.attempts)
+            span.set_attribute("platform.dead_letter_id", dead_letter_id)
+            if error is not None:
+                span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"dead-lettered ({record.reason})"))
+
+
+def span_hooks() -> list[PipelineHook]:
+    """``[SpanHook]`` when the OpenTelemetry API is installed, else nothing."""
+    trace = _trace()
+    return [SpanHook(trace)] if trace is not None else []
+
+
+_provider: Any = None
+
+
+def configure_tracing() -> Any:
+    """A tracer provider exporting over OTLP/HTTP, set globally, and Celery instrumented.
+
+    The resource, endpoint, headers and batching come from the ``OTEL_*`` variables, as
+    every OpenTelemetry SDK reads them. Returns the provider (once per process).
+    """
+    global _provider
+    if _provider is not None:
+        return _provider
+    try:
+        from opentelemetry import trace
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.instrumentation.celery import CeleryInstrumentor
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:
+        raise ConfigurationError(f"tracing workers: {exc}; {OTEL_EXTRA_HINT}") from None
+    provider = TracerProvider(resource=Resource.create())
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    CeleryInstrumentor().instrument(tracer_provider=provider)
+    _provider = provider
+    logger.info("tracing with OpenTelemetry (OTLP/HTTP)", extra={"event": "tracing.configured"})
+    return provider
+
+
+def _flush(**_: Any) -> None:
+    if _provider is not None:
+        _provider.shutdown()
+
+
+def _in_pool_process(**_: Any) -> None:
+    configure_tracing()
+
+
+def _in_worker(sender: Any = None, **_: Any) -> None:
+    pool = getattr(sender, "pool_cls", None)
+    name = f"{getattr(pool, '__module__', '')}.{getattr(pool, '__name__', pool)}".lower()
+    if "prefork" not in name and "processes" not in name:  # solo/threads: runs jobs here
+        configure_tracing()
+
+
+def trace_workers() -> None:
+    """Trace every worker of this process's apps: call once in the app module.
+
+    Prefork pool processes set up tracing when they start; ``-P solo`` and ``-P threads``
+    workers in their one process. Spans are flushed when a pool process exits.
+    """
+    if _trace() is None:
+        raise ConfigurationError(f"trace_workers() needs OpenTelemetry; {OTEL_EXTRA_HINT}")
+    signals.worker_process_init.connect(_in_pool_process, weak=False,
+                                        dispatch_uid="platform_tasks.tracing.pool")  # fmt: skip
+    signals.worker_init.connect(_in_worker, weak=False, dispatch_uid="platform_tasks.tracing.worker")
+    signals.worker_process_shutdown.connect(_flush, weak=False,
+                                            dispatch_uid="platform_tasks.tracing.flush")  # fmt: skip
+    signals.worker_shutdown.connect(_flush, weak=False,
+                                    dispatch_uid="platform_tasks.tracing.flush_main")  # fmt: skip
