@@ -64,6 +64,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     from platform_tasks.jobs.worker import install as install_scheduled_jobs
     from platform_tasks.metrics import install as install_metrics
     from platform_tasks.notifications.setup import install as install_notification_rails
+    from platform_tasks.observability.celery_exporter_metrics import install as install_exporter
     from platform_tasks.worker_queues import install as install_worker_queues
 
     return [
@@ -75,6 +76,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
         install_platform_task,
         install_pipeline_hooks,
         install_metrics,
+        install_exporter,
         install_worker_queues,
         install_broker_checks,
         install_task_events,

@@ -158,6 +158,9 @@ class MetricsServerStep(bootsteps.StartStopStep):  # type: ignore[misc]
         if port is None:
             return
         registry = registry_for_exposition()
+        from platform_tasks.observability.queue_latency import register_queue_metrics
+
+        register_queue_metrics(worker.app, registry)
         if registry is None:
             start_http_server(port)
         else:

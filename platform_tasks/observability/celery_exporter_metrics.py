@@ -1,0 +1,275 @@
+"""The task and worker series of celery-exporter, counted inside the worker.
+
+Dashboards and alerts built on `celery-exporter <https://github.com/danihodovic/celery-exporter>`_
+query these names and labels (taken from its ``src/exporter.py``):
+
+- ``celery_task_sent_total``, ``celery_task_received_total``,
+  ``celery_task_started_total``, ``celery_task_succeeded_total``,
+  ``celery_task_retried_total`` — labels ``name``, ``hostname``, ``queue_name``
+- ``celery_task_failed_total`` — labels ``name``, ``hostname``, ``exception``, ``queue_name``
+- ``celery_task_runtime`` — histogram (``_bucket``/``_sum``/``_count``) of successful
+  runs' seconds, labels ``name``, ``hostname``, ``queue_name``
+- ``celery_worker_up`` — gauge, label ``hostname``
+- ``celery_worker_tasks_active`` — gauge, label ``hostname``
+- ``celery_queue_length`` — gauge, label ``queue_name`` (measured when scraped, see
+  :mod:`~platform_tasks.observability.queue_latency`)
+
+celery-exporter builds them from the event stream; here each process counts its own from
+Celery's signals and the worker's ``/metrics`` sums the pool processes (prometheus-client
+multiprocess mode, as for the platform's own counters). So the series are the same, with
+no separate exporter to run. Differences, on purpose: a throttled job (rescheduled
+without spending an attempt) is not counted as ``retried``; a dead-lettered job counts as
+``failed`` with the ``exception`` of the handler's error (the type name of the error that
+made it a dead letter, as celery-exporter shows the class name of a task's exception);
+``sent`` counts what this process published (a worker's retries and fan-out children,
+a beat's runs); a web process that wants ``sent`` serves its own registry.
+
+Cardinality stays bounded like the platform's counters: ``name`` is a registered task or
+``unknown``, ``queue_name`` a queue the app declares or ``unknown``, ``hostname`` the
+host part of the node name (as celery-exporter's ``get_hostname``), ``exception`` an
+exception class name. No job id, no tenant.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from celery import signals
+from celery.utils.nodenames import nodesplit
+from prometheus_client import Counter, Gauge, Histogram
+
+from platform_tasks.consumer.hooks import PipelineHook, add_hook
+
+if TYPE_CHECKING:
+    from platform_tasks.consumer.dead_letter_records import DeadLetterRecord
+    from platform_tasks.consumer.delivery import Delivery
+    from platform_tasks.consumer.verdicts import ThrottledUntil
+    from platform_tasks.envelope import Envelope
+
+__all__ = ["METRIC_NAMES", "install"]
+
+_TASK_LABELS = ("name", "hostname", "queue_name")
+UNKNOWN = "unknown"
+
+SENT = Counter("celery_task_sent", "Sent when a task message is published.", _TASK_LABELS)
+RECEIVED = Counter("celery_task_received", "Sent when the worker receives a task.", _TASK_LABELS)
+STARTED = Counter(
+    "celery_task_started", "Sent just before the worker executes the task.", _TASK_LABELS
+)
+SUCCEEDED = Counter(
+    "celery_task_succeeded", "Sent if the task executed successfully.", _TASK_LABELS
+)
+FAILED = Counter(
+    "celery_task_failed", "Sent if the execution of the task failed.",
+    ("name", "hostname", "exception", "queue_name"),
+)  # fmt: skip
+RETRIED = Counter(
+    "celery_task_retried", "Sent if the task failed, but will be retried in the future.",
+    _TASK_LABELS,
+)  # fmt: skip
+RUNTIME = Histogram(
+    "celery_task_runtime", "Histogram of task runtime measurements.", _TASK_LABELS
+)
+WORKER_UP = Gauge(
+    "celery_worker_up", "Indicates if a worker has recently sent a heartbeat.", ("hostname",),
+    multiprocess_mode="livemax",
+)  # fmt: skip
+TASKS_ACTIVE = Gauge(
+    "celery_worker_tasks_active", "The number of tasks the worker is currently processing",
+    ("hostname",), multiprocess_mode="livesum",
+)  # fmt: skip
+
+METRIC_NAMES: tuple[str, ...] = (
+    "celery_task_sent_total",
+    "celery_task_received_total",
+    "celery_task_started_total",
+    "celery_task_succeeded_total",
+    "celery_task_failed_total",
+    "celery_task_retried_total",
+    "celery_task_runtime",
+    "celery_worker_up",
+    "celery_worker_tasks_active",
+    "celery_queue_length",
+)
+"""The celery-exporter names as queried (the histogram's series add ``_bucket`` etc.)."""
+
+_local = threading.local()
+"""Per thread: the start of the running task, a throttle or dead letter the pipeline
+just settled (read by the signal that Celery sends next in the same thread)."""
+
+_seen: set[tuple[str, str, str]] = set()
+"""Label sets whose worker-side counters exist (at zero) already."""
+
+
+def hostname_label(node: str | None) -> str:
+    """The host part of a node name (``w1@host`` → ``host``), as celery-exporter labels it."""
+    if not node:
+        return socket.gethostname()
+    return str(nodesplit(node)[1] or node)
+
+
+def _app_of(task: Any) -> Any:
+    return getattr(task, "app", None)
+
+
+_label_cache: dict[tuple[int, str | None, str | None, str | None], tuple[str, str, str]] = {}
+"""Labels by (app, name, queue, node): only declared ones, so it is as small as the app."""
+
+
+def _labels(task: Any, name: str | None, queue: str | None, node: str | None
+            ) -> tuple[str, str, str]:  # fmt: skip
+    from platform_tasks.metrics import MetricsHook
+
+    app = _app_of(task)
+    if app is None:
+        from celery import current_app
+
+        app = current_app
+    key = (id(app), name, queue, node)
+    labels = _label_cache.get(key)
+    if labels is None:
+        bounded = MetricsHook(app)
+        labels = (bounded.task_label(name), hostname_label(node), bounded.queue_label(queue))
+        if UNKNOWN not in labels:  # an undeclared name may be declared later
+            _label_cache[key] = labels
+    return labels
+
+
+def _queue_of(task: Any, request: Any) -> str | None:
+    from platform_tasks.consumer.delivery import consumed_queue
+
+    info = getattr(request, "delivery_info", None) or {}
+    try:
+        return consumed_queue(task, info)
+    except Exception:  # a task without an app's queues: the routing key, if any
+        return info.get("routing_key")
+
+
+def _worker_labels(task: Any, request: Any) -> tuple[str, str, str]:
+    labels = _labels(task, getattr(task, "name", None), _queue_of(task, request),
+                     getattr(request, "hostname", None))  # fmt: skip
+    if labels not in _seen:  # like celery-exporter: every worker-side series from zero
+        _seen.add(labels)
+        name, host, queue = labels
+        for counter in (RECEIVED, STARTED, SUCCEEDED, RETRIED):
+            counter.labels(name, host, queue).inc(0)
+        FAILED.labels(name, host, "", queue).inc(0)
+    return labels
+
+
+def _on_sent(sender: Any = None, headers: Any = None, routing_key: Any = None,
+             **_: Any) -> None:  # fmt: skip
+    name = sender if isinstance(sender, str) else getattr(sender, "name", None)
+    if name is None and isinstance(headers, dict):
+        name = headers.get("task")
+    from celery import current_app
+
+    app = current_app._get_current_object()
+    if not app.finalized:  # reading its tasks would finalize an app mid-publish
+        SENT.labels(UNKNOWN, hostname_label(None), UNKNOWN).inc()
+        return
+    task = app.tasks.get(name) if name else None
+    labels = _labels(task, name, routing_key if isinstance(routing_key, str) else None, None)
+    SENT.labels(*labels).inc()
+
+
+def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
+    task = getattr(request, "task", None)
+    if task is None:
+        return
+    RECEIVED.labels(*_worker_labels(task, request)).inc()
+
+
+def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
+    task = task or sender
+    if task is None:
+        return
+    labels = _worker_labels(task, task.request)
+    STARTED.labels(*labels).inc()
+    TASKS_ACTIVE.labels(labels[1]).inc()
+    _local.started = time.monotonic()
+    _local.throttled = False
+    _local.error_type = None
+
+
+def _on_postrun(sender: Any = None, task: Any = None, **_: Any) -> None:
+    task = task or sender
+    if task is None:
+        return
+    TASKS_ACTIVE.labels(hostname_label(getattr(task.request, "hostname", None))).dec()
+
+
+def _on_success(sender: Any = None, **_: Any) -> None:
+    if sender is None:
+        return
+    labels = _worker_labels(sender, sender.request)
+    SUCCEEDED.labels(*labels).inc()
+    started = getattr(_local, "started", None)
+    if started is not None:
+        RUNTIME.labels(*labels).observe(time.monotonic() - started)
+
+
+def _on_failure(sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
+    if sender is None:
+        return
+    name, host, queue = _worker_labels(sender, sender.request)
+    error_type = getattr(_local, "error_type", None)
+    _local.error_type = None
+    exception_label = error_type or (type(exception).__name__ if exception else "")
+    FAILED.labels(name, host, exception_label, queue).inc()
+
+
+def _on_retry(sender: Any = None, request: Any = None, **_: Any) -> None:
+    if sender is None:
+        return
+    if getattr(_local, "throttled", False):
+        _local.throttled = False
+        return
+    RETRIED.labels(*_worker_labels(sender, request or sender.request)).inc()
+
+
+def _on_worker_ready(sender: Any = None, **_: Any) -> None:
+    WORKER_UP.labels(hostname_label(getattr(sender, "hostname", None))).set(1)
+
+
+def _on_worker_shutdown(sender: Any = None, **_: Any) -> None:
+    WORKER_UP.labels(hostname_label(getattr(sender, "hostname", None))).set(0)
+
+
+class ExporterHook(PipelineHook):
+    """Tells the signal handlers what Celery cannot: a throttle, a dead letter's error."""
+
+    def on_throttled(self, delivery: Delivery, envelope: Envelope[Any],
+                     verdict: ThrottledUntil) -> None:  # fmt: skip
+        _local.throttled = True
+
+    def on_dead_lettered(self, record: DeadLetterRecord, dead_letter_id: int,
+                         error: BaseException | None) -> None:  # fmt: skip
+        if error is not None:
+            _local.error_type = type(error).__name__
+        elif record.error_type:
+            _local.error_type = record.error_type.rsplit(".", 1)[-1]
+
+
+_SIGNALS = (
+    (signals.after_task_publish, _on_sent),
+    (signals.task_received, _on_received),
+    (signals.task_prerun, _on_prerun),
+    (signals.task_postrun, _on_postrun),
+    (signals.task_success, _on_success),
+    (signals.task_failure, _on_failure),
+    (signals.task_retry, _on_retry),
+    (signals.worker_ready, _on_worker_ready),
+    (signals.worker_shutdown, _on_worker_shutdown),
+)
+
+
+def install(app: Any) -> None:
+    """Count celery-exporter's series in every process of ``app`` (signals connect once)."""
+    add_hook(app, ExporterHook())
+    for signal, handler in _SIGNALS:
+        signal.connect(handler, weak=False,
+                       dispatch_uid=f"platform_tasks.celery_exporter.{handler.__name__}")  # fmt: skip
