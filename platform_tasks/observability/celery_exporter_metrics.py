@@ -70,9 +70,7 @@ RETRIED = Counter(
     "celery_task_retried", "Sent if the task failed, but will be retried in the future.",
     _TASK_LABELS,
 )  # fmt: skip
-RUNTIME = Histogram(
-    "celery_task_runtime", "Histogram of task runtime measurements.", _TASK_LABELS
-)
+RUNTIME = Histogram("celery_task_runtime", "Histogram of task runtime measurements.", _TASK_LABELS)
 WORKER_UP = Gauge(
     "celery_worker_up", "Indicates if a worker has recently sent a heartbeat.", ("hostname",),
     multiprocess_mode="livemax",
@@ -271,5 +269,5 @@ def install(app: Any) -> None:
     """Count celery-exporter's series in every process of ``app`` (signals connect once)."""
     add_hook(app, ExporterHook())
     for signal, handler in _SIGNALS:
-        signal.connect(handler, weak=False,
-                       dispatch_uid=f"platform_tasks.celery_exporter.{handler.__name__}")  # fmt: skip
+        uid = f"platform_tasks.celery_exporter.{handler.__name__}"
+        signal.connect(handler, weak=False, dispatch_uid=uid)

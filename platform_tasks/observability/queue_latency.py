@@ -20,6 +20,7 @@ scrapes and the numbers are never older than the scrape. Delay-store lag is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -40,8 +41,7 @@ logger = logging.getLogger(__name__)
 DEAD_LETTER_REFRESH_SECONDS = 15.0
 UNKNOWN = "unknown"
 _PENDING_SQL = (
-    "SELECT queue, count(*) FROM core.dead_letters WHERE status = 'pending_review' "
-    "GROUP BY queue"
+    "SELECT queue, count(*) FROM core.dead_letters WHERE status = 'pending_review' GROUP BY queue"
 )
 
 
@@ -87,10 +87,8 @@ class QueueCollector(Collector):
 
     def _reset(self) -> None:
         if self._connection is not None:
-            try:
+            with contextlib.suppress(Exception):  # already broken: nothing to release
                 self._connection.release()
-            except Exception:  # already broken: nothing to release
-                pass
             self._connection = None
 
     def _redis_queue(self, channel: Any, queue: str) -> tuple[int, float | None]:

@@ -141,7 +141,7 @@ def configure_tracing() -> Any:
     provider = TracerProvider(resource=Resource.create())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
-    CeleryInstrumentor().instrument(tracer_provider=provider)
+    CeleryInstrumentor().instrument(tracer_provider=provider)  # type: ignore[no-untyped-call]
     _provider = provider
     logger.info("tracing with OpenTelemetry (OTLP/HTTP)", extra={"event": "tracing.configured"})
     return provider
@@ -171,10 +171,11 @@ def trace_workers() -> None:
     """
     if _trace() is None:
         raise ConfigurationError(f"trace_workers() needs OpenTelemetry; {OTEL_EXTRA_HINT}")
-    signals.worker_process_init.connect(_in_pool_process, weak=False,
-                                        dispatch_uid="platform_tasks.tracing.pool")  # fmt: skip
-    signals.worker_init.connect(_in_worker, weak=False, dispatch_uid="platform_tasks.tracing.worker")
-    signals.worker_process_shutdown.connect(_flush, weak=False,
-                                            dispatch_uid="platform_tasks.tracing.flush")  # fmt: skip
-    signals.worker_shutdown.connect(_flush, weak=False,
-                                    dispatch_uid="platform_tasks.tracing.flush_main")  # fmt: skip
+    connections = (
+        (signals.worker_process_init, _in_pool_process, "pool"),
+        (signals.worker_init, _in_worker, "worker"),
+        (signals.worker_process_shutdown, _flush, "flush_pool"),
+        (signals.worker_shutdown, _flush, "flush_worker"),
+    )
+    for signal, receiver, name in connections:
+        signal.connect(receiver, weak=False, dispatch_uid=f"platform_tasks.tracing.{name}")

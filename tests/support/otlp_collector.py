@@ -92,7 +92,7 @@ def otlp_collector() -> Iterator[OtlpCollector]:
     holder: list[OtlpCollector] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length)
             if self.headers.get("Content-Encoding") == "gzip":
@@ -108,7 +108,7 @@ def otlp_collector() -> Iterator[OtlpCollector]:
             self.end_headers()
             self.wfile.write(reply)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             return
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -119,7 +119,8 @@ def test_prefork_worker_serves_celery_exporter_series_and_queue_latency(
         waiting = scrape(port)
         client.set(f"test:release:{blocker}", 1)
         wait_until(lambda: value(scrape(port), "celery_task_succeeded_total", name=TASK) == 4,
-                   timeout=60, interval=0.2, message="the blocked and waiting jobs ran")  # fmt: skip
+                   timeout=60, interval=0.2,
+                   message="the blocked and waiting jobs ran")  # fmt: skip
         drained = scrape(port)
         # read from PostgreSQL at most every DEAD_LETTER_REFRESH_SECONDS
         wait_until(lambda: value(scrape(port), "platform_dead_letters_pending", queue=QUEUE) == 1,
