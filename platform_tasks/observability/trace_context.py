@@ -46,7 +46,12 @@ PUBLISHED_AT_HEADER = "platform_published_at"
 """Unix seconds at which the job became ready to run: its publish, or for a scheduled
 job or a retry the time it is due. The age of a queue's oldest job is read from it."""
 
-_RESERVED = frozenset({CARRIED_HEADER, PUBLISHED_AT_HEADER, *TRACE_HEADERS})
+SENTRY_HEADERS = ("sentry-trace", "baggage")
+NESTED_HEADER = "headers"
+"""Where Sentry's Celery integration reads its trace on the worker: a ``headers`` mapping
+inside the message headers (it writes both places, working around celery#4875)."""
+
+_RESERVED = frozenset({CARRIED_HEADER, PUBLISHED_AT_HEADER, NESTED_HEADER, *TRACE_HEADERS})
 
 current_trace_headers: ContextVar[Mapping[str, str] | None] = ContextVar(
     "platform_current_trace_headers", default=None
@@ -104,6 +109,10 @@ def outgoing_headers(custom: Mapping[str, Any], *, published_at: float) -> dict[
     if "traceparent" not in headers and "sentry-trace" not in headers:
         for name, value in ambient_trace_headers().items():
             headers.setdefault(name, value)
+    sentry = {name: headers[name] for name in SENTRY_HEADERS if name in headers}
+    if sentry:  # also where Sentry's worker side reads them
+        nested = headers.get(NESTED_HEADER)
+        headers[NESTED_HEADER] = {**(nested if isinstance(nested, Mapping) else {}), **sentry}
     headers[PUBLISHED_AT_HEADER] = published_at
     return headers
 

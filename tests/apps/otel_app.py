@@ -22,7 +22,7 @@ __all__ = ["app"]
 
 trace_workers()
 
-SEEN_HEADERS = ("x-order-source", "traceparent", "sentry-trace", "baggage")
+SEEN_HEADERS = ("x-order-source", "traceparent", "sentry-trace", "baggage", "headers")
 
 
 class Flaky(BaseModel):

@@ -161,6 +161,8 @@ def test_a_retried_job_is_one_trace_from_the_publishing_request(
     assert [s["x-order-source"] for s in seen] == ["web", "web"]
     assert [s["sentry-trace"] for s in seen] == [SENTRY_TRACE, SENTRY_TRACE]
     assert [s["baggage"] for s in seen] == [BAGGAGE, BAGGAGE]
+    # and where Sentry's Celery integration reads them on the worker
+    assert [s["headers"]["sentry-trace"] for s in seen] == [SENTRY_TRACE, SENTRY_TRACE]
     assert all(trace_id in s["traceparent"] for s in seen)
 
 

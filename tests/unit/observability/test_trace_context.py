@@ -61,3 +61,13 @@ def test_ready_time_is_read_from_a_wire_message() -> None:
     assert message_ready_at(b'{"headers": {}}') is None
     assert message_ready_at(b"not json") is None
     assert message_ready_at(None) is None
+
+
+def test_sentry_headers_are_also_where_sentrys_worker_side_reads_them() -> None:
+    sent = outgoing_headers({"sentry-trace": "abc-def-1", "baggage": "sentry-x=1"},
+                            published_at=1.0)  # fmt: skip
+    assert sent["headers"] == {"sentry-trace": "abc-def-1", "baggage": "sentry-x=1"}
+    assert CARRIED_HEADER not in sent
+    # a delivery whose Sentry headers are only in the nested mapping carries them on
+    request = Context({"task": "a.b", "headers": {"sentry-trace": "abc-def-1"}})
+    assert carried_headers(request) == {"sentry-trace": "abc-def-1"}
