@@ -37,11 +37,13 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from celery import signals
+from celery import current_app, signals
 from celery.utils.nodenames import nodesplit
 from prometheus_client import Counter, Gauge, Histogram
 
+from platform_tasks.consumer.delivery import consumed_queue
 from platform_tasks.consumer.hooks import PipelineHook, add_hook
+from platform_tasks.metrics import MetricsHook
 
 if TYPE_CHECKING:
     from platform_tasks.consumer.dead_letter_records import DeadLetterRecord
@@ -102,59 +104,78 @@ _seen: set[tuple[str, str, str]] = set()
 """Label sets whose worker-side counters exist (at zero) already."""
 
 
+_host: list[str] = []
+
+
 def hostname_label(node: str | None) -> str:
-    """The host part of a node name (``w1@host`` → ``host``), as celery-exporter labels it."""
+    """The host part of a node name (``w1@host`` → ``host``), as celery-exporter labels it;
+    this machine's name when there is no node (a publisher)."""
     if not node:
-        return socket.gethostname()
+        if not _host:
+            _host.append(socket.gethostname())
+        return _host[0]
     return str(nodesplit(node)[1] or node)
 
 
-def _app_of(task: Any) -> Any:
-    return getattr(task, "app", None)
+_LABELS_TTL_SECONDS = 60.0
+_LABEL_CACHE_SIZE = 4096
+_label_cache: dict[tuple[Any, ...], tuple[tuple[str, str, str], float]] = {}
+"""Labels by what they are judged from, each kept for :data:`_LABELS_TTL_SECONDS`: judging
+walks the app's tasks and queues, too slow for every event, and a name declared later
+(``unknown`` until then) is labelled by its name within that time. Cleared when it
+reaches :data:`_LABEL_CACHE_SIZE` entries (names a producer made up)."""
+
+_children: dict[tuple[Any, ...], Any] = {}
+"""Metric children by (metric, labels): bounded like the labels themselves."""
 
 
-_label_cache: dict[tuple[int, str | None, str | None, str | None], tuple[str, str, str]] = {}
-"""Labels by (app, name, queue, node): only declared ones, so it is as small as the app."""
+def _child(metric: Any, *labels: str) -> Any:
+    key = (id(metric), *labels)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*labels)
+    return child
 
 
-def _labels(task: Any, name: str | None, queue: str | None, node: str | None
-            ) -> tuple[str, str, str]:  # fmt: skip
-    from platform_tasks.metrics import MetricsHook
-
-    app = _app_of(task)
-    if app is None:
-        from celery import current_app
-
-        app = current_app
-    key = (id(app), name, queue, node)
-    labels = _label_cache.get(key)
-    if labels is None:
-        bounded = MetricsHook(app)
-        labels = (bounded.task_label(name), hostname_label(node), bounded.queue_label(queue))
-        if UNKNOWN not in labels:  # an undeclared name may be declared later
-            _label_cache[key] = labels
+def _cached(key: tuple[Any, ...], judge: Any) -> tuple[str, str, str]:
+    now = time.monotonic()
+    found = _label_cache.get(key)
+    if found is not None and found[1] > now:
+        return found[0]
+    labels: tuple[str, str, str] = judge()
+    if len(_label_cache) >= _LABEL_CACHE_SIZE:
+        _label_cache.clear()
+    _label_cache[key] = (labels, now + _LABELS_TTL_SECONDS)
     return labels
 
 
-def _queue_of(task: Any, request: Any) -> str | None:
-    from platform_tasks.consumer.delivery import consumed_queue
+def _labels(app: Any, name: str | None, queue: str | None, node: str | None
+            ) -> tuple[str, str, str]:  # fmt: skip
+    bounded = MetricsHook(app)
+    return bounded.task_label(name), hostname_label(node), bounded.queue_label(queue)
 
-    info = getattr(request, "delivery_info", None) or {}
+
+def _queue_of(task: Any, info: Any) -> str | None:
     try:
         return consumed_queue(task, info)
     except Exception:  # a task without an app's queues: the routing key, if any
-        return info.get("routing_key")
+        routing_key = info.get("routing_key")
+        return routing_key if isinstance(routing_key, str) else None
 
 
 def _worker_labels(task: Any, request: Any) -> tuple[str, str, str]:
-    labels = _labels(task, getattr(task, "name", None), _queue_of(task, request),
-                     getattr(request, "hostname", None))  # fmt: skip
+    info = getattr(request, "delivery_info", None) or {}
+    node = getattr(request, "hostname", None)
+    name = getattr(task, "name", None)
+    app = getattr(task, "app", None) or current_app._get_current_object()
+    key = (id(app), name, info.get("routing_key"), info.get("exchange"), node)
+    labels = _cached(key, lambda: _labels(app, name, _queue_of(task, info), node))
     if labels not in _seen:  # like celery-exporter: every worker-side series from zero
         _seen.add(labels)
-        name, host, queue = labels
+        name_label, host, queue = labels
         for counter in (RECEIVED, STARTED, SUCCEEDED, RETRIED):
-            counter.labels(name, host, queue).inc(0)
-        FAILED.labels(name, host, "", queue).inc(0)
+            _child(counter, name_label, host, queue).inc(0)
+        _child(FAILED, name_label, host, "", queue).inc(0)
     return labels
 
 
@@ -163,22 +184,20 @@ def _on_sent(sender: Any = None, headers: Any = None, routing_key: Any = None,
     name = sender if isinstance(sender, str) else getattr(sender, "name", None)
     if name is None and isinstance(headers, dict):
         name = headers.get("task")
-    from celery import current_app
-
+    queue = routing_key if isinstance(routing_key, str) else None
     app = current_app._get_current_object()
     if not app.finalized:  # reading its tasks would finalize an app mid-publish
-        SENT.labels(UNKNOWN, hostname_label(None), UNKNOWN).inc()
+        _child(SENT, UNKNOWN, hostname_label(None), UNKNOWN).inc()
         return
-    task = app.tasks.get(name) if name else None
-    labels = _labels(task, name, routing_key if isinstance(routing_key, str) else None, None)
-    SENT.labels(*labels).inc()
+    labels = _cached((id(app), name, queue, None), lambda: _labels(app, name, queue, None))
+    _child(SENT, *labels).inc()
 
 
 def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
     task = getattr(request, "task", None)
     if task is None:
         return
-    RECEIVED.labels(*_worker_labels(task, request)).inc()
+    _child(RECEIVED, *_worker_labels(task, request)).inc()
 
 
 def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
@@ -186,8 +205,8 @@ def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
     if task is None:
         return
     labels = _worker_labels(task, task.request)
-    STARTED.labels(*labels).inc()
-    TASKS_ACTIVE.labels(labels[1]).inc()
+    _child(STARTED, *labels).inc()
+    _child(TASKS_ACTIVE, labels[1]).inc()
     _local.started = time.monotonic()
     _local.throttled = False
     _local.error_type = None
@@ -197,17 +216,17 @@ def _on_postrun(sender: Any = None, task: Any = None, **_: Any) -> None:
     task = task or sender
     if task is None:
         return
-    TASKS_ACTIVE.labels(hostname_label(getattr(task.request, "hostname", None))).dec()
+    _child(TASKS_ACTIVE, hostname_label(getattr(task.request, "hostname", None))).dec()
 
 
 def _on_success(sender: Any = None, **_: Any) -> None:
     if sender is None:
         return
     labels = _worker_labels(sender, sender.request)
-    SUCCEEDED.labels(*labels).inc()
+    _child(SUCCEEDED, *labels).inc()
     started = getattr(_local, "started", None)
     if started is not None:
-        RUNTIME.labels(*labels).observe(time.monotonic() - started)
+        _child(RUNTIME, *labels).observe(time.monotonic() - started)
 
 
 def _on_failure(sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
@@ -217,7 +236,7 @@ def _on_failure(sender: Any = None, exception: BaseException | None = None, **_:
     error_type = getattr(_local, "error_type", None)
     _local.error_type = None
     exception_label = error_type or (type(exception).__name__ if exception else "")
-    FAILED.labels(name, host, exception_label, queue).inc()
+    _child(FAILED, name, host, exception_label, queue).inc()
 
 
 def _on_retry(sender: Any = None, request: Any = None, **_: Any) -> None:
@@ -226,7 +245,7 @@ def _on_retry(sender: Any = None, request: Any = None, **_: Any) -> None:
     if getattr(_local, "throttled", False):
         _local.throttled = False
         return
-    RETRIED.labels(*_worker_labels(sender, request or sender.request)).inc()
+    _child(RETRIED, *_worker_labels(sender, request or sender.request)).inc()
 
 
 def _on_worker_ready(sender: Any = None, **_: Any) -> None:
