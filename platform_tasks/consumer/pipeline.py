@@ -91,7 +91,7 @@ from platform_tasks.errors import (
     Throttled,
 )
 from platform_tasks.keys import delivery_keys
-from platform_tasks.observability.trace_context import running_with
+from platform_tasks.observability.trace_context import current_trace_headers, trace_of
 from platform_tasks.queue_port import QueuePort
 from platform_tasks.redis_client import REDIS_ERRORS, build_redis
 
@@ -176,21 +176,22 @@ class DeliveryPipeline:
         except EnvelopeError as exc:
             return self.settle(task, delivery, None, self._poison(delivery, args, kwargs, exc))
         token = current_correlation_id.set(envelope.correlation_id)
+        trace_token = current_trace_headers.set(trace_of(delivery.headers))
         self.hooks.emit("on_started", delivery, envelope)
         try:
-            with running_with(delivery.headers):
-                backoff: Backoff | None = None
-                while True:
-                    verdict = self.decide(task, envelope, delivery)
-                    if not isinstance(verdict, Wait):
-                        break
-                    self.hooks.emit("on_waiting", delivery, verdict.cause)
-                    if backoff is None:
-                        backoff = self._backoff()
-                    backoff.wait(verdict.cause)
-                return self.settle(task, delivery, envelope, verdict)
+            backoff: Backoff | None = None
+            while True:
+                verdict = self.decide(task, envelope, delivery)
+                if not isinstance(verdict, Wait):
+                    break
+                self.hooks.emit("on_waiting", delivery, verdict.cause)
+                if backoff is None:
+                    backoff = self._backoff()
+                backoff.wait(verdict.cause)
+            return self.settle(task, delivery, envelope, verdict)
         finally:
             current_correlation_id.reset(token)
+            current_trace_headers.reset(trace_token)
 
     # -- deciding ---------------------------------------------------------------------
 

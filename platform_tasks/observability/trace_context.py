@@ -34,6 +34,7 @@ __all__ = [
     "current_trace_headers",
     "outgoing_headers",
     "running_with",
+    "trace_of",
 ]
 
 TRACE_HEADERS = ("traceparent", "tracestate", "sentry-trace", "baggage")
@@ -146,11 +147,18 @@ def _header(request: Any, name: str) -> Any:
     return value
 
 
+def trace_of(headers: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The trace headers among ``headers`` (what :data:`current_trace_headers` holds)."""
+    if not headers:
+        return None
+    trace = {name: headers[name] for name in TRACE_HEADERS if name in headers}
+    return trace or None
+
+
 @contextmanager
 def running_with(headers: Mapping[str, Any] | None) -> Iterator[None]:
     """Make ``headers``' trace context the ambient one while a job runs."""
-    trace = {name: headers[name] for name in TRACE_HEADERS if headers and name in headers}
-    token = current_trace_headers.set(trace or None)
+    token = current_trace_headers.set(trace_of(headers))
     try:
         yield
     finally:
