@@ -72,20 +72,34 @@ def _opentelemetry() -> Any:
         except ImportError:
             _otel = False
         else:
-            _otel = (trace, propagate)
+            try:
+                from opentelemetry.instrumentation.celery import CeleryInstrumentor
+            except ImportError:
+                instrumentor = None
+            else:
+                # a singleton: the instance instrument() was called on, wherever
+                instrumentor = CeleryInstrumentor()  # type: ignore[no-untyped-call]
+            _otel = (trace, propagate, instrumentor)
     return _otel
+
+
+def _celery_instrumented(instrumentor: Any) -> bool:
+    """Whether ``opentelemetry-instrumentation-celery`` injects the context at publish."""
+    return bool(instrumentor is not None
+                and getattr(instrumentor, "_is_instrumented_by_opentelemetry", False))  # fmt: skip
 
 
 def ambient_trace_headers() -> dict[str, str]:
     """The trace headers a message published here and now should carry.
 
-    The current OpenTelemetry span when there is a valid one (the publishing request's,
-    or the running job's under ``opentelemetry-instrumentation-celery``), else the
-    headers of the job running in this context, else none.
+    The current OpenTelemetry span when there is a valid one (the publishing request's),
+    unless ``opentelemetry-instrumentation-celery`` is instrumenting this process: it
+    injects a publish span of the same trace itself, so injecting here too would only
+    cost time. Else the headers of the job running in this context, else none.
     """
     otel = _opentelemetry()
-    if otel:
-        trace, propagate = otel
+    if otel and not _celery_instrumented(otel[2]):  # else it injects its own, a child
+        trace, propagate, _ = otel
         if trace.get_current_span().get_span_context().is_valid:
             carrier: dict[str, str] = {}
             propagate.inject(carrier)

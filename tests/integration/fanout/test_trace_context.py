@@ -25,8 +25,12 @@ def test_children_carry_the_fan_out_jobs_trace(
     harness: FanOutHarness, database_url: str, redis_client: redis.Redis
 ) -> None:
     add_tenants(database_url, [(f"t-{n:03d}", "1h") for n in range(5)])
-    ctx = JobContext(name="maintenance.test", scheduled_for=POINT,
-                     cancel_requested=threading.Event(), logger=logging.getLogger("test"))
+    ctx = JobContext(
+        name="maintenance.test",
+        scheduled_for=POINT,
+        cancel_requested=threading.Event(),
+        logger=logging.getLogger("test"),
+    )
     fan_out(ctx, queue="work", kind="demo.recompute")
     with running_with({"traceparent": TRACEPARENT, "sentry-trace": SENTRY_TRACE}):
         harness.run(harness.pending_fan_outs()[0], harness.settings.model_copy(
