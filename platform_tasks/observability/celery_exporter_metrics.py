@@ -97,8 +97,8 @@ METRIC_NAMES: tuple[str, ...] = (
 """The celery-exporter names as queried (the histogram's series add ``_bucket`` etc.)."""
 
 _local = threading.local()
-"""Per thread: the start of the running task, a throttle or dead letter the pipeline
-just settled (read by the signal that Celery sends next in the same thread)."""
+"""Per thread: the running task's :class:`_Run` (its label children, its start, a throttle
+or dead letter the pipeline just settled, read by the signal Celery sends next)."""
 
 _seen: set[tuple[str, str, str]] = set()
 """Label sets whose worker-side counters exist (at zero) already."""
@@ -200,52 +200,73 @@ def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
     _child(RECEIVED, *_worker_labels(task, request)).inc()
 
 
+class _Run:
+    """What the signals of one run share, worked out once at its start."""
+
+    __slots__ = ("active", "error_type", "labels", "retried", "runtime", "started",
+                 "succeeded", "task_id", "throttled")  # fmt: skip
+
+    def __init__(self, task_id: Any, labels: tuple[str, str, str]) -> None:
+        self.task_id = task_id
+        self.succeeded = _child(SUCCEEDED, *labels)
+        self.retried = _child(RETRIED, *labels)
+        self.runtime = _child(RUNTIME, *labels)
+        self.active = _child(TASKS_ACTIVE, labels[1])
+        self.labels = labels
+        self.started = time.monotonic()
+        self.throttled = False
+        self.error_type: str | None = None
+
+
+def _run(task: Any, request: Any) -> _Run:
+    """This thread's run of ``task`` (its start's, or worked out now if it had none)."""
+    run: _Run | None = getattr(_local, "run", None)
+    task_id = getattr(request, "id", None)
+    if run is None or run.task_id != task_id:
+        run = _local.run = _Run(task_id, _worker_labels(task, request))
+    return run
+
+
 def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
     task = task or sender
     if task is None:
         return
     labels = _worker_labels(task, task.request)
     _child(STARTED, *labels).inc()
-    _child(TASKS_ACTIVE, labels[1]).inc()
-    _local.started = time.monotonic()
-    _local.throttled = False
-    _local.error_type = None
+    run = _local.run = _Run(getattr(task.request, "id", None), labels)
+    run.active.inc()
 
 
 def _on_postrun(sender: Any = None, task: Any = None, **_: Any) -> None:
-    task = task or sender
-    if task is None:
-        return
-    _child(TASKS_ACTIVE, hostname_label(getattr(task.request, "hostname", None))).dec()
+    run: _Run | None = getattr(_local, "run", None)
+    if run is not None:
+        run.active.dec()
+        _local.run = None
 
 
 def _on_success(sender: Any = None, **_: Any) -> None:
     if sender is None:
         return
-    labels = _worker_labels(sender, sender.request)
-    _child(SUCCEEDED, *labels).inc()
-    started = getattr(_local, "started", None)
-    if started is not None:
-        _child(RUNTIME, *labels).observe(time.monotonic() - started)
+    run = _run(sender, sender.request)
+    run.succeeded.inc()
+    run.runtime.observe(time.monotonic() - run.started)
 
 
 def _on_failure(sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
     if sender is None:
         return
-    name, host, queue = _worker_labels(sender, sender.request)
-    error_type = getattr(_local, "error_type", None)
-    _local.error_type = None
-    exception_label = error_type or (type(exception).__name__ if exception else "")
+    run = _run(sender, sender.request)
+    name, host, queue = run.labels
+    exception_label = run.error_type or (type(exception).__name__ if exception else "")
     _child(FAILED, name, host, exception_label, queue).inc()
 
 
 def _on_retry(sender: Any = None, request: Any = None, **_: Any) -> None:
     if sender is None:
         return
-    if getattr(_local, "throttled", False):
-        _local.throttled = False
-        return
-    _child(RETRIED, *_worker_labels(sender, request or sender.request)).inc()
+    run = _run(sender, request or sender.request)
+    if not run.throttled:
+        run.retried.inc()
 
 
 def _on_worker_ready(sender: Any = None, **_: Any) -> None:
@@ -261,14 +282,19 @@ class ExporterHook(PipelineHook):
 
     def on_throttled(self, delivery: Delivery, envelope: Envelope[Any],
                      verdict: ThrottledUntil) -> None:  # fmt: skip
-        _local.throttled = True
+        run: _Run | None = getattr(_local, "run", None)
+        if run is not None:
+            run.throttled = True
 
     def on_dead_lettered(self, record: DeadLetterRecord, dead_letter_id: int,
                          error: BaseException | None) -> None:  # fmt: skip
+        run: _Run | None = getattr(_local, "run", None)
+        if run is None:
+            return
         if error is not None:
-            _local.error_type = type(error).__name__
+            run.error_type = type(error).__name__
         elif record.error_type:
-            _local.error_type = record.error_type.rsplit(".", 1)[-1]
+            run.error_type = record.error_type.rsplit(".", 1)[-1]
 
 
 _SIGNALS = (
