@@ -32,7 +32,13 @@ from platform_tasks.settings import PlatformSettings
 from tests.conftest import REPO_ROOT
 from tests.support.database import query
 from tests.support.otlp_collector import OtlpCollector, ReceivedSpan, otlp_collector
-from tests.support.processes import CeleryProcess, celery_processes, platform_env, start_worker
+from tests.support.processes import (
+    CeleryProcess,
+    celery_processes,
+    platform_env,
+    start_worker,
+    worker_argv,
+)
 
 APP = "tests.apps.otel_app"
 TASK = "tests.otel.flaky"
@@ -58,14 +64,21 @@ def publishing_spans() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
 
 
 def _worker(started: list[CeleryProcess], collector: OtlpCollector, redis_url: str,
-            database_url: str, tmp_path: Path) -> CeleryProcess:  # fmt: skip
+            database_url: str, tmp_path: Path, pool: str = "prefork") -> CeleryProcess:  # fmt: skip
     env = platform_env(redis_url=redis_url, database_url=database_url, extra={
         "OTEL_SERVICE_NAME": "orders-worker",
         "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
         "OTEL_BSP_SCHEDULE_DELAY": "100",
         "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1",
     })  # fmt: skip
-    return start_worker(started, APP, env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log")
+    if pool == "prefork":
+        return start_worker(started, APP, env=env, cwd=REPO_ROOT,
+                            log_path=tmp_path / "worker.log")  # fmt: skip
+    worker = CeleryProcess(worker_argv(APP, concurrency=1, pool=pool), env=env, cwd=REPO_ROOT,
+                           log_path=tmp_path / "worker.log")  # fmt: skip
+    started.append(worker.start())
+    worker.wait_for_log("ready.", timeout=60)
+    return worker
 
 
 def _publish(provider: TracerProvider, redis_url: str, database_url: str,
@@ -128,13 +141,14 @@ def _publish_span(exporter: InMemorySpanExporter, request: ReadableSpan) -> Read
     return publish
 
 
+@pytest.mark.parametrize("pool", ["prefork", "solo"])
 def test_a_retried_job_is_one_trace_from_the_publishing_request(
     publishing_spans: tuple[TracerProvider, InMemorySpanExporter],
-    redis_url: str, database_url: str, tmp_path: Path,
+    redis_url: str, database_url: str, tmp_path: Path, pool: str,
 ) -> None:  # fmt: skip
     provider, exporter = publishing_spans
     with otlp_collector() as collector, celery_processes() as started:
-        worker = _worker(started, collector, redis_url, database_url, tmp_path)
+        worker = _worker(started, collector, redis_url, database_url, tmp_path, pool)
         job_id, correlation_id, request = _publish(provider, redis_url, database_url,
                                                    {"fail_times": 1})  # fmt: skip
         publish = _publish_span(exporter, request)
