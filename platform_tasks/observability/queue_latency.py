@@ -111,17 +111,19 @@ class QueueCollector(Collector):
             return None
         return int(count)
 
-    def _broker(self, queues: Iterable[str]) -> Iterator[tuple[str, int, float | None]]:
+    def _broker(self, queues: Iterable[str]
+                ) -> Iterator[tuple[str, int, float | None, bool]]:  # fmt: skip
+        """``(queue, length, oldest ready time, whether the head could be read)``."""
         channel = self._channel()
         redis_like = hasattr(channel, "_q_for_pri") and hasattr(channel, "client")
         for queue in queues:
             if redis_like:
                 length, ready_at = self._redis_queue(channel, queue)
-                yield queue, length, ready_at
+                yield queue, length, ready_at, True
             else:
                 count = self._amqp_length(channel, queue)
                 if count is not None:
-                    yield queue, count, None
+                    yield queue, count, None, False
                 channel = self._channel()
 
     # -- dead letters -------------------------------------------------------------------
@@ -175,9 +177,9 @@ class QueueCollector(Collector):
             queues = queues_of(self.app)
             now = self._clock()
             try:
-                for queue, count, ready_at in self._broker(queues):
+                for queue, count, ready_at, head_read in self._broker(queues):
                     length.add_metric([queue], count)
-                    if ready_at is not None or count == 0:
+                    if head_read and (ready_at is not None or count == 0):
                         age = 0.0 if ready_at is None else max(0.0, now - ready_at)
                         latency.add_metric([queue], age)
             except Exception as exc:
