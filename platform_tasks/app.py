@@ -54,11 +54,14 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     Explicit installation (no import-time ``connect``) keeps importing the package free of
     side effects; each line belongs to the module that owns the concern.
     """
+    from platform_tasks.brokers.queue_latency import install as install_queue_latency
     from platform_tasks.brokers.selection import install as install_broker_checks
     from platform_tasks.brokers.worker_queues import install as install_worker_queues
     from platform_tasks.consumer.dropped_messages import install as install_consumer
+    from platform_tasks.consumer.exporter_metrics import install as install_exporter
     from platform_tasks.consumer.hooks import install as install_pipeline_hooks
     from platform_tasks.consumer.queue_pause import install as install_queue_pause
+    from platform_tasks.consumer.span_hooks import install as install_span_hooks
     from platform_tasks.consumer.task import install as install_platform_task
     from platform_tasks.contrib.beat_leases import install as install_beat_leases
     from platform_tasks.fanout import install_default as install_fanout
@@ -77,6 +80,9 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
         install_platform_task,
         install_pipeline_hooks,
         install_metrics,
+        install_exporter,
+        install_span_hooks,
+        install_queue_latency,
         install_worker_queues,
         install_broker_checks,
         install_task_events,

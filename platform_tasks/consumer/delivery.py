@@ -26,6 +26,7 @@ from kombu.transport.native_delayed_delivery import (
 )
 
 from platform_tasks.limits.unique import UNIQUE_HEADER
+from platform_tasks.observability.trace_context import carried_headers
 from platform_tasks.publishing.queue_port import ATTEMPT_HEADER
 
 _DELAY_PREFIX = re.compile(rf"^(?:[01]\.){{{MAX_NUMBER_OF_BITS_TO_USE}}}")
@@ -47,6 +48,9 @@ class Delivery:
     """The broker put this message back after an earlier delivery (its worker died)."""
     unique_key: str | None = None
     """The unique publish key the job was published with (released when it starts)."""
+    headers: Mapping[str, Any] | None = None
+    """Trace context and the publisher's custom headers: what a retry, a throttle and a
+    dead letter (for its replay) carry on."""
 
     @classmethod
     def from_request(cls, task: Any, request: Any, payload: Any = None) -> Delivery:
@@ -71,6 +75,7 @@ class Delivery:
             payload=payload,
             redelivered=redelivered,
             unique_key=unique if isinstance(unique, str) and unique else None,
+            headers=carried_headers(request),
         )
 
 

@@ -39,6 +39,9 @@ _HOOKS_ATTRIBUTE = "platform_pipeline_hooks"
 class PipelineHook:
     """No-op base: one method per outcome of a delivery."""
 
+    def on_started(self, delivery: Delivery, envelope: Envelope[Any]) -> None:
+        """A valid envelope was received; deciding its outcome starts."""
+
     def on_applied(self, delivery: Delivery, envelope: Envelope[Any], verdict: Applied) -> None:
         """The handler's work committed."""
 

@@ -94,6 +94,7 @@ from platform_tasks.limits.admission import NOTHING_HELD, admit
 from platform_tasks.limits.unique import UNIQUE_HEADER
 from platform_tasks.observability.alerts import configure_alerts
 from platform_tasks.observability.context import current_correlation_id
+from platform_tasks.observability.trace_context import current_trace_headers, trace_of
 from platform_tasks.postgres.database import Database, require_database_url
 from platform_tasks.publishing.queue_port import QueuePort
 
@@ -189,6 +190,8 @@ class DeliveryPipeline:
         except EnvelopeError as exc:
             return self.settle(task, delivery, None, self._poison(delivery, args, kwargs, exc))
         token = current_correlation_id.set(envelope.correlation_id)
+        trace_token = current_trace_headers.set(trace_of(delivery.headers))
+        self.hooks.emit("on_started", delivery, envelope)
         try:
             backoff: Backoff | None = None
             while True:
@@ -202,6 +205,7 @@ class DeliveryPipeline:
             return self.settle(task, delivery, envelope, verdict)
         finally:
             current_correlation_id.reset(token)
+            current_trace_headers.reset(trace_token)
 
     # -- deciding ---------------------------------------------------------------------
 
@@ -415,6 +419,7 @@ class DeliveryPipeline:
             last_error=str(exc),
             error_type=error_type_name(exc),
             reason=POISON,
+            headers=dict(delivery.headers) if delivery.headers else None,
         )
         return DeadLetter(record, exc, claim=False)
 
@@ -542,10 +547,12 @@ class DeliveryPipeline:
         self, delivery: Delivery, envelope: Envelope[Any], run_at: datetime, attempt: int
     ) -> None:
         opts: dict[str, Any] = {"attempt": attempt}
+        if delivery.headers:  # trace context and custom headers survive the retry
+            opts["headers"] = dict(delivery.headers)
         if delivery.priority is not None:
             opts["priority"] = delivery.priority
         if delivery.unique_key is not None:  # a job put back to wait still holds its key
-            opts["headers"] = {UNIQUE_HEADER: delivery.unique_key}
+            opts["headers"] = {**opts.get("headers", {}), UNIQUE_HEADER: delivery.unique_key}
         queue = delivery.queue or self.app.conf.task_default_queue or "default"
         until_done(
             lambda: self.port().schedule(queue, envelope.to_message(), run_at, opts),
@@ -583,6 +590,7 @@ class DeliveryPipeline:
             last_error=last_error,
             error_type=error_type,
             reason=reason,
+            headers=dict(delivery.headers) if delivery.headers else None,
         )
 
     def _forget(self, delivery: Delivery, envelope: Envelope[Any]) -> None:

@@ -45,6 +45,8 @@ class DeadLetterRecord:
     last_error: str
     error_type: str | None
     reason: str
+    headers: dict[str, Any] | None = None
+    """Trace context and custom headers of the message, republished by a replay."""
 
     def write(self, cursor: Any) -> int:
         """Insert the row in the cursor's transaction; the caller commits.
@@ -66,6 +68,7 @@ class DeadLetterRecord:
             error_type=record.error_type,
             reason=record.reason,
             correlation_id=record.correlation_id,
+            headers=record.headers,
         )
 
     def alert(self, dead_letter_id: int, exc: BaseException | None = None) -> None:

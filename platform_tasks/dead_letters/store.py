@@ -34,8 +34,10 @@ STREAM_BATCH_SIZE = 100
 """Rows fetched per round trip by the server-side cursors of ``list --json`` and dry runs,
 so memory holds one batch of payloads, never the whole selection."""
 
-Publish = Callable[[str, Mapping[str, Any]], object]
-"""Publishes one envelope to a queue, e.g. ``QueuePort(app).publish``."""
+Publish = Callable[..., object]
+"""Publishes one envelope to a queue, e.g. ``QueuePort(app).publish``: called as
+``publish(queue, envelope)``, or ``publish(queue, envelope, {"headers": {...}})`` for a row
+stored with headers (its trace context and the publisher's custom headers)."""
 
 
 ESCAPED_KEY = "platform_escaped"
@@ -237,6 +239,7 @@ def insert_dead_letter(
     error_type: str | None,
     reason: str,
     correlation_id: str | None,
+    headers: Mapping[str, Any] | None = None,
 ) -> int:
     """Insert one ``pending_review`` row and return its id; the caller commits.
 
@@ -279,6 +282,7 @@ def insert_dead_letter(
             "job_id": str(job_id) if job_id is not None else None,
             "payload": Json(value),
             "attempts": attempts,
+            "headers": Json(storable_payload(dict(headers)).value) if headers else None,
         },
     )
     row = cursor.fetchone()
@@ -440,7 +444,7 @@ def replay_dead_letters(
         with conn, conn.cursor(name="platform_dead_letters_dry_run") as cur:
             cur.itersize = STREAM_BATCH_SIZE
             cur.execute(queries["select_replay_candidates"], params)
-            for row_id, _job_id, queue, _kind, _tenant, payload in cur:
+            for row_id, _job_id, queue, _kind, _tenant, payload, _headers in cur:
                 refusal = replay_refusal(queue, payload, max_bytes=max_bytes)
                 if refusal:
                     report.refused.append((row_id, refusal))
@@ -466,7 +470,7 @@ def replay_dead_letters(
             if not rows:
                 break
             published: list[ReplayedRow] = []
-            for row_id, _job_id, queue, _kind, _tenant, payload in rows:
+            for row_id, _job_id, queue, _kind, _tenant, payload, headers in rows:
                 refusal = replay_refusal(queue, payload, max_bytes=max_bytes)
                 if refusal:
                     report.refused.append((row_id, refusal))
@@ -476,7 +480,7 @@ def replay_dead_letters(
                     assert open_publish is not None
                     publish = open_publish()
                 try:
-                    job_id = uuid.UUID(str(publish(queue, payload)))
+                    job_id = uuid.UUID(str(_republish(publish, queue, payload, headers)))
                 except Exception as exc:
                     _mark_replayed(cur, published, now)
                     conn.commit()
@@ -494,6 +498,13 @@ def replay_dead_letters(
         with conn, conn.cursor() as cur:
             report.not_pending = _not_pending(cur, ids, acted)
     return report
+
+
+def _republish(publish: Publish, queue: str, payload: Any, headers: Any) -> object:
+    """Publish a row again with the trace context and custom headers it was stored with."""
+    if isinstance(headers, dict) and headers:
+        return publish(queue, payload, {"headers": headers})
+    return publish(queue, payload)
 
 
 def _mark_replayed(cur: Cursor, published: list[ReplayedRow], now: datetime | None) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -33,6 +34,7 @@ from kombu.utils.json import loads as json_loads
 from platform_tasks.envelope import Envelope
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.backpressure import QueueBound
+from platform_tasks.observability.trace_context import PUBLISHED_AT_HEADER, outgoing_headers
 from platform_tasks.publishing.queue_port import ATTEMPT_HEADER
 from platform_tasks.publishing.wire import WireBuilder, WireMessage
 
@@ -52,7 +54,7 @@ def send_task_options(queue: str, envelope: Envelope[Any]) -> dict[str, Any]:
         "queue": queue,
         "argsrepr": _argsrepr(envelope),
         "kwargsrepr": "{}",
-        "headers": {ATTEMPT_HEADER: 1},
+        "headers": {**outgoing_headers({}, published_at=time.time()), ATTEMPT_HEADER: 1},
     }
 
 
@@ -103,6 +105,8 @@ class _Template:
             raise ValueError("task id not found where Celery puts it")
         again = json_loads(self.render(envelope))
         again["properties"]["delivery_tag"] = props.get("delivery_tag")
+        if PUBLISHED_AT_HEADER in headers:
+            again["headers"][PUBLISHED_AT_HEADER] = headers[PUBLISHED_AT_HEADER]
         if again != message:
             raise ValueError("the rendered template differs from the message send_task built")
 
@@ -122,6 +126,8 @@ class _Template:
         for key in self.repr_props:
             props[key] = argsrepr
         props["delivery_tag"] = str(uuid.uuid4())
+        if PUBLISHED_AT_HEADER in headers:  # each child's own ready time, for queue latency
+            headers[PUBLISHED_AT_HEADER] = time.time()
         _, _, payload = kombu_dumps([[envelope.to_message()], {}, self.embed], serializer="json")
         raw = payload.encode() if isinstance(payload, str) else payload
         message["body"] = base64.b64encode(raw).decode()

@@ -71,6 +71,21 @@ def registry_for_exposition() -> CollectorRegistry | None:
     return registry
 
 
+EXPOSITION_REGISTRARS = "platform_metric_registrars"
+"""App attribute: callables ``(app, registry)`` that add collectors to the worker's
+``/metrics`` registry when it starts serving (the queue gauges of
+:mod:`platform_tasks.brokers.queue_latency`); kept on the app so this module needs no
+import of the layers above it."""
+
+
+def add_exposition_registrar(app: Any, register: Any) -> None:
+    """Have ``register(app, registry)`` called when ``app``'s worker serves ``/metrics``."""
+    registrars = list(getattr(app, EXPOSITION_REGISTRARS, ()))
+    if register not in registrars:
+        registrars.append(register)
+    setattr(app, EXPOSITION_REGISTRARS, registrars)
+
+
 class MetricsServerStep(bootsteps.StartStopStep):  # type: ignore[misc]
     """Worker bootstep: serves ``/metrics`` on ``PLATFORM_METRICS_PORT`` when it is set."""
 
@@ -81,6 +96,8 @@ class MetricsServerStep(bootsteps.StartStopStep):  # type: ignore[misc]
         if port is None:
             return
         registry = registry_for_exposition()
+        for register in getattr(worker.app, EXPOSITION_REGISTRARS, ()):
+            register(worker.app, registry)
         if registry is None:
             start_http_server(port)
         else:

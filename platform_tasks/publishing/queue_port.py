@@ -22,6 +22,7 @@ from platform_tasks.keys import delay_keys, rabbitmq_delay_keys
 from platform_tasks.limits.publish import publish_unique
 from platform_tasks.limits.unique import UniqueLocks, unique_publish
 from platform_tasks.observability.context import current_correlation_id
+from platform_tasks.observability.trace_context import outgoing_headers
 from platform_tasks.publishing.amqp_wire import AmqpMessageBuilder
 from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.publishing.native_delays import NativeDelays
@@ -119,11 +120,17 @@ class QueuePort:
         return parse_envelope(complete, dict, max_bytes=self.settings.max_payload_bytes)
 
     def _send_options(
-        self, queue: str, envelope: Envelope[Any], options: PublishOptions
+        self,
+        queue: str,
+        envelope: Envelope[Any],
+        options: PublishOptions,
+        ready_at: datetime | None = None,
     ) -> dict[str, Any]:
+        """``send_task`` arguments; ``ready_at`` (default now) is when the job is due."""
         if not queue:
             raise ValueError("queue must be a non-empty queue name")
-        headers = dict(options.headers)
+        when = ready_at if ready_at is not None else self._clock()
+        headers = outgoing_headers(options.headers, published_at=when.timestamp())
         headers[ATTEMPT_HEADER] = options.attempt
         send: dict[str, Any] = {
             "args": [envelope.to_message()],
@@ -191,14 +198,16 @@ class QueuePort:
             self.app.send_task(envelope.kind, **self._send_options(queue, envelope, options))
             return envelope.job_id
         if self._native is not None:
-            send = self._send_options(queue, envelope, options)
+            send = self._send_options(queue, envelope, options, run_at)
             self._native.send(envelope.kind, run_at - now, **send)
             return envelope.job_id
         if self._amqp_messages is not None:
-            send = self._send_options(queue, envelope, options)
+            send = self._send_options(queue, envelope, options, run_at)
             self._delay_store().add_encoded(*self._store_amqp(envelope.kind, send, run_at))
             return envelope.job_id
-        message = self._wire.build(envelope.kind, **self._send_options(queue, envelope, options))
+        message = self._wire.build(
+            envelope.kind, **self._send_options(queue, envelope, options, run_at)
+        )
         due_ms = int(run_at.timestamp() * 1000)
         self._delay_store().add(message.delivery_tag, due_ms, message.list_key, message.wire)
         return envelope.job_id
@@ -220,7 +229,7 @@ class QueuePort:
             prepared.append((self.envelope(payload), run_at))
         if self._native is not None:
             for envelope, run_at in prepared:
-                send = self._send_options(queue, envelope, options)
+                send = self._send_options(queue, envelope, options, run_at)
                 delay = run_at - self._clock()
                 if delay.total_seconds() <= 0:
                     self.app.send_task(envelope.kind, **send)
@@ -229,7 +238,9 @@ class QueuePort:
             return [envelope.job_id for envelope, _ in prepared]
         if self._amqp_messages is not None:
             encoded = [
-                self._store_amqp(envelope.kind, self._send_options(queue, envelope, options), at)
+                self._store_amqp(
+                    envelope.kind, self._send_options(queue, envelope, options, at), at
+                )
                 for envelope, at in prepared
             ]
             self._delay_store().add_many_encoded(encoded)
@@ -237,7 +248,7 @@ class QueuePort:
         entries = []
         for envelope, run_at in prepared:
             message = self._wire.build(
-                envelope.kind, **self._send_options(queue, envelope, options)
+                envelope.kind, **self._send_options(queue, envelope, options, run_at)
             )
             due_ms = int(run_at.timestamp() * 1000)
             entries.append((message.delivery_tag, due_ms, message.list_key, message.wire))

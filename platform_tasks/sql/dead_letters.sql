@@ -4,10 +4,10 @@
 -- One row per job that will not be retried; the caller's transaction commits it.
 INSERT INTO core.dead_letters
     (job_id, queue, kind, tenant_id, payload, attempts, last_error, error_type, reason,
-     correlation_id)
+     correlation_id, headers)
 VALUES
     (%(job_id)s, %(queue)s, %(kind)s, %(tenant_id)s, %(payload)s, %(attempts)s,
-     %(last_error)s, %(error_type)s, %(reason)s, %(correlation_id)s)
+     %(last_error)s, %(error_type)s, %(reason)s, %(correlation_id)s, %(headers)s)
 RETURNING id;
 
 -- name: list_dead_letters
@@ -53,7 +53,7 @@ SELECT id, status FROM core.dead_letters WHERE id = ANY(%(ids)s) ORDER BY id;
 
 -- name: select_replay_candidates
 -- Pending rows a replay would act on, without locking them (dry run).
-SELECT id, job_id, queue, kind, tenant_id, payload
+SELECT id, job_id, queue, kind, tenant_id, payload, headers
 FROM core.dead_letters
 WHERE status = 'pending_review'
   AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s))
@@ -67,7 +67,7 @@ ORDER BY id;
 -- The next batch of pending rows after %(after_id)s, locked for this transaction.
 -- SKIP LOCKED: a row another replay holds is that replay's to publish; a row it has
 -- already committed as replayed no longer matches status = 'pending_review'.
-SELECT id, job_id, queue, kind, tenant_id, payload
+SELECT id, job_id, queue, kind, tenant_id, payload, headers
 FROM core.dead_letters
 WHERE status = 'pending_review'
   AND id > %(after_id)s

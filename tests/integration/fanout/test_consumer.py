@@ -21,6 +21,7 @@ from platform_tasks.fanout import fan_out, tenant_job_id
 from platform_tasks.fanout.publisher import BatchPublisher
 from platform_tasks.fanout.sources import check_tenants_query
 from platform_tasks.jobs.runner import JobContext
+from platform_tasks.observability.trace_context import PUBLISHED_AT_HEADER
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing import create_test_app
 
@@ -82,6 +83,10 @@ def test_batched_messages_are_what_queue_port_publish_sends(
         [raw] = redis_client.rpop("reference", 1) or []
         reference, same_envelope = decode(raw)
         assert same_envelope == envelope
+        # the ready time is each message's own (the moment it was published), so
+        # the batched one is no later than the reference published after it
+        published = message["headers"].pop(PUBLISHED_AT_HEADER)
+        assert 0 < published <= reference["headers"].pop(PUBLISHED_AT_HEADER)
         for part in ("headers", "content-type", "content-encoding"):
             assert message[part] == reference[part], part
         props = dict(message["properties"])

@@ -1,0 +1,221 @@
+"""Queue gauges measured when ``/metrics`` is scraped: length, latency, dead letters.
+
+- ``celery_queue_length{queue_name}`` — messages waiting in the broker queue (Redis: the
+  queue's lists, every priority; RabbitMQ: the queue's ready count), celery-exporter's name
+- ``platform_queue_latency_seconds{queue}`` — age of the oldest job waiting in the queue:
+  now minus the ready time its message carries (``platform_published_at``, set at
+  publish, and for a scheduled job or a retry the time it became due); 0 for an empty
+  queue. The oldest job is the one at the head of the queue, the next to be taken: on
+  Redis the tail of each priority list, read without taking it. Measured on Redis
+  brokers; RabbitMQ cannot show a message without delivering it, so there it is absent.
+- ``platform_dead_letters_pending{queue}`` — ``pending_review`` rows of
+  ``core.dead_letters``, read at most every :data:`DEAD_LETTER_REFRESH_SECONDS`
+
+The queues are the ones the app declares and the platform routes to (the ones a worker
+started without ``-Q`` consumes); other names are summed under ``unknown``. Only the
+worker's main process measures, on the scrape, so a deployment pays nothing between
+scrapes and the numbers are never older than the scrape. Delay-store lag is
+``platform_delay_promotion_lag_seconds`` (:mod:`platform_tasks.observability.scheduler_metrics`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from platform_tasks.observability.metrics import add_exposition_registrar
+from platform_tasks.observability.trace_context import PUBLISHED_AT_HEADER
+
+__all__ = ["DEAD_LETTER_REFRESH_SECONDS", "QueueCollector", "register_queue_metrics"]
+
+logger = logging.getLogger(__name__)
+
+DEAD_LETTER_REFRESH_SECONDS = 15.0
+UNKNOWN = "unknown"
+_PENDING_SQL = (
+    "SELECT queue, count(*) FROM core.dead_letters WHERE status = 'pending_review' GROUP BY queue"
+)
+
+
+def queues_of(app: Any) -> list[str]:
+    """The queues to measure: declared, routed to by the platform, with a retry policy."""
+    from platform_tasks.brokers.worker_queues import platform_queues
+
+    names = dict.fromkeys(platform_queues(app))
+    names.update(dict.fromkeys(getattr(app.amqp, "queues", None) or {}))
+    names.update(dict.fromkeys(getattr(app, "retry_policies", None) or {}))
+    return list(names)
+
+
+def message_ready_at(raw: bytes | str | None) -> float | None:
+    """The ready time a Redis wire message carries, if it is a platform message."""
+    if raw is None:
+        return None
+    try:
+        message = json.loads(raw)
+        value = message.get("headers", {}).get(PUBLISHED_AT_HEADER)
+    except (ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, int | float) else None
+
+
+class QueueCollector(Collector):
+    """Reads the broker (and PostgreSQL) when scraped; one per worker main process."""
+
+    def __init__(self, app: Any, *, clock: Callable[[], float] = time.time) -> None:
+        self.app = app
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._connection: Any = None
+        self._pending: tuple[float, dict[str, int]] | None = None
+        self._pending_failed = False
+
+    # -- broker -------------------------------------------------------------------------
+
+    def _channel(self) -> Any:
+        if self._connection is None:
+            self._connection = self.app.connection_for_read()
+        return self._connection.default_channel
+
+    def _reset(self) -> None:
+        if self._connection is not None:
+            with contextlib.suppress(Exception):  # already broken: nothing to release
+                self._connection.release()
+            self._connection = None
+
+    def _redis_queue(self, channel: Any, queue: str) -> tuple[int, float | None]:
+        """Length over the queue's priority lists and the oldest ready time at their heads."""
+        keys = [channel._q_for_pri(queue, pri) for pri in channel.priority_steps]
+        pipe = channel.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.llen(key)
+            pipe.lindex(key, -1)  # consumers pop from the right: the next job out
+        replies = pipe.execute()
+        length = sum(int(n) for n in replies[0::2])
+        ready = [t for t in (message_ready_at(raw) for raw in replies[1::2]) if t is not None]
+        return length, (min(ready) if ready else None)
+
+    def _amqp_length(self, channel: Any, queue: str) -> int | None:
+        try:
+            _, count, _ = channel.queue_declare(queue=queue, passive=True)
+        except Exception:  # not declared yet: the channel is closed by the broker
+            self._reset()
+            return None
+        return int(count)
+
+    def _broker(self, queues: Iterable[str]) -> Iterator[tuple[str, int, float | None, bool]]:
+        """``(queue, length, oldest ready time, whether the head could be read)``."""
+        channel = self._channel()
+        redis_like = hasattr(channel, "_q_for_pri") and hasattr(channel, "client")
+        for queue in queues:
+            if redis_like:
+                length, ready_at = self._redis_queue(channel, queue)
+                yield queue, length, ready_at, True
+            else:
+                count = self._amqp_length(channel, queue)
+                if count is not None:
+                    yield queue, count, None, False
+                channel = self._channel()
+
+    # -- dead letters -------------------------------------------------------------------
+
+    def _dead_letters(self, queues: set[str]) -> dict[str, int] | None:
+        url = getattr(self.app.platform_settings, "database_url", None)
+        if not url:
+            return None
+        now = time.monotonic()
+        if self._pending is not None and now - self._pending[0] < DEAD_LETTER_REFRESH_SECONDS:
+            return self._pending[1]
+        import psycopg2
+
+        try:
+            conn = psycopg2.connect(url, connect_timeout=5)
+            try:
+                with conn, conn.cursor() as cur:
+                    cur.execute(_PENDING_SQL)
+                    rows = cur.fetchall()
+            finally:
+                conn.close()
+        except psycopg2.Error as exc:
+            if not self._pending_failed:
+                logger.warning(
+                    "cannot count pending dead letters (%s)",
+                    type(exc).__name__,
+                    extra={"event": "metrics.dead_letters_unavailable"},
+                )
+            self._pending_failed = True
+            return self._pending[1] if self._pending else None
+        self._pending_failed = False
+        counts = dict.fromkeys(queues, 0)
+        for queue, count in rows:
+            label = queue if queue in queues else UNKNOWN
+            counts[label] = counts.get(label, 0) + int(count)
+        self._pending = (now, counts)
+        return counts
+
+    # -- collect ------------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        length = GaugeMetricFamily(
+            "celery_queue_length", "The number of message in broker queue.", labels=["queue_name"]
+        )
+        latency = GaugeMetricFamily(
+            "platform_queue_latency_seconds",
+            "Age of the oldest job waiting in the queue (0 when it is empty).",
+            labels=["queue"],
+        )
+        pending = GaugeMetricFamily(
+            "platform_dead_letters_pending",
+            "Dead letters pending review, by queue.",
+            labels=["queue"],
+        )
+        with self._lock:
+            queues = queues_of(self.app)
+            now = self._clock()
+            try:
+                for queue, count, ready_at, head_read in self._broker(queues):
+                    length.add_metric([queue], count)
+                    if head_read and (ready_at is not None or count == 0):
+                        age = 0.0 if ready_at is None else max(0.0, now - ready_at)
+                        latency.add_metric([queue], age)
+            except Exception as exc:
+                logger.warning(
+                    "cannot read queue lengths from the broker (%s)",
+                    type(exc).__name__,
+                    extra={"event": "metrics.queues_unavailable"},
+                )
+                self._reset()
+            counts = self._dead_letters(set(queues))
+            for queue, count in sorted((counts or {}).items()):
+                pending.add_metric([queue], count)
+        yield length
+        yield latency
+        yield pending
+
+
+_registered: dict[int, QueueCollector] = {}
+
+
+def register_queue_metrics(app: Any, registry: CollectorRegistry | None = None) -> QueueCollector:
+    """Add the queue gauges of ``app`` to ``registry`` (default: the global one), once."""
+    target = registry if registry is not None else REGISTRY
+    collector = _registered.get(id(target))
+    if collector is None:
+        collector = QueueCollector(app)
+        target.register(collector)
+        _registered[id(target)] = collector
+    return collector
+
+
+def install(app: Any) -> None:
+    """Serve ``app``'s queue gauges on its worker's ``/metrics`` endpoint."""
+    add_exposition_registrar(app, register_queue_metrics)

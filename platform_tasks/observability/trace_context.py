@@ -1,0 +1,181 @@
+"""Trace context that travels with a job through every hop it makes.
+
+A job leaves the request that published it, may wait in the delay store, fail and come
+back through a retry, be throttled, fan out into children, become a dead letter and be
+replayed from a shell. Tracing tools (OpenTelemetry's ``traceparent``/``tracestate``,
+Sentry's ``sentry-trace``/``baggage``) follow it only if each of those hops hands the
+same headers on; Celery keeps them on the message it was given, but the platform builds
+new messages for retries, throttles and replays. This module says which headers a
+message carries on (:func:`carried_headers`) and which a new message starts with
+(:func:`outgoing_headers`).
+
+The custom ``headers`` of ``publish(..., {"headers": {...}})`` are carried too: their
+names travel in the :data:`CARRIED_HEADER` header, because Celery merges a message's
+headers with its own protocol fields on the worker, and only the names the publisher
+gave say which are the application's.
+
+OpenTelemetry is optional (the ``otel`` extra): without it, the headers still travel and
+nothing else happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+__all__ = [
+    "CARRIED_HEADER",
+    "PUBLISHED_AT_HEADER",
+    "TRACE_HEADERS",
+    "ambient_trace_headers",
+    "carried_headers",
+    "current_trace_headers",
+    "outgoing_headers",
+    "running_with",
+    "trace_of",
+]
+
+TRACE_HEADERS = ("traceparent", "tracestate", "sentry-trace", "baggage")
+"""W3C trace context and Sentry's trace headers, carried on whenever a message has them."""
+
+CARRIED_HEADER = "platform_headers"
+"""Header naming the publisher's custom headers, so a retry or replay carries them on."""
+
+PUBLISHED_AT_HEADER = "platform_published_at"
+"""Unix seconds at which the job became ready to run: its publish, or for a scheduled
+job or a retry the time it is due. The age of a queue's oldest job is read from it."""
+
+SENTRY_HEADERS = ("sentry-trace", "baggage")
+NESTED_HEADER = "headers"
+"""Where Sentry's Celery integration reads its trace on the worker: a ``headers`` mapping
+inside the message headers (it writes both places, working around celery#4875)."""
+
+_RESERVED = frozenset({CARRIED_HEADER, PUBLISHED_AT_HEADER, NESTED_HEADER, *TRACE_HEADERS})
+
+current_trace_headers: ContextVar[Mapping[str, str] | None] = ContextVar(
+    "platform_current_trace_headers", default=None
+)
+"""The trace headers of the job running in this context: a job published from inside it
+(a fan-out child, a follow-up job) continues its trace when no tracer says otherwise."""
+
+_otel: Any = None
+"""``(trace, propagate)`` of opentelemetry once imported, ``False`` when not installed."""
+
+
+def _opentelemetry() -> Any:
+    global _otel
+    if _otel is None:
+        try:
+            from opentelemetry import propagate, trace
+        except ImportError:
+            _otel = False
+        else:
+            try:
+                from opentelemetry.instrumentation.celery import CeleryInstrumentor
+            except ImportError:
+                instrumentor = None
+            else:
+                # a singleton: the instance instrument() was called on, wherever
+                instrumentor = CeleryInstrumentor()  # type: ignore[no-untyped-call]
+            _otel = (trace, propagate, instrumentor)
+    return _otel
+
+
+def _celery_instrumented(instrumentor: Any) -> bool:
+    """Whether ``opentelemetry-instrumentation-celery`` injects the context at publish."""
+    return bool(
+        instrumentor is not None
+        and getattr(instrumentor, "_is_instrumented_by_opentelemetry", False)
+    )
+
+
+def ambient_trace_headers() -> dict[str, str]:
+    """The trace headers a message published here and now should carry.
+
+    The current OpenTelemetry span when there is a valid one (the publishing request's),
+    unless ``opentelemetry-instrumentation-celery`` is instrumenting this process: it
+    injects a publish span of the same trace itself, so injecting here too would only
+    cost time. Else the headers of the job running in this context, else none.
+    """
+    otel = _opentelemetry()
+    if otel and not _celery_instrumented(otel[2]):  # else it injects its own, a child
+        trace, propagate, _ = otel
+        if trace.get_current_span().get_span_context().is_valid:
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            if carrier:
+                return carrier
+    running = current_trace_headers.get()
+    return dict(running) if running else {}
+
+
+def outgoing_headers(custom: Mapping[str, Any], *, published_at: float) -> dict[str, Any]:
+    """The headers of a new message: ``custom``, their names, trace context, ready time.
+
+    Trace headers given in ``custom`` win (a retry, a replay carrying its original
+    trace); otherwise the ambient context's are added. An instrumentation that injects
+    its own at publish (``opentelemetry-instrumentation-celery``) replaces them with a
+    child of the same trace.
+    """
+    headers = dict(custom)
+    names = sorted(name for name in custom if name not in _RESERVED)
+    if names:
+        headers[CARRIED_HEADER] = names
+    if "traceparent" not in headers and "sentry-trace" not in headers:
+        for name, value in ambient_trace_headers().items():
+            headers.setdefault(name, value)
+    sentry = {name: headers[name] for name in SENTRY_HEADERS if name in headers}
+    if sentry:  # also where Sentry's worker side reads them
+        nested = headers.get(NESTED_HEADER)
+        headers[NESTED_HEADER] = {**(nested if isinstance(nested, Mapping) else {}), **sentry}
+    headers[PUBLISHED_AT_HEADER] = published_at
+    return headers
+
+
+def carried_headers(request: Any) -> dict[str, Any]:
+    """What a message built for this delivery (retry, throttle, dead letter) carries on.
+
+    ``request`` is Celery's task request, on which a message's headers are attributes.
+    """
+    carried: dict[str, Any] = {}
+    for name in TRACE_HEADERS:
+        value = _header(request, name)
+        if isinstance(value, str) and value:
+            carried[name] = value
+    names = _header(request, CARRIED_HEADER)
+    if isinstance(names, list | tuple):
+        for name in names:
+            if isinstance(name, str) and name not in _RESERVED:
+                value = _header(request, name)
+                if value is not None:
+                    carried[name] = value
+    return carried
+
+
+def _header(request: Any, name: str) -> Any:
+    value = getattr(request, name, None)
+    if value is None:
+        headers = getattr(request, "headers", None)
+        if isinstance(headers, Mapping):
+            value = headers.get(name)
+    return value
+
+
+def trace_of(headers: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The trace headers among ``headers`` (what :data:`current_trace_headers` holds)."""
+    if not headers:
+        return None
+    trace = {name: headers[name] for name in TRACE_HEADERS if name in headers}
+    return trace or None
+
+
+@contextmanager
+def running_with(headers: Mapping[str, Any] | None) -> Iterator[None]:
+    """Make ``headers``' trace context the ambient one while a job runs."""
+    token = current_trace_headers.set(trace_of(headers))
+    try:
+        yield
+    finally:
+        current_trace_headers.reset(token)
