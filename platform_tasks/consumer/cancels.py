@@ -290,7 +290,8 @@ def _attempts_spent(header_attempt: Any) -> int:
         return 0
 
 
-def _text_value(value: Any, name: str) -> str | None:
+def filter_text(value: Any, name: str) -> str | None:
+    """A filter field's text: ``None``, or a non-empty string (else a ValueError naming it)."""
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
@@ -308,7 +309,7 @@ class JobFilter:
 
     def __post_init__(self) -> None:
         for name in ("tenant_id", "kind", "queue"):
-            _text_value(getattr(self, name), name)
+            filter_text(getattr(self, name), name)
         if self.tenant_id is None and self.kind is None and self.queue is None:
             raise ValueError("a cancel needs at least one of tenant_id, kind, queue")
 
@@ -326,9 +327,9 @@ class JobFilter:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobFilter:
         return cls(
-            tenant_id=_text_value(data.get("tenant_id"), "tenant_id"),
-            kind=_text_value(data.get("kind"), "kind"),
-            queue=_text_value(data.get("queue"), "queue"),
+            tenant_id=filter_text(data.get("tenant_id"), "tenant_id"),
+            kind=filter_text(data.get("kind"), "kind"),
+            queue=filter_text(data.get("queue"), "queue"),
         )
 
     def describe(self) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
-from platform_tasks.consumer.cancels import JobFilter
+from platform_tasks.consumer.cancels import JobFilter, filter_text
 
 __all__ = ["JobFilter", "OperationFilter"]
 
@@ -37,14 +37,6 @@ def _time_value(value: Any, name: str) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _text_value(value: Any, name: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"filter field {name!r} must be a non-empty string, got {value!r}")
-    return value
-
-
 @dataclass(frozen=True)
 class OperationFilter:
     """Which pending dead letters a bulk replay or discard means; ``None`` matches any.
@@ -62,7 +54,7 @@ class OperationFilter:
 
     def __post_init__(self) -> None:
         for name in ("queue", "kind", "tenant_id", "error_type"):
-            _text_value(getattr(self, name), name)
+            filter_text(getattr(self, name), name)
         if self.since is not None and self.since.tzinfo is None:
             object.__setattr__(self, "since", self.since.replace(tzinfo=UTC))
         if self.until is not None and self.until.tzinfo is None:
@@ -102,10 +94,10 @@ class OperationFilter:
                 f"unknown filter field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
             )
         return cls(
-            queue=_text_value(data.get("queue"), "queue"),
-            kind=_text_value(data.get("kind"), "kind"),
-            tenant_id=_text_value(data.get("tenant_id"), "tenant_id"),
-            error_type=_text_value(data.get("error_type"), "error_type"),
+            queue=filter_text(data.get("queue"), "queue"),
+            kind=filter_text(data.get("kind"), "kind"),
+            tenant_id=filter_text(data.get("tenant_id"), "tenant_id"),
+            error_type=filter_text(data.get("error_type"), "error_type"),
             since=_time_value(data.get("since"), "since"),
             until=_time_value(data.get("until"), "until"),
         )
