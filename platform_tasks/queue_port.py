@@ -21,7 +21,7 @@ from platform_tasks.context import current_correlation_id
 from platform_tasks.delay_store import DelayStore
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7, validation_errors
 from platform_tasks.errors import ConfigurationError, NaiveDatetimeError
-from platform_tasks.keys import delay_keys, rabbitmq_delay_keys
+from platform_tasks.keys import TENANT_HEADER, delay_keys, rabbitmq_delay_keys
 from platform_tasks.native_delays import NativeDelays
 from platform_tasks.wire import WireBuilder
 
@@ -117,6 +117,7 @@ class QueuePort:
             raise ValueError("queue must be a non-empty queue name")
         headers = dict(options.headers)
         headers[ATTEMPT_HEADER] = options.attempt
+        headers[TENANT_HEADER] = envelope.tenant_id
         send: dict[str, Any] = {
             "args": [envelope.to_message()],
             "task_id": str(envelope.job_id),

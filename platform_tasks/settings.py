@@ -178,6 +178,11 @@ class PlatformSettings(BaseSettings):
 
     visibility_timeout_seconds: int = Field(default=300, ge=5)
     transport: Literal["platform", "stock"] = "platform"
+    fair_queues: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Queues the platform transport consumes fairly across tenants (comma-separated
+    names, ``*`` for every queue); see ``platform_tasks.transport.fair_lanes``."""
+    tenant_weights: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
+    """``tenant=weight,...``: messages a tenant gives per turn on a fair queue (default 1)."""
     delay_poll_interval_seconds: float = Field(default=0.5, gt=0, le=60)
     delay_batch_size: int = Field(default=500, ge=1, le=10_000)
     delay_lease_seconds: float = Field(default=30.0, ge=1, le=3600)
@@ -263,6 +268,20 @@ class PlatformSettings(BaseSettings):
     def _rate_limits(cls, value: Any) -> Any:
         if isinstance(value, str):
             return parse_rate_limits(value)
+        return value
+
+    @field_validator("fair_queues", mode="before")
+    @classmethod
+    def _fair_queues(cls, value: Any) -> Any:
+        return _split_globs(value)
+
+    @field_validator("tenant_weights", mode="before")
+    @classmethod
+    def _tenant_weights(cls, value: Any) -> Any:
+        from platform_tasks.transport.fair_lanes import parse_tenant_weights
+
+        if isinstance(value, str):
+            return parse_tenant_weights(value)
         return value
 
     @field_validator("marketing_resume_depth")

@@ -34,6 +34,7 @@ from platform_tasks.brokers import broker_kind
 from platform_tasks.envelope import Envelope
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.backpressure import QueueBound
+from platform_tasks.keys import TENANT_HEADER
 from platform_tasks.queue_port import ATTEMPT_HEADER
 from platform_tasks.wire import WireBuilder, WireMessage
 
@@ -50,7 +51,7 @@ def send_task_options(queue: str, envelope: Envelope[Any]) -> dict[str, Any]:
         "queue": queue,
         "argsrepr": _argsrepr(envelope),
         "kwargsrepr": "{}",
-        "headers": {ATTEMPT_HEADER: 1},
+        "headers": {ATTEMPT_HEADER: 1, TENANT_HEADER: envelope.tenant_id},
     }
 
 

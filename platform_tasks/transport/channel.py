@@ -40,6 +40,8 @@ from platform_tasks.keys import (
     UNROUTABLE_HEADER,
 )
 from platform_tasks.scripts import script_source
+from platform_tasks.transport import fair_lanes
+from platform_tasks.transport.fair_lanes import FairLanes, FetchList
 from platform_tasks.transport.qos import QoS
 from platform_tasks.transport.selection import sweep_interval
 
@@ -73,6 +75,7 @@ _SCRIPTS = (
     "transport_restore",
     "transport_expired",
     "transport_extend",
+    fair_lanes.SCRIPT,
 )
 
 
@@ -95,6 +98,9 @@ class Channel(RedisChannel):  # type: ignore[misc]
         self._recorded: set[str] = set()
         self._noack_queues: set[str] = set()
         self._fetch_lists: list[tuple[str, int]] = []
+        self._fetch_script = "transport_fetch"
+        self.fair = FairLanes.from_transport_options(options)
+        """Which consumed queues are taken fairly across tenants (``fair_lanes``)."""
         self._hot_list: tuple[str, int] | None = None
         self._wait_next = False
         self._poll_stage = FETCH
@@ -198,6 +204,7 @@ class Channel(RedisChannel):  # type: ignore[misc]
         return False
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        self.fair.adopt_leftovers(self.raw_client, queue, self._priority_keys(queue))
         if no_ack:
             self._noack_queues.add(queue)
         else:
@@ -216,6 +223,20 @@ class Channel(RedisChannel):  # type: ignore[misc]
         the script's KEYS and ARGV for them: per list a record flag, then the queue names,
         then the priority steps (an unreadable item is wrapped with its queue and step)."""
         self._fetch_lists = [(q, pri) for pri in self.priority_steps for q in queues]
+        if self.fair.any_fair(queues):
+            self._fetch_script = fair_lanes.SCRIPT
+            lists = [
+                FetchList(
+                    list_key=self.prefixed(self._q_for_pri(queue, pri)),
+                    queue=queue,
+                    priority=pri,
+                    record=record and queue not in self._noack_queues,
+                    fair=self.fair.is_fair(queue),
+                )
+                for queue, pri in self._fetch_lists
+            ]
+            return self.fair.plan(lists, self.prefixed(TRANSPORT_LEGACY_QUARANTINE))
+        self._fetch_script = "transport_fetch"
         keys = [self.prefixed(TRANSPORT_LEGACY_QUARANTINE)]
         flags: list[str] = []
         for queue, pri in self._fetch_lists:
@@ -248,7 +269,7 @@ class Channel(RedisChannel):  # type: ignore[misc]
         else:
             keys, flags = self._fetch_plan(queues, record=True)
             unacked = [self.prefixed(self.unacked_key), self.prefixed(self.unacked_index_key)]
-            sha = self._script("transport_fetch").sha
+            sha = self._script(self._fetch_script).sha
             command = [FETCH, sha, len(keys) + 2, *unacked, *keys, *flags]
             self._poll_stage = FETCH
             replies_within = 0.0
@@ -370,7 +391,7 @@ class Channel(RedisChannel):  # type: ignore[misc]
 
     def _fetch_now(self, queue: str, *, record: bool) -> dict[str, Any] | None:
         keys, flags = self._fetch_plan([queue], record=record)
-        reply = self.run_script("transport_fetch", keys, flags)
+        reply = self.run_script(self._fetch_script, keys, flags)
         self._maybe_update_queues_expire(self.sync_client, queue)
         if int(reply[0]) == 0:
             return None
@@ -394,6 +415,24 @@ class Channel(RedisChannel):  # type: ignore[misc]
             raise Empty()
         self._recorded.add(raw["properties"]["delivery_tag"])
         return raw
+
+    # --- queue size and purge (tenant lanes included) --------------------------------
+
+    def _priority_keys(self, queue: str) -> list[str]:
+        return [self.prefixed(self._q_for_pri(queue, pri)) for pri in self.priority_steps]
+
+    def _size(self, queue: str) -> int:
+        """Messages waiting on the queue's lists and in its tenant lanes."""
+        size = int(super()._size(queue))
+        return size + fair_lanes.waiting_in_lanes(self.raw_client, self._priority_keys(queue))
+
+    def _purge(self, queue: str) -> int:
+        size = int(super()._purge(queue))
+        return size + fair_lanes.purge_lanes(self.raw_client, self._priority_keys(queue))
+
+    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        super()._delete(queue, *args, **kwargs)
+        fair_lanes.purge_lanes(self.raw_client, self._priority_keys(queue))
 
     # --- restoring --------------------------------------------------------------------
 
