@@ -36,6 +36,7 @@ from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.backpressure import QueueBound
 from platform_tasks.keys import TENANT_HEADER
 from platform_tasks.queue_port import ATTEMPT_HEADER
+from platform_tasks.transport.fair_lanes import waiting_in_lanes
 from platform_tasks.wire import WireBuilder, WireMessage
 
 __all__ = ["BatchPublisher", "TenantPublisher", "open_publisher"]
@@ -125,6 +126,8 @@ class _Template:
             props[key] = job_id
         for key in self.repr_headers:
             headers[key] = argsrepr
+        if TENANT_HEADER in headers:
+            headers[TENANT_HEADER] = envelope.tenant_id
         for key in self.repr_props:
             props[key] = argsrepr
         props["delivery_tag"] = str(uuid.uuid4())
@@ -206,7 +209,8 @@ class BatchPublisher:
         pipe = self._client.pipeline(transaction=False)
         for key in keys:
             pipe.llen(key)
-        return sum(int(n) for n in pipe.execute())
+        # A fair queue's backlog waits in its tenant lanes, not on the list.
+        return sum(int(n) for n in pipe.execute()) + waiting_in_lanes(self._client, keys)
 
     @property
     def batched(self) -> bool:
