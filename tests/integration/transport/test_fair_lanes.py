@@ -64,7 +64,7 @@ def test_a_tenant_with_weight_two_gives_two_per_turn(connect: ConnectionFactory)
 
 
 def test_without_fairness_the_queue_is_fifo(connect: ConnectionFactory) -> None:
-    conn = connect()
+    conn = connect(fair_queues=[])
     _publish(conn, ["A"] * 3 + ["B"] * 2)
 
     assert _tenants(_take(conn)) == ["A", "A", "A", "B", "B"]
@@ -140,7 +140,7 @@ def test_a_worker_without_the_setting_drains_lanes_left_behind(
     ring = fair_lane_keys("fairq").ring
     assert redis_client.exists(ring)
 
-    plain = connect()
+    plain = connect(fair_queues=[])
     channel = plain.default_channel
     received: list[Any] = []
     channel.basic_consume("fairq", False, received.append, "leftovers")
