@@ -272,8 +272,25 @@ class PlatformSettings(BaseSettings):
 
     @field_validator("fair_queues", mode="before")
     @classmethod
-    def _fair_queues(cls, value: Any) -> Any:
-        return _split_globs(value)
+    def _fair_queues(cls, value: Any, info: ValidationInfo) -> Any:
+        """Fairness lives in the platform Redis transport; set where that transport does not
+        run it would silently mean nothing, so it is refused there."""
+        names = _split_globs(value)
+        if not names:
+            return names
+        if info.data.get("transport") == "stock":
+            raise ValueError(
+                "needs the platform transport: kombu's stock transport (PLATFORM_TRANSPORT="
+                "stock) consumes a queue in arrival order"
+            )
+        url = info.data.get("broker_url") or info.data.get("redis_url") or ""
+        scheme = str(url).partition("://")[0].rpartition("+")[2]
+        if scheme not in ("redis", "rediss"):
+            raise ValueError(
+                f"applies to a Redis broker (redis://) only; the broker is {scheme or 'unknown'}"
+                ":// (RabbitMQ has no fair dequeue by tenant: see docs/brokers.md)"
+            )
+        return names
 
     @field_validator("tenant_weights", mode="before")
     @classmethod

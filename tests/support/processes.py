@@ -131,7 +131,9 @@ def platform_env(
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
     fair = os.environ.get(FAIR_SWITCH)
-    if fair and "PLATFORM_TRANSPORT" not in (extra or {}):
+    broker = (extra or {}).get("PLATFORM_BROKER_URL", redis_url)
+    stock = (extra or {}).get("PLATFORM_TRANSPORT") == "stock"
+    if fair and not stock and broker.startswith(("redis://", "rediss://")):
         env["PLATFORM_FAIR_QUEUES"] = fair
     env.update(extra or {})
     return env

@@ -42,3 +42,20 @@ def test_bad_weights_are_refused_naming_the_variable(value: str, problem: str) -
 
     assert "PLATFORM_TENANT_WEIGHTS" in str(caught.value)
     assert problem in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "problem"),
+    [
+        ({"PLATFORM_TRANSPORT": "stock"}, "needs the platform transport"),
+        ({"PLATFORM_BROKER_URL": "amqp://guest@localhost//"}, "applies to a Redis broker"),
+    ],
+)
+def test_fair_queues_where_no_fair_transport_runs_are_refused(
+    extra: dict[str, str], problem: str
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        PlatformSettings.from_env({"PLATFORM_FAIR_QUEUES": "default", **extra})
+
+    assert "PLATFORM_FAIR_QUEUES" in str(caught.value)
+    assert problem in str(caught.value)
