@@ -29,7 +29,9 @@ import redis
 
 from platform_tasks import create_app
 from platform_tasks.harness import RedisServer, wait_until
+from platform_tasks.keys import TENANT_HEADER
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.transport.fair_lanes import waiting_in_lanes
 from tests.support.processes import CeleryProcess, platform_env, worker_argv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +109,10 @@ class KillRun:
         first = self.report.published
         with self.app.producer_or_acquire() as producer:
             for n in range(first, first + count):
-                self.app.send_task("transport.count", args=[n], producer=producer)
+                # Three tenants, so a fair queue (TEST_FAIR_QUEUES) rotates lanes.
+                headers = {TENANT_HEADER: f"t{n % 3}"}
+                self.app.send_task("transport.count", args=[n], producer=producer,
+                                   headers=headers)  # fmt: skip
         self.report.published += count
 
     def _launch(self) -> tuple[CeleryProcess, str]:
@@ -190,8 +195,10 @@ class KillRun:
             for worker, _ in self.booting:  # never released: they have consumed nothing
                 worker.kill_group()
         counts = [int(v) for v in self.client.hvals(SEEN_KEY)]
-        self.report.left_in_broker = int(self.client.llen("default")) + int(
-            self.client.hlen("unacked")
+        self.report.left_in_broker = (
+            int(self.client.llen("default"))
+            + waiting_in_lanes(self.client, ["default"])
+            + int(self.client.hlen("unacked"))
         )
         self.report.distinct = len(counts)
         self.report.runs = sum(counts)
