@@ -158,6 +158,12 @@ class MetricsServerStep(bootsteps.StartStopStep):  # type: ignore[misc]
         if port is None:
             return
         registry = registry_for_exposition()
+        if worker.app.platform_settings.fair_queues:
+            from prometheus_client import REGISTRY
+
+            from platform_tasks.transport.fair_metrics import FairQueueCollector
+
+            (registry or REGISTRY).register(FairQueueCollector(worker.app))
         if registry is None:
             start_http_server(port)
         else:
