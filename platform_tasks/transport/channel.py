@@ -11,6 +11,9 @@ connection, its reply read when the socket is readable), with two differences:
   soon as ``q`` has a message but leaves that message where it is. The next fetch takes
   it. Waking up never removes anything, so a crash while waiting cannot lose a message.
 
+A queue named in ``PLATFORM_FAIR_QUEUES`` is taken with ``transport_fair_fetch``
+instead, which also sorts it by tenant (``fair_lanes``).
+
 Everything else (publishing, bindings, fanout over PUB/SUB, priorities, prefixes, TLS)
 is kombu's code; this class only replaces what touches the unacked state.
 """
@@ -221,7 +224,8 @@ class Channel(RedisChannel):  # type: ignore[misc]
     def _fetch_plan(self, queues: Sequence[str], *, record: bool) -> tuple[list[str], list[str]]:
         """(queue, priority) of each list in consumption order (kombu's BRPOP order) and
         the script's KEYS and ARGV for them: per list a record flag, then the queue names,
-        then the priority steps (an unreadable item is wrapped with its queue and step)."""
+        then the priority steps (an unreadable item is wrapped with its queue and step).
+        When a queue is fair, the plan is ``transport_fair_fetch``'s (``fair_lanes``)."""
         self._fetch_lists = [(q, pri) for pri in self.priority_steps for q in queues]
         if self.fair.any_fair(queues):
             self._fetch_script = fair_lanes.SCRIPT
