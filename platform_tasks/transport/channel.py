@@ -227,7 +227,7 @@ class Channel(RedisChannel):  # type: ignore[misc]
         then the priority steps (an unreadable item is wrapped with its queue and step).
         When a queue is fair, the plan is ``transport_fair_fetch``'s (``fair_lanes``)."""
         self._fetch_lists = [(q, pri) for pri in self.priority_steps for q in queues]
-        if self.fair.any_fair(queues):
+        if any(self._is_fair(queue) for queue in queues):
             self._fetch_script = fair_lanes.SCRIPT
             lists = [
                 FetchList(
@@ -235,7 +235,7 @@ class Channel(RedisChannel):  # type: ignore[misc]
                     queue=queue,
                     priority=pri,
                     record=record and queue not in self._noack_queues,
-                    fair=self.fair.is_fair(queue),
+                    fair=self._is_fair(queue),
                 )
                 for queue, pri in self._fetch_lists
             ]
@@ -421,6 +421,12 @@ class Channel(RedisChannel):  # type: ignore[misc]
         return raw
 
     # --- queue size and purge (tenant lanes included) --------------------------------
+
+    def _is_fair(self, queue: str) -> bool:
+        """Fair if configured (or left with lanes), except a queue with ``x-expires``: such
+        a queue is transient (a reply queue) and its expiry is set on its list, which a
+        fair queue empties onto lanes."""
+        return self.fair.is_fair(queue) and queue not in self._expires
 
     def _priority_keys(self, queue: str) -> list[str]:
         return [self.prefixed(self._q_for_pri(queue, pri)) for pri in self.priority_steps]

@@ -129,9 +129,6 @@ class FairLanes:
                 extra={"event": "transport.fair_lanes_adopted", "queue": queue},
             )  # fmt: skip
 
-    def any_fair(self, queues: Iterable[str]) -> bool:
-        return any(self.is_fair(queue) for queue in queues)
-
     def plan(self, lists: Sequence[FetchList], legacy_key: str) -> tuple[list[str], list[str]]:
         """KEYS (after the two unacked keys) and ARGV of ``transport_fair_fetch.lua``."""
         keys = [legacy_key]
