@@ -110,7 +110,18 @@ local function deliver(i, item)
   return {i, item}
 end
 
+local KEY = '"platform_tenant"'
+
+-- The tenant of a message: its header platform_tenant, '' when it has none.
+-- Sorting decodes no JSON in the common case: outside JSON strings a '"' is never
+-- escaped, so the key found once, followed by a plain string value, is the header (kombu
+-- writes headers before nothing else that could hold the key). When the key appears
+-- twice, or its value has escapes, the message is decoded to be sure.
 local function tenant_of(item)
+  local at = string.find(item, KEY, 1, true)
+  if not at then return '' end
+  local value = string.match(item, '^%s*:%s*"([^"\\]*)"', at + #KEY)
+  if value and not string.find(item, KEY, at + #KEY, true) then return value end
   local ok, message = pcall(cjson.decode, item)
   if ok and type(message) == 'table' and type(message['headers']) == 'table' then
     local tenant = message['headers']['platform_tenant']
@@ -121,17 +132,30 @@ end
 
 local function sort(i)
   local arrivals, ring, waiting, prefix = key(i, 1), key(i, 2), key(i, 4), arg(i, 5)
-  local moved = 0
-  while moved < budget do
-    local item = redis.call('RPOP', arrivals)
-    if not item then break end
-    local tenant = tenant_of(item)
-    if redis.call('LPUSH', prefix .. tenant, item) == 1 then
+  -- The oldest arrivals are at the list's right end: LRANGE gives them newest first.
+  local items = redis.call('LRANGE', arrivals, -budget, -1)
+  local n = #items
+  if n == 0 then return end
+  local order, groups = {}, {}
+  for j = n, 1, -1 do
+    local tenant = tenant_of(items[j])
+    local group = groups[tenant]
+    if not group then
+      group = {}
+      groups[tenant] = group
+      order[#order + 1] = tenant
+    end
+    group[#group + 1] = items[j]
+  end
+  for _, tenant in ipairs(order) do
+    local group = groups[tenant]
+    -- Oldest first, so the lane (LPUSH in, RPOP out) stays in arrival order.
+    if redis.call('LPUSH', prefix .. tenant, unpack(group)) == #group then
       redis.call('RPUSH', ring, tenant)
     end
-    moved = moved + 1
   end
-  if moved > 0 then redis.call('INCRBY', waiting, moved) end
+  redis.call('LTRIM', arrivals, 0, -(n + 1))
+  redis.call('INCRBY', waiting, n)
 end
 
 local function pick(i)

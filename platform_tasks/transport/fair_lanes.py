@@ -42,9 +42,11 @@ ALL_QUEUES = "*"
 SCRIPT = "transport_fair_fetch"
 
 DEFAULT_SORT_BATCH = 1000
-"""Arrivals one fetch moves onto lanes at most. A backlog of N messages is sorted within
-N / 1000 fetches (a tenant behind 100,000 jobs waits about 100 jobs), each fetch holding
-Redis a few milliseconds at most while a backlog is being sorted."""
+"""Arrivals one fetch moves onto lanes at most (transport option ``fair_sort_batch``). A
+backlog of N messages is sorted within N / 1000 fetches (a tenant behind 100,000 jobs
+waits about 100 jobs). Sorting reads the tenant header without decoding the JSON and
+moves each tenant's run with one ``LPUSH``: about 4 µs per message on an idle Redis, so a
+fetch that sorts 1,000 holds Redis about 4 ms (measured with ``SLOWLOG``)."""
 
 MAX_WEIGHT = 1000
 MAX_WEIGHTED_TENANTS = 1000
