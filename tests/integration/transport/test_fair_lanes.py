@@ -147,3 +147,20 @@ def test_a_worker_without_the_setting_drains_lanes_left_behind(
     assert channel.fair.is_fair("fairq")
     assert sorted(m.decode()["n"] for m in _take(plain)) == [1, 2, 3, 4]
     assert not redis_client.exists(ring)
+
+
+def test_the_tenant_is_the_header_even_when_its_name_appears_elsewhere(
+    connect: ConnectionFactory,
+) -> None:
+    conn = connect(fair_queues=["fairq"])
+    producer = Producer(conn.default_channel)
+    decoys = [
+        {"meta": {TENANT_HEADER: "A"}, TENANT_HEADER: "B"},  # the key nested before it
+        {"note": f'"{TENANT_HEADER}": "A"', TENANT_HEADER: "B"},  # inside a string value
+    ]
+    _publish(conn, ["A", "A", "A"])
+    for n, headers in enumerate(decoys):
+        producer.publish({"n": 10 + n, "tenant": "B"}, exchange=QUEUE.exchange,
+                         routing_key=QUEUE.routing_key, headers=headers)  # fmt: skip
+
+    assert _tenants(_take(conn)) == ["A", "B", "A", "B", "A"]
