@@ -21,5 +21,6 @@ def fair_stamp(envelope: dict[str, Any]) -> None:
     pipe = _redis.pipeline(transaction=False)
     pipe.incr("bench:fair:started")
     if sent is not None:
-        pipe.rpush("bench:fair:delays", f"{time.time() - float(sent)!r}")
+        delay = time.time() - float(sent)
+        pipe.rpush("bench:fair:delays", f"{envelope['tenant_id']} {delay!r}")
     pipe.execute()

@@ -105,8 +105,11 @@ def latency(redis_url: str, logs: Path, env_extra: dict[str, str], backlog: int,
     try:
         wait_until(lambda: started(client) > 0, timeout=120, interval=0.01,
                    message="worker consuming")  # fmt: skip
+        sorting_until = None
         for n in range(samples):
             publisher.jobs([f"solo-{n}"], {"sent": time.time()})
+            if sorting_until is None and client.llen(QUEUE) <= 1:
+                sorting_until = n  # the flood is on lanes: later jobs wait behind no backlog
             time.sleep(every)  # the arrival pattern, not a synchronisation
         timeout = 60 + backlog / 50
         wait_until(lambda: client.llen("bench:fair:delays") >= samples, timeout=timeout,
@@ -115,8 +118,16 @@ def latency(redis_url: str, logs: Path, env_extra: dict[str, str], backlog: int,
     finally:
         process.stop(timeout=15)
         publisher.close()
-    delays = sorted(float(v) for v in client.lrange("bench:fair:delays", 0, -1))
+    rows = [raw.decode().split() for raw in client.lrange("bench:fair:delays", 0, -1)]
+    by_sample = {int(tenant.rsplit("-", 1)[1]): float(delay) for tenant, delay in rows}
+    delays = sorted(by_sample.values())
     print(f"  flood jobs still waiting when the last one-job tenant started: {flood_left}")
+    if sorting_until is not None and 0 < sorting_until < samples:
+        during = sorted(d for n, d in by_sample.items() if n < sorting_until)
+        after = sorted(d for n, d in by_sample.items() if n >= sorting_until)
+        print(f"  published while the flood was still being sorted onto lanes: n={len(during)} "
+              f"p50={pct(during, 0.5):.3f}s p99={pct(during, 0.99):.3f}s; after: "
+              f"n={len(after)} p50={pct(after, 0.5):.3f}s p99={pct(after, 0.99):.3f}s")  # fmt: skip
     return delays
 
 
@@ -205,6 +216,8 @@ def main() -> None:
             rows = []
             for name, extra, samples in (("fair", FAIR, args.samples),
                                          ("stock", STOCK, args.stock_samples)):  # fmt: skip
+                if samples == 0:
+                    continue
                 delays = latency(url, base, extra, args.backlog, samples, args.every)
                 rows.append((name, len(delays), pct(delays, 0.5), pct(delays, 0.99)))
                 print(f"  {name}: n={len(delays)} p50={rows[-1][2]:.3f}s "

@@ -10,10 +10,13 @@
 --          the queue list (where every publisher pushes: the arrival list), the ring of
 --          tenants with waiting messages, the count already taken in the ring head's
 --          turn, the count of messages waiting in the lanes
--- ARGV[1]  how many arrivals one call sorts into lanes at most
--- ARGV[2]  W, the number of tenants with a weight, then ARGV[3..2+2W] tenant, weight
+-- ARGV[1]  how many arrivals one call sorts into lanes at most, per list
+-- ARGV[2]  'fetch' (sort, then take a message) or 'sort' (only sort: the worker's timer
+--          sorts a backlog this way between fetches, so a new tenant behind a burst
+--          waits for the sort, not for as many jobs as the burst has thousands)
+-- ARGV[3]  W, the number of tenants with a weight, then ARGV[4..3+2W] tenant, weight
 --          pairs (messages a tenant gives per turn; a tenant not named gives 1)
--- ARGV[2 + 2W + 5(i-1) + 1..5] for list i: '1' to record the message as unacked ('0' for
+-- ARGV[3 + 2W + 5(i-1) + 1..5] for list i: '1' to record the message as unacked ('0' for
 --          no_ack), the queue name, the priority step, 'fair' or 'plain', the prefix of
 --          the lane keys (lane of tenant t = prefix .. t; messages without a tenant
 --          header go to the lane of the empty tenant, the default lane)
@@ -29,7 +32,8 @@
 -- A message is at every moment on exactly one list (arrival list or lane) or in the
 -- unacked hash: a worker killed at any point loses nothing, as with transport_fetch.
 --
--- Returns {i, message} for a message of list i, or {0} when every list is empty.
+-- Returns {i, message} for a message of list i, or {0} when every list is empty; in
+-- 'sort' mode {0, n}: n arrivals were sorted.
 local B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'
 
 local function base64(data)
@@ -50,12 +54,13 @@ end
 
 local lists = (#KEYS - 3) / 4
 local budget = tonumber(ARGV[1])
-local weighted = tonumber(ARGV[2])
+local mode = ARGV[2]
+local weighted = tonumber(ARGV[3])
 local weights = {}
 for w = 1, weighted do
-  weights[ARGV[1 + 2 * w]] = tonumber(ARGV[2 + 2 * w])
+  weights[ARGV[2 + 2 * w]] = tonumber(ARGV[3 + 2 * w])
 end
-local base = 2 + 2 * weighted
+local base = 3 + 2 * weighted
 local now = redis.call('TIME')
 local score = string.format('%.6f', tonumber(now[1]) + tonumber(now[2]) / 1000000)
 
@@ -135,7 +140,7 @@ local function sort(i)
   -- The oldest arrivals are at the list's right end: LRANGE gives them newest first.
   local items = redis.call('LRANGE', arrivals, -budget, -1)
   local n = #items
-  if n == 0 then return end
+  if n == 0 then return 0 end
   local order, groups = {}, {}
   for j = n, 1, -1 do
     local tenant = tenant_of(items[j])
@@ -156,6 +161,7 @@ local function sort(i)
   end
   redis.call('LTRIM', arrivals, 0, -(n + 1))
   redis.call('INCRBY', waiting, n)
+  return n
 end
 
 local function pick(i)
@@ -184,6 +190,14 @@ local function pick(i)
     tenant = redis.call('LINDEX', ring, 0)
   end
   return nil
+end
+
+if mode == 'sort' then
+  local sorted = 0
+  for i = 1, lists do
+    if arg(i, 4) == 'fair' then sorted = sorted + sort(i) end
+  end
+  return {0, sorted}
 end
 
 if lists > 0 then

@@ -420,6 +420,32 @@ class Channel(RedisChannel):  # type: ignore[misc]
         self._recorded.add(raw["properties"]["delivery_tag"])
         return raw
 
+    def sort_arrivals(self) -> int:
+        """Sort arrivals of the fair queues this channel consumes onto their lanes.
+
+        Called by the worker's timer (``Transport.sort_fair_arrivals``). The fetch sorts
+        too, but one batch per fetch ties sorting to the job rate: behind a burst of
+        100,000, a new tenant would wait for 100 jobs to *finish*, minutes with slow
+        jobs. Builds its own plan (the fetch's ``_fetch_lists`` stay untouched) and
+        runs on a pool connection, never on the one a fetch may be pending on.
+        """
+        queues = [queue for queue in self._active_queues if self._is_fair(queue)]
+        if not queues:
+            return 0
+        lists = [
+            FetchList(self.prefixed(self._q_for_pri(queue, pri)), queue, pri, False, True)
+            for pri in self.priority_steps
+            for queue in queues
+        ]
+        keys, args = self.fair.plan(lists, self.prefixed(TRANSPORT_LEGACY_QUARANTINE), mode="sort")
+        sorted_total = 0
+        for _ in range(fair_lanes.SORT_BATCHES_PER_TICK):
+            moved = int(self.run_script(fair_lanes.SCRIPT, keys, args)[1])
+            sorted_total += moved
+            if moved < self.fair.sort_batch:
+                break
+        return sorted_total
+
     # --- queue size and purge (tenant lanes included) --------------------------------
 
     def _is_fair(self, queue: str) -> bool:

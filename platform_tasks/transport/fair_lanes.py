@@ -131,10 +131,11 @@ class FairLanes:
                 extra={"event": "transport.fair_lanes_adopted", "queue": queue},
             )  # fmt: skip
 
-    def plan(self, lists: Sequence[FetchList], legacy_key: str) -> tuple[list[str], list[str]]:
+    def plan(self, lists: Sequence[FetchList], legacy_key: str, *, mode: str = "fetch"
+             ) -> tuple[list[str], list[str]]:  # fmt: skip
         """KEYS (after the two unacked keys) and ARGV of ``transport_fair_fetch.lua``."""
         keys = [legacy_key]
-        args = [str(self.sort_batch), str(len(self.weights))]
+        args = [str(self.sort_batch), mode, str(len(self.weights))]
         for tenant, weight in self.weights.items():
             args.extend((tenant, str(weight)))
         for item in lists:
@@ -150,6 +151,14 @@ class FairLanes:
                 )
             )
         return keys, args
+
+
+SORT_INTERVAL = 0.1
+"""Seconds between the worker's sorts of arrivals (its event loop's timer)."""
+SORT_BATCHES_PER_TICK = 5
+"""Sort calls one tick makes at most while arrivals remain (each at most
+``DEFAULT_SORT_BATCH`` per list, a few ms of Redis): a 100,000-job burst is on lanes
+within about 2 s however slow its jobs are."""
 
 
 def waiting_in_lanes(client: Any, list_keys: Sequence[str]) -> int:

@@ -7,6 +7,7 @@ start order across every worker process (Redis orders the pushes).
 from __future__ import annotations
 
 import os
+import time
 
 import redis
 
@@ -21,3 +22,15 @@ STARTS_KEY = "test:fair:starts"
 @app.task(name="tests.fair_start")
 def fair_start(envelope: dict) -> None:
     _results.rpush(STARTS_KEY, f"{envelope['tenant_id']}:{envelope['data']['n']}")
+
+
+HOLD_KEY = "test:fair:hold"
+
+
+@app.task(name="tests.fair_hold")
+def fair_hold(envelope: dict) -> None:
+    """Starts like ``fair_start``, then holds its process until the test releases it."""
+    fair_start(envelope)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _results.blpop([HOLD_KEY], timeout=1):
+        continue  # short blocking reads: the client's socket timeout is 5 s

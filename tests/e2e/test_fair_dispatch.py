@@ -107,3 +107,40 @@ def test_a_flooding_tenant_does_not_starve_the_others_only_with_fairness(
     assert stock_a >= BOUND, f"stock: B and C all started after only {stock_a} of A's jobs"
     assert stock_after[:BOUND].count("A") == BOUND, "stock: A's next 200 jobs start first"
     print(f"A's jobs started before the last B/C job: fair {fair_a}, stock >= {stock_a}")
+
+
+def test_a_busy_worker_sorts_a_burst_while_its_jobs_run(redis_url: str, tmp_path: Path) -> None:
+    """The one process of ``-c 1`` holds a job, so the worker fetches nothing; its timer
+    still sorts the 5,000 arrivals onto lanes (a new tenant is next in turn as soon as a
+    process frees up, whatever the burst)."""
+    client = redis.Redis.from_url(redis_url)
+    settings = PlatformSettings.build(redis_url=redis_url, profile="test")
+    app = create_app("fair_publisher", settings=settings)
+    port = QueuePort(app)
+    env = platform_env(redis_url=redis_url, database_url=None,
+                       extra={"PLATFORM_FAIR_QUEUES": QUEUE})  # fmt: skip
+    try:
+        with celery_processes() as started:
+            worker = CeleryProcess(
+                worker_argv("tests.apps.fair_app", concurrency=1),
+                env=env, cwd=REPO_ROOT, log_path=tmp_path / "worker.log",
+            ).start()  # fmt: skip
+            started.append(worker)
+            worker.wait_for_log("ready.")
+            port.publish(QUEUE, {"tenant_id": "A", "kind": "tests.fair_hold", "data": {"n": 0}})
+            wait_until(lambda: client.llen(STARTS_KEY) == 1, timeout=30, message="held job")
+            publisher = BatchPublisher(app, queue=QUEUE)
+            envelopes = [
+                port.envelope({"tenant_id": "A", "kind": "tests.fair_start", "data": {"n": n}})
+                for n in range(1, 5_001)
+            ]
+            publisher.publish(envelopes)
+            publisher.close()
+
+            wait_until(lambda: client.llen(QUEUE) == 0, timeout=30,
+                       message="arrivals sorted while the only process is busy")  # fmt: skip
+            assert client.llen(STARTS_KEY) == 1, "nothing else started meanwhile"
+            client.rpush("test:fair:hold", 1)
+    finally:
+        port.close()
+        client.close()

@@ -164,3 +164,19 @@ def test_the_tenant_is_the_header_even_when_its_name_appears_elsewhere(
                          routing_key=QUEUE.routing_key, headers=headers)  # fmt: skip
 
     assert _tenants(_take(conn)) == ["A", "B", "A", "B", "A"]
+
+
+def test_sort_arrivals_sorts_a_burst_without_taking_anything(
+    connect: ConnectionFactory, redis_client: redis.Redis
+) -> None:
+    conn = connect(fair_queues=["fairq"], fair_sort_batch=1000)
+    _publish(conn, ["A"] * 2500 + ["B"])
+    channel = conn.default_channel
+    channel.basic_consume("fairq", False, lambda message: None, "sorter")
+
+    assert channel.sort_arrivals() == 2501
+
+    assert redis_client.llen("fairq") == 0
+    assert redis_client.hlen("unacked") == 0
+    first, second = channel.basic_get("fairq"), channel.basic_get("fairq")
+    assert [first.decode()["tenant"], second.decode()["tenant"]] == ["A", "B"]
