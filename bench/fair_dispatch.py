@@ -12,8 +12,11 @@ Same worker command as ``bench/transport_throughput.py`` (``celery worker -P pre
 * ``throughput``: ``--messages`` pre-filled jobs spread over 1 and over 1,000 tenants,
   drained on the fair transport and on the platform transport without fairness (the
   current default), rounds interleaved; tasks/s and the ratio fair / current per round.
-* ``memory``: Redis ``used_memory`` per waiting job on the queue list (as published) and
-  once sorted onto tenant lanes, for 1 and 1,000 tenants.
+* ``cpu``: Redis CPU (user + sys) per job taken with ``basic_get``, sorting included, on
+  the fair and the current transport, for 1 and 1,000 tenants: the broker path alone,
+  which the end-to-end rates of a loaded machine hide in noise.
+* ``memory``: bytes per waiting job (``MEMORY USAGE ... SAMPLES 0``) on the queue list as
+  published and once sorted onto tenant lanes (lanes, ring, counters), 1 and 1,000 tenants.
 
     .venv/bin/python bench/fair_dispatch.py --backlog 100000 --messages 10000 --rounds 3
 """
@@ -171,27 +174,56 @@ def throughput(redis_url: str, logs: Path, env_extra: dict[str, str], messages: 
 # --- memory ---------------------------------------------------------------------------
 
 
+def key_bytes(client: redis.Redis, keys: list[str]) -> int:
+    """Exact memory of ``keys`` (``MEMORY USAGE ... SAMPLES 0``)."""
+    return sum(int(client.memory_usage(key, samples=0) or 0) for key in keys)
+
+
 def memory(redis_url: str, jobs: int, tenants: int) -> tuple[float, float]:
-    """Bytes per waiting job: on the queue list, and once sorted onto tenant lanes."""
+    """Bytes per waiting job: on the queue list, and once sorted onto tenant lanes
+    (lanes, ring and counters, by ``MEMORY USAGE``: allocator noise left out)."""
     client = redis.Redis.from_url(redis_url)
     client.flushall()
-    base = int(client.info("memory")["used_memory"])
     publisher = Publisher(redis_url)
     publisher.jobs([f"t{n % tenants}" for n in range(jobs)])
     publisher.close()
-    listed = int(client.info("memory")["used_memory"])
+    listed = key_bytes(client, [QUEUE])
     conn = Connection(redis_url, transport=TRANSPORT_PATH,
                       transport_options={"fair_queues": [QUEUE]})  # fmt: skip
     channel = conn.default_channel
-    taken = 0
-    while client.llen(QUEUE):
-        if channel.basic_get(QUEUE, no_ack=True) is not None:  # sorts 1,000 per fetch
-            taken += 1
+    channel.basic_consume(QUEUE, True, lambda message: None, "memory")
+    while channel.sort_arrivals():
+        continue
     conn.release()
-    sorted_bytes = int(client.info("memory")["used_memory"])
-    left = jobs - taken
-    assert waiting(client) == left, (waiting(client), left)
-    return (listed - base) / jobs, (sorted_bytes - base) / left
+    lane = fair_lane_keys(QUEUE)
+    keys = [lane.ring, lane.turn, lane.waiting, *(lane.lane(f"t{n}") for n in range(tenants))]
+    assert waiting(client) == jobs, (waiting(client), jobs)
+    return listed / jobs, key_bytes(client, keys) / jobs
+
+
+def redis_cpu(redis_url: str, jobs: int, tenants: int, fair: bool) -> float:
+    """Redis CPU (user + sys) per job taken, sorting included: the broker path alone."""
+    client = redis.Redis.from_url(redis_url)
+    client.flushall()
+    publisher = Publisher(redis_url)
+    publisher.jobs([f"t{n % tenants}" for n in range(jobs)])
+    publisher.close()
+    options = {"fair_queues": [QUEUE]} if fair else {}
+    conn = Connection(redis_url, transport=TRANSPORT_PATH, transport_options=options)
+    channel = conn.default_channel
+
+    def cpu() -> float:
+        info = client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    before = cpu()
+    taken = 0
+    while channel.basic_get(QUEUE, no_ack=True) is not None:
+        taken += 1
+    spent = cpu() - before
+    conn.release()
+    assert taken == jobs
+    return spent / jobs * 1e6
 
 
 def main() -> None:
@@ -250,6 +282,15 @@ def main() -> None:
                 spread = f"({min(values):.2f}-{max(values):.2f})"
                 print(f"| {tenants} | {current_rate:.1f} | {fair_rate:.1f} | "
                       f"{statistics.median(values):.2f}x {spread} |")  # fmt: skip
+        if "cpu" not in skip:
+            print(f"\nRedis CPU per job taken ({args.memory_jobs // 5} jobs, basic_get)")
+            print("| tenants | current µs/job | fair µs/job | fair / current |")
+            print("|---|---|---|---|")
+            for tenants in (1, 1000):
+                current = redis_cpu(url, args.memory_jobs // 5, tenants, fair=False)
+                fair = redis_cpu(url, args.memory_jobs // 5, tenants, fair=True)
+                print(f"| {tenants} | {current:.1f} | {fair:.1f} | {fair / current:.2f}x |",
+                      flush=True)  # fmt: skip
         if "memory" not in skip:
             print(f"\nmemory: {args.memory_jobs} waiting jobs")
             print("| tenants | bytes/job on the queue list | bytes/job on tenant lanes |")
