@@ -172,15 +172,17 @@ local function pick(i)
     local item = redis.call('RPOP', lane)
     if item then
       if redis.call('DECR', waiting) < 0 then redis.call('SET', waiting, 0) end
+      -- The turn count is 0 whenever the head changes, so a tenant of weight 1 (the
+      -- default) needs no count: it rotates or leaves at once.
+      local weight = weights[tenant] or 1
       if redis.call('LLEN', lane) == 0 then
         redis.call('LPOP', ring)
+        if weight > 1 then redis.call('SET', turn, 0) end
+      elseif weight <= 1 then
+        redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+      elseif redis.call('INCR', turn) >= weight then
+        redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
         redis.call('SET', turn, 0)
-      else
-        local weight = weights[tenant] or 1
-        if redis.call('INCR', turn) >= weight then
-          redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
-          redis.call('SET', turn, 0)
-        end
       end
       return item
     end

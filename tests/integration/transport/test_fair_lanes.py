@@ -63,6 +63,15 @@ def test_a_tenant_with_weight_two_gives_two_per_turn(connect: ConnectionFactory)
     assert _tenants(_take(conn)) == ["A", "A", "B", "A", "A", "B", "A", "B"]
 
 
+def test_a_weighted_tenant_that_runs_out_mid_turn_leaves_the_next_a_full_turn(
+    connect: ConnectionFactory,
+) -> None:
+    conn = connect(fair_queues=["fairq"], tenant_weights={"A": 3, "B": 2})
+    _publish(conn, ["A"] * 2 + ["B"] * 4 + ["C"])
+
+    assert _tenants(_take(conn)) == ["A", "A", "B", "B", "C", "B", "B"]
+
+
 def test_without_fairness_the_queue_is_fifo(connect: ConnectionFactory) -> None:
     conn = connect(fair_queues=[])
     _publish(conn, ["A"] * 3 + ["B"] * 2)
