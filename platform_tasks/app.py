@@ -56,6 +56,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     """
     from platform_tasks.brokers.queue_latency import install as install_queue_latency
     from platform_tasks.brokers.selection import install as install_broker_checks
+    from platform_tasks.brokers.transport.fair_metrics import install as install_fair_metrics
     from platform_tasks.brokers.worker_queues import install as install_worker_queues
     from platform_tasks.consumer.dropped_messages import install as install_consumer
     from platform_tasks.consumer.exporter_metrics import install as install_exporter
@@ -83,6 +84,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
         install_exporter,
         install_span_hooks,
         install_queue_latency,
+        install_fair_metrics,
         install_worker_queues,
         install_broker_checks,
         install_task_events,

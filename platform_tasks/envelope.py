@@ -27,6 +27,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError, PydanticSerializationError
 
 from platform_tasks.errors import EnvelopeError, SettingsError
+from platform_tasks.keys import TENANT_PATTERN
 
 DEFAULT_MAX_PAYLOAD_BYTES = 262_144
 MAX_BYTES_CONTEXT = "max_bytes"
@@ -36,7 +37,6 @@ MAX_PAYLOAD_VARIABLE = "PLATFORM_MAX_PAYLOAD_BYTES"
 NUL = "\x00"
 _NUL_IN_JSON = b"\\u0000"
 _UNFIT = "envelope_unfit"
-TENANT_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
 KIND_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 DataT = TypeVar("DataT")

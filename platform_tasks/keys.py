@@ -250,3 +250,55 @@ class OperationKeys:
 
 def operation_keys(profile: str) -> OperationKeys:
     return OperationKeys(base_namespace(profile))
+
+
+TENANT_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
+"""What a tenant id may hold (the envelope's rule). Tenant ids become parts of Redis keys
+(fair lanes, per-key limits), so the rule lives beside the key names."""
+
+TENANT_HEADER = "platform_tenant"
+"""Message header carrying the envelope's ``tenant_id`` (set by ``publish`` and
+``schedule``): the fair transport sorts a queue's messages into lanes by it."""
+
+FAIR_SEPARATOR = "\x06\x16"
+"""Separator of the fair-lane keys derived from a queue list's key: kombu's own priority
+separator, which no queue name contains, so a lane key never collides with a queue."""
+
+
+@dataclass(frozen=True)
+class FairLaneKeys:
+    """Keys of one fair queue list (one queue at one priority step).
+
+    ``list_key`` is the queue's own Redis list (prefix included), where every publisher
+    still pushes: the arrival list. ``lane(t)`` is the list of tenant ``t``'s waiting
+    messages (``t`` empty: messages without a tenant, the default lane); ``ring`` the
+    list of tenants whose lane holds messages, in turn order; ``turn`` how many messages
+    the ring's head gave in its current turn; ``waiting`` how many messages wait in all
+    lanes, so the queue's depth is ``LLEN list_key + GET waiting`` without a scan. Keys
+    derive from the list key (no hash tag: kombu's Redis transport is single-node).
+    """
+
+    list_key: str
+
+    @property
+    def ring(self) -> str:
+        return f"{self.list_key}{FAIR_SEPARATOR}fair.v1.ring"
+
+    @property
+    def turn(self) -> str:
+        return f"{self.list_key}{FAIR_SEPARATOR}fair.v1.turn"
+
+    @property
+    def waiting(self) -> str:
+        return f"{self.list_key}{FAIR_SEPARATOR}fair.v1.waiting"
+
+    @property
+    def lane_prefix(self) -> str:
+        return f"{self.list_key}{FAIR_SEPARATOR}fair.v1.lane{FAIR_SEPARATOR}"
+
+    def lane(self, tenant: str) -> str:
+        return f"{self.lane_prefix}{tenant}"
+
+
+def fair_lane_keys(list_key: str) -> FairLaneKeys:
+    return FairLaneKeys(list_key)

@@ -31,9 +31,11 @@ from kombu.serialization import dumps as kombu_dumps
 from kombu.utils.json import dumps as json_dumps
 from kombu.utils.json import loads as json_loads
 
+from platform_tasks.brokers.transport.fair_lanes import waiting_in_lanes
 from platform_tasks.envelope import Envelope
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.backpressure import QueueBound
+from platform_tasks.keys import TENANT_HEADER
 from platform_tasks.observability.trace_context import PUBLISHED_AT_HEADER, outgoing_headers
 from platform_tasks.publishing.queue_port import ATTEMPT_HEADER
 from platform_tasks.publishing.wire import WireBuilder, WireMessage
@@ -54,7 +56,11 @@ def send_task_options(queue: str, envelope: Envelope[Any]) -> dict[str, Any]:
         "queue": queue,
         "argsrepr": _argsrepr(envelope),
         "kwargsrepr": "{}",
-        "headers": {**outgoing_headers({}, published_at=time.time()), ATTEMPT_HEADER: 1},
+        "headers": {
+            **outgoing_headers({}, published_at=time.time()),
+            ATTEMPT_HEADER: 1,
+            TENANT_HEADER: envelope.tenant_id,
+        },
     }
 
 
@@ -123,6 +129,8 @@ class _Template:
             props[key] = job_id
         for key in self.repr_headers:
             headers[key] = argsrepr
+        if TENANT_HEADER in headers:
+            headers[TENANT_HEADER] = envelope.tenant_id
         for key in self.repr_props:
             props[key] = argsrepr
         props["delivery_tag"] = str(uuid.uuid4())
@@ -207,7 +215,8 @@ class BatchPublisher:
         pipe = self._client.pipeline(transaction=False)
         for key in keys:
             pipe.llen(key)
-        return sum(int(n) for n in pipe.execute())
+        # A fair queue's backlog waits in its tenant lanes, not on the list.
+        return sum(int(n) for n in pipe.execute()) + waiting_in_lanes(self._client, keys)
 
     @property
     def batched(self) -> bool:

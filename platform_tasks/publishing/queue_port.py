@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from platform_tasks.brokers.selection import broker_holds_delays, broker_kind, delays_in_store
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7, validation_errors
 from platform_tasks.errors import ConfigurationError, NaiveDatetimeError
-from platform_tasks.keys import delay_keys, rabbitmq_delay_keys
+from platform_tasks.keys import TENANT_HEADER, delay_keys, rabbitmq_delay_keys
 from platform_tasks.limits.publish import publish_unique
 from platform_tasks.limits.unique import UniqueLocks, unique_publish
 from platform_tasks.observability.context import current_correlation_id
@@ -132,6 +132,7 @@ class QueuePort:
         when = ready_at if ready_at is not None else self._clock()
         headers = outgoing_headers(options.headers, published_at=when.timestamp())
         headers[ATTEMPT_HEADER] = options.attempt
+        headers[TENANT_HEADER] = envelope.tenant_id
         send: dict[str, Any] = {
             "args": [envelope.to_message()],
             "task_id": str(envelope.job_id),

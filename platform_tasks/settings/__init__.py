@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from platform_tasks.errors import SettingsError
 from platform_tasks.settings.provider_urls import check_base_url
 from platform_tasks.settings.rate_limits import RateLimit, parse_rate_limits
+from platform_tasks.settings.tenant_weights import parse_tenant_weights
 from platform_tasks.settings.tenants_query import single_statement
 
 ENV_PREFIX = "PLATFORM_"
@@ -189,6 +190,11 @@ class PlatformSettings(BaseSettings):
 
     visibility_timeout_seconds: int = Field(default=300, ge=5)
     transport: Literal["platform", "stock"] = "platform"
+    fair_queues: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Queues the platform transport consumes fairly across tenants (comma-separated
+    names, ``*`` for every queue); see ``platform_tasks.brokers.transport.fair_lanes``."""
+    tenant_weights: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
+    """``tenant=weight,...``: messages a tenant gives per turn on a fair queue (default 1)."""
     delay_poll_interval_seconds: float = Field(default=0.5, gt=0, le=60)
     delay_batch_size: int = Field(default=500, ge=1, le=10_000)
     delay_lease_seconds: float = Field(default=30.0, ge=1, le=3600)
@@ -274,6 +280,35 @@ class PlatformSettings(BaseSettings):
     def _rate_limits(cls, value: Any) -> Any:
         if isinstance(value, str):
             return parse_rate_limits(value)
+        return value
+
+    @field_validator("fair_queues", mode="before")
+    @classmethod
+    def _fair_queues(cls, value: Any, info: ValidationInfo) -> Any:
+        """Fairness lives in the platform Redis transport; set where that transport does not
+        run it would silently mean nothing, so it is refused there."""
+        names = _split_globs(value)
+        if not names:
+            return names
+        if info.data.get("transport") == "stock":
+            raise ValueError(
+                "needs the platform transport: kombu's stock transport (PLATFORM_TRANSPORT="
+                "stock) consumes a queue in arrival order"
+            )
+        url = info.data.get("broker_url") or info.data.get("redis_url") or ""
+        scheme = str(url).partition("://")[0].rpartition("+")[2]
+        if scheme not in ("redis", "rediss"):
+            raise ValueError(
+                f"applies to a Redis broker (redis://) only; the broker is {scheme or 'unknown'}"
+                ":// (RabbitMQ has no fair dequeue by tenant: see docs/brokers.md)"
+            )
+        return names
+
+    @field_validator("tenant_weights", mode="before")
+    @classmethod
+    def _tenant_weights(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_tenant_weights(value)
         return value
 
     @field_validator("marketing_resume_depth")

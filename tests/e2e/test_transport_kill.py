@@ -28,6 +28,8 @@ import pytest
 import redis
 
 from platform_tasks import create_app
+from platform_tasks.brokers.transport.fair_lanes import waiting_in_lanes
+from platform_tasks.keys import TENANT_HEADER
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing.servers import RedisServer, wait_until
 from tests.support.processes import CeleryProcess, platform_env, worker_argv
@@ -107,7 +109,9 @@ class KillRun:
         first = self.report.published
         with self.app.producer_or_acquire() as producer:
             for n in range(first, first + count):
-                self.app.send_task("transport.count", args=[n], producer=producer)
+                # Three tenants, so a fair queue (TEST_FAIR_QUEUES) rotates lanes.
+                headers = {TENANT_HEADER: f"t{n % 3}"}
+                self.app.send_task("transport.count", args=[n], producer=producer, headers=headers)
         self.report.published += count
 
     def _launch(self) -> tuple[CeleryProcess, str]:
@@ -198,8 +202,10 @@ class KillRun:
             for worker, _ in self.booting:  # never released: they have consumed nothing
                 worker.kill_group()
         counts = [int(v) for v in self.client.hvals(SEEN_KEY)]
-        self.report.left_in_broker = int(self.client.llen("default")) + int(
-            self.client.hlen("unacked")
+        self.report.left_in_broker = (
+            int(self.client.llen("default"))
+            + waiting_in_lanes(self.client, ["default"])
+            + int(self.client.hlen("unacked"))
         )
         self.report.distinct = len(counts)
         self.report.runs = sum(counts)

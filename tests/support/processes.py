@@ -19,6 +19,9 @@ from platform_tasks.testing.servers import wait_until
 
 VENV_BIN = Path(sys.executable).parent
 CELERY = str(VENV_BIN / "celery")
+FAIR_SWITCH = "TEST_FAIR_QUEUES"
+"""``TEST_FAIR_QUEUES=*`` runs the suite's workers (and transport connections) with
+``PLATFORM_FAIR_QUEUES`` set to it: the existing tests, with tenant fairness on."""
 
 
 class CeleryProcess:
@@ -127,6 +130,11 @@ def platform_env(
     env["PYTHONUNBUFFERED"] = "1"
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
+    fair = os.environ.get(FAIR_SWITCH)
+    broker = (extra or {}).get("PLATFORM_BROKER_URL", redis_url)
+    stock = (extra or {}).get("PLATFORM_TRANSPORT") == "stock"
+    if fair and not stock and broker.startswith(("redis://", "rediss://")):
+        env["PLATFORM_FAIR_QUEUES"] = fair
     env.update(extra or {})
     return env
 

@@ -11,6 +11,9 @@ connection, its reply read when the socket is readable), with two differences:
   soon as ``q`` has a message but leaves that message where it is. The next fetch takes
   it. Waking up never removes anything, so a crash while waiting cannot lose a message.
 
+A queue named in ``PLATFORM_FAIR_QUEUES`` is taken with ``transport_fair_fetch``
+instead, which also sorts it by tenant (``fair_lanes``).
+
 Everything else (publishing, bindings, fanout over PUB/SUB, priorities, prefixes, TLS)
 is kombu's code; this class only replaces what touches the unacked state.
 """
@@ -33,6 +36,8 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from platform_tasks.brokers.scripts import script_source
+from platform_tasks.brokers.transport import fair_lanes
+from platform_tasks.brokers.transport.fair_lanes import FairLanes, FetchList
 from platform_tasks.brokers.transport.qos import QoS
 from platform_tasks.brokers.transport.selection import sweep_interval
 from platform_tasks.errors import ConfigurationError
@@ -73,6 +78,7 @@ _SCRIPTS = (
     "transport_restore",
     "transport_expired",
     "transport_extend",
+    fair_lanes.SCRIPT,
 )
 
 
@@ -95,6 +101,9 @@ class Channel(RedisChannel):  # type: ignore[misc]
         self._recorded: set[str] = set()
         self._noack_queues: set[str] = set()
         self._fetch_lists: list[tuple[str, int]] = []
+        self._fetch_script = "transport_fetch"
+        self.fair = FairLanes.from_transport_options(options)
+        """Which consumed queues are taken fairly across tenants (``fair_lanes``)."""
         self._hot_list: tuple[str, int] | None = None
         self._wait_next = False
         self._poll_stage = FETCH
@@ -198,6 +207,7 @@ class Channel(RedisChannel):  # type: ignore[misc]
         return False
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        self.fair.adopt_leftovers(self.raw_client, queue, self._priority_keys(queue))
         if no_ack:
             self._noack_queues.add(queue)
         else:
@@ -214,8 +224,23 @@ class Channel(RedisChannel):  # type: ignore[misc]
     def _fetch_plan(self, queues: Sequence[str], *, record: bool) -> tuple[list[str], list[str]]:
         """(queue, priority) of each list in consumption order (kombu's BRPOP order) and
         the script's KEYS and ARGV for them: per list a record flag, then the queue names,
-        then the priority steps (an unreadable item is wrapped with its queue and step)."""
+        then the priority steps (an unreadable item is wrapped with its queue and step).
+        When a queue is fair, the plan is ``transport_fair_fetch``'s (``fair_lanes``)."""
         self._fetch_lists = [(q, pri) for pri in self.priority_steps for q in queues]
+        if any(self._is_fair(queue) for queue in queues):
+            self._fetch_script = fair_lanes.SCRIPT
+            lists = [
+                FetchList(
+                    list_key=self.prefixed(self._q_for_pri(queue, pri)),
+                    queue=queue,
+                    priority=pri,
+                    record=record and queue not in self._noack_queues,
+                    fair=self._is_fair(queue),
+                )
+                for queue, pri in self._fetch_lists
+            ]
+            return self.fair.plan(lists, self.prefixed(TRANSPORT_LEGACY_QUARANTINE))
+        self._fetch_script = "transport_fetch"
         keys = [self.prefixed(TRANSPORT_LEGACY_QUARANTINE)]
         flags: list[str] = []
         for queue, pri in self._fetch_lists:
@@ -248,7 +273,7 @@ class Channel(RedisChannel):  # type: ignore[misc]
         else:
             keys, flags = self._fetch_plan(queues, record=True)
             unacked = [self.prefixed(self.unacked_key), self.prefixed(self.unacked_index_key)]
-            sha = self._script("transport_fetch").sha
+            sha = self._script(self._fetch_script).sha
             command = [FETCH, sha, len(keys) + 2, *unacked, *keys, *flags]
             self._poll_stage = FETCH
             replies_within = 0.0
@@ -373,7 +398,7 @@ class Channel(RedisChannel):  # type: ignore[misc]
 
     def _fetch_now(self, queue: str, *, record: bool) -> dict[str, Any] | None:
         keys, flags = self._fetch_plan([queue], record=record)
-        reply = self.run_script("transport_fetch", keys, flags)
+        reply = self.run_script(self._fetch_script, keys, flags)
         self._maybe_update_queues_expire(self.sync_client, queue)
         if int(reply[0]) == 0:
             return None
@@ -397,6 +422,56 @@ class Channel(RedisChannel):  # type: ignore[misc]
             raise Empty()
         self._recorded.add(raw["properties"]["delivery_tag"])
         return raw
+
+    def sort_arrivals(self) -> int:
+        """Sort arrivals of the fair queues this channel consumes onto their lanes.
+
+        Called by the worker's timer (``Transport.sort_fair_arrivals``). The fetch sorts
+        too, but one batch per fetch ties sorting to the job rate: behind a burst of
+        100,000, a new tenant would wait for 100 jobs to *finish*, minutes with slow
+        jobs. Builds its own plan (the fetch's ``_fetch_lists`` stay untouched) and
+        runs on a pool connection, never on the one a fetch may be pending on.
+        """
+        queues = [queue for queue in self._active_queues if self._is_fair(queue)]
+        if not queues:
+            return 0
+        lists = [
+            FetchList(self.prefixed(self._q_for_pri(queue, pri)), queue, pri, False, True)
+            for pri in self.priority_steps
+            for queue in queues
+        ]
+        keys, args = self.fair.plan(lists, self.prefixed(TRANSPORT_LEGACY_QUARANTINE), mode="sort")
+        sorted_total = 0
+        for _ in range(fair_lanes.SORT_BATCHES_PER_TICK):
+            moved = int(self.run_script(fair_lanes.SCRIPT, keys, args)[1])
+            sorted_total += moved
+            if moved < self.fair.sort_batch:
+                break
+        return sorted_total
+
+    # --- queue size and purge (tenant lanes included) --------------------------------
+
+    def _is_fair(self, queue: str) -> bool:
+        """Fair if configured (or left with lanes), except a queue with ``x-expires``: such
+        a queue is transient (a reply queue) and its expiry is set on its list, which a
+        fair queue empties onto lanes."""
+        return self.fair.is_fair(queue) and queue not in self._expires
+
+    def _priority_keys(self, queue: str) -> list[str]:
+        return [self.prefixed(self._q_for_pri(queue, pri)) for pri in self.priority_steps]
+
+    def _size(self, queue: str) -> int:
+        """Messages waiting on the queue's lists and in its tenant lanes."""
+        size = int(super()._size(queue))
+        return size + fair_lanes.waiting_in_lanes(self.raw_client, self._priority_keys(queue))
+
+    def _purge(self, queue: str) -> int:
+        size = int(super()._purge(queue))
+        return size + fair_lanes.purge_lanes(self.raw_client, self._priority_keys(queue))
+
+    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        super()._delete(queue, *args, **kwargs)
+        fair_lanes.purge_lanes(self.raw_client, self._priority_keys(queue))
 
     # --- restoring --------------------------------------------------------------------
 

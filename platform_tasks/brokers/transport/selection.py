@@ -73,6 +73,10 @@ def transport_conf(settings: PlatformSettings, conf: Mapping[str, Any]) -> dict[
     options.setdefault("unacked_restore_interval", sweep_interval(visibility))
     # Stock kombu only scans on every Nth timer call; 1 makes the interval the period.
     options.setdefault("unacked_restore_throttle", 1)
+    if settings.fair_queues:
+        options.setdefault("fair_queues", list(settings.fair_queues))
+    if settings.tenant_weights:
+        options.setdefault("tenant_weights", dict(settings.tenant_weights))
     updates: dict[str, Any] = {"broker_transport_options": options}
     if conf.get("broker_transport") or settings.transport == "stock":
         return updates

@@ -9,6 +9,7 @@ from kombu.transport.redis import Transport as RedisTransport
 from redis.exceptions import ReadOnlyError, ResponseError
 
 from platform_tasks.brokers.transport.channel import Channel
+from platform_tasks.brokers.transport.fair_lanes import SORT_INTERVAL
 from platform_tasks.brokers.transport.selection import in_flight_interval, sweep_interval
 
 logger = logging.getLogger("platform_tasks.transport")
@@ -50,6 +51,33 @@ class Transport(RedisTransport):  # type: ignore[misc]
         cycle._platform_in_flight_tref = loop.call_repeatedly(
             in_flight_interval(visibility), self.tend_in_flight
         )
+        previous = getattr(cycle, "_platform_fair_sort_tref", None)
+        if previous is not None:
+            previous.cancel()
+        cycle._platform_fair_sort_tref = loop.call_repeatedly(
+            SORT_INTERVAL, self.sort_fair_arrivals
+        )
+
+    def sort_fair_arrivals(self) -> None:
+        """For every channel consuming a fair queue: sort its arrivals onto tenant lanes
+        (``Channel.sort_arrivals``), so sorting a burst does not wait for jobs to end."""
+        for channel in list(self.cycle._channels):
+            if channel.closed:
+                continue
+            try:
+                channel.sort_arrivals()
+            except ResponseError as exc:
+                logger.warning(
+                    "broker refused to sort fair-queue arrivals (%s); retrying at the next tick",
+                    exc,
+                    extra={"event": "transport.fair_sort_failed"},
+                )
+            except channel.connection_errors:
+                logger.debug(
+                    "fair sort skipped: broker connection error",
+                    exc_info=True,
+                    extra={"event": "transport.fair_sort_skipped"},
+                )
 
     def tend_in_flight(self) -> None:
         """For every channel: refresh the records of the messages it holds (reserved or

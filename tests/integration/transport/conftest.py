@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 from kombu import Connection
 
 from platform_tasks.brokers.transport import TRANSPORT_PATH
+from tests.support.processes import FAIR_SWITCH
 
 ConnectionFactory = Callable[..., Connection]
 
@@ -23,6 +25,9 @@ def connect(redis_url: str) -> Iterator[ConnectionFactory]:
 
     def factory(*, stock: bool = False, url: str | None = None, **options: Any) -> Connection:
         transport = None if stock else TRANSPORT_PATH
+        fair = os.environ.get(FAIR_SWITCH)
+        if fair and not stock:
+            options.setdefault("fair_queues", [fair])
         conn = Connection(url or redis_url, transport=transport, transport_options=options)
         opened.append(conn)
         return conn

@@ -25,6 +25,8 @@ from _pytest.runner import runtestprotocol
 from kombu.transport import TRANSPORT_ALIASES
 
 from platform_tasks.brokers.transport import TRANSPORT_PATH
+from tests.support.processes import FAIR_SWITCH
+from tests.upstream.kombu.fair_transport import PATH as FAIR_PATH
 
 HERE = os.path.dirname(__file__)
 
@@ -128,7 +130,8 @@ def upstream_broker(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator
     monkeypatch.setenv("REDIS_HOST", parsed.hostname or "127.0.0.1")
     monkeypatch.setenv("REDIS_6379_TCP", str(parsed.port or 6379))
     if not on_stock():
-        monkeypatch.setitem(TRANSPORT_ALIASES, "redis", TRANSPORT_PATH)
+        fair = os.environ.get(FAIR_SWITCH)
+        monkeypatch.setitem(TRANSPORT_ALIASES, "redis", FAIR_PATH if fair else TRANSPORT_PATH)
     yield
 
 
