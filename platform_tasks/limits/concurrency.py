@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from platform_tasks.brokers.redis_client import REDIS_ERRORS
 from platform_tasks.brokers.scripts import script_source
-from platform_tasks.limits.keys import concurrency_key, concurrency_waiting_key
+from platform_tasks.keys import concurrency_key, concurrency_waiting_key
 from platform_tasks.limits.scripting import evalsha, pipelined
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from platform_tasks.brokers.scripts import script_source
-from platform_tasks.limits.keys import throttle_key_bucket, throttle_total_bucket
+from platform_tasks.keys import throttle_key_bucket, throttle_total_bucket
 from platform_tasks.limits.scripting import evalsha, pipelined
 from platform_tasks.settings.rate_limits import RateLimit
 

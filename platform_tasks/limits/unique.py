@@ -35,7 +35,7 @@ from typing import Any, Literal, cast
 
 from platform_tasks.brokers.scripts import script_source
 from platform_tasks.keys import DelayKeys
-from platform_tasks.limits.keys import unique_key as unique_lock_key
+from platform_tasks.keys import unique_key as unique_lock_key
 
 __all__ = ["UNIQUE_HEADER", "UniqueLocks", "UniquePublish", "unique_publish"]
 

@@ -18,7 +18,7 @@ import redis
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.envelope import uuid7
-from platform_tasks.limits.keys import concurrency_key, concurrency_waiting_key, unique_key
+from platform_tasks.keys import concurrency_key, concurrency_waiting_key, unique_key
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing.servers import wait_until
 from tests.apps.limits_app import CAP, LEASE_TTL_SECONDS, QUEUE, RUNS_TABLE_SQL

@@ -12,9 +12,9 @@ import pytest
 from redis.cluster import RedisCluster
 
 from platform_tasks.brokers.redis_client import build_redis
+from platform_tasks.keys import throttle_key_bucket, throttle_total_bucket
 from platform_tasks.limits import Rate
 from platform_tasks.limits.concurrency import ConcurrencyLeases, Lease
-from platform_tasks.limits.keys import throttle_key_bucket, throttle_total_bucket
 from platform_tasks.limits.throttle import Throttles
 from platform_tasks.settings import PlatformSettings
 from tests.support.servers import RedisClusterServers

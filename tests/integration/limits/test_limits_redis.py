@@ -7,10 +7,9 @@ from collections.abc import Callable
 
 import redis
 
-from platform_tasks.keys import delay_keys
+from platform_tasks.keys import delay_keys, throttle_key_bucket
 from platform_tasks.limits import Rate
 from platform_tasks.limits.concurrency import ConcurrencyLeases, Lease
-from platform_tasks.limits.keys import throttle_key_bucket
 from platform_tasks.limits.throttle import Throttles, idle_expiry_ms
 from platform_tasks.limits.unique import UniqueLocks, UniquePublish
 from platform_tasks.testing.servers import wait_until
