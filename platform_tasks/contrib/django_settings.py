@@ -12,33 +12,15 @@ from __future__ import annotations
 
 import os
 import secrets
-from urllib.parse import unquote, urlsplit
 
-from platform_tasks.errors import SettingsError
+from platform_tasks.contrib.django_database import database_from_url
 
-
-def _database_from_url(url: str | None) -> dict[str, object]:
-    if not url:
-        raise SettingsError([("PLATFORM_DATABASE_URL", "must be set for django-celery-beat")])
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres") or not parts.path.strip("/"):
-        raise SettingsError(
-            [("PLATFORM_DATABASE_URL", "must be postgresql://user[:password]@host[:port]/db")]
-        )
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": unquote(parts.path.lstrip("/")),
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "",
-        "PORT": str(parts.port or ""),
-        # beat reads the schedule every few seconds: keep the connection
-        "CONN_MAX_AGE": None,
-        "CONN_HEALTH_CHECKS": True,
-    }
-
-
-DATABASES = {"default": _database_from_url(os.environ.get("PLATFORM_DATABASE_URL"))}
+# beat reads the schedule every few seconds: keep the connection (CONN_MAX_AGE None)
+DATABASES = {
+    "default": database_from_url(
+        os.environ.get("PLATFORM_DATABASE_URL"), needed_by="django-celery-beat", conn_max_age=None
+    )
+}
 INSTALLED_APPS = ["django_celery_beat"]
 USE_TZ = True
 TIME_ZONE = "UTC"

@@ -5,8 +5,8 @@ console's schema, its database entry, the host names it answers to."""
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote, urlsplit
 
+from platform_tasks.contrib.django_database import database_from_url as platform_database
 from platform_tasks.errors import SettingsError
 
 __all__ = ["LOOPBACK_HOSTS", "console_schema", "database_from_url", "with_host"]
@@ -44,24 +44,9 @@ def console_schema(value: str | None) -> str:
 
 def database_from_url(url: str | None, schema: str) -> dict[str, object]:
     """Django's ``DATABASES`` entry for the platform database, its tables in ``schema``."""
-    if not url:
-        raise SettingsError([("PLATFORM_DATABASE_URL", "must be set for the console")])
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres") or not parts.path.strip("/"):
-        raise SettingsError(
-            [("PLATFORM_DATABASE_URL", "must be postgresql://user[:password]@host[:port]/db")]
-        )
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": unquote(parts.path.lstrip("/")),
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "",
-        "PORT": str(parts.port or ""),
-        "CONN_MAX_AGE": 60,
-        "CONN_HEALTH_CHECKS": True,
-        "OPTIONS": {
-            "options": f"-c search_path={schema}",
-            "application_name": "platform-tasks console",
-        },
+    entry = platform_database(url, needed_by="the console", conn_max_age=60)
+    entry["OPTIONS"] = {
+        "options": f"-c search_path={schema}",
+        "application_name": "platform-tasks console",
     }
+    return entry
