@@ -5,7 +5,7 @@ Tenant A publishes 20,000 jobs (the platform's batched publish path, one ``LPUSH
 1,000), then tenants B and C publish 10 each. Every job records its start in Redis.
 
 * ``PLATFORM_FAIR_QUEUES=default`` (platform transport): every B and C job starts
-  before A's 200th job started after B and C published.
+  before A's 200th job started after B began to publish.
 * Fairness off (``PLATFORM_TRANSPORT=stock``: kombu's Redis transport on plain
   ``redis://``): A's next 200 jobs all start before any B or C job: starvation.
 
@@ -47,8 +47,8 @@ def _starts(client: redis.Redis) -> list[str]:
 
 
 def _run(redis_url: str, logs: Path, extra: dict[str, str]) -> tuple[int, list[str]]:
-    """Start two workers, flood A, then publish B and C; returns where the B and C
-    publishes ended in the start order and the start order once decided."""
+    """Start two workers, flood A, then publish B and C; returns where the start order
+    stood when B began to publish and the start order once decided."""
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     settings = PlatformSettings.build(redis_url=redis_url, profile="test")
@@ -69,9 +69,11 @@ def _run(redis_url: str, logs: Path, extra: dict[str, str]) -> tuple[int, list[s
             for worker in started:
                 worker.wait_for_log("ready.")
             _publish(port, publisher, "A", FLOOD)
+            # Read before B publishes: on a fair queue B's first job can start while C's
+            # are still being published, and it must count as one of B's.
+            mark = int(client.llen(STARTS_KEY))
             _publish(port, publisher, "B", SMALL)
             _publish(port, publisher, "C", SMALL)
-            mark = int(client.llen(STARTS_KEY))
 
             def decided() -> bool:
                 order = _starts(client)[mark:]
