@@ -34,8 +34,8 @@ from celery.signals import worker_init
 from psycopg2 import sql
 
 from platform_tasks import PlatformTask
-from platform_tasks.settings import PlatformSettings
 from platform_tasks.brokers.worker_queues import add_queue_source
+from platform_tasks.settings import PlatformSettings
 
 logger = logging.getLogger(__name__)
 

@@ -61,6 +61,8 @@ another list (another queue, another priority step) is noticed at the next fetch
 with several lists the wait is kept this short; with exactly one list it is
 ``brpop_timeout`` (1 s), since that list's push wakes the wait at once."""
 
+PACKED_FETCHES_KEPT = 64
+"""Packed fetch commands a channel keeps (one per queue order and consume state)."""
 FETCH = "EVALSHA"
 WAIT = "BLMOVE"
 BACKOFF = "XREAD"
@@ -102,6 +104,7 @@ class Channel(RedisChannel):  # type: ignore[misc]
         self._noack_queues: set[str] = set()
         self._fetch_lists: list[tuple[str, int]] = []
         self._fetch_script = "transport_fetch"
+        self._packed_fetches: dict[tuple[Any, ...], tuple[list[tuple[str, int]], str, Any]] = {}
         self.fair = FairLanes.from_transport_options(options)
         """Which consumed queues are taken fairly across tenants (``fair_lanes``)."""
         self._hot_list: tuple[str, int] | None = None
@@ -256,7 +259,8 @@ class Channel(RedisChannel):  # type: ignore[misc]
         queues = self._queue_cycle.consume(len(self.active_queues))
         if not queues:
             return
-        command: list[Any]
+        command: list[Any] = []
+        packed: Any = None
         pause = self._backoff_until - monotonic()
         if pause > 0:
             # Backing off after an error reply: a read-only blocking command that Redis
@@ -271,10 +275,7 @@ class Channel(RedisChannel):  # type: ignore[misc]
             self._poll_stage = WAIT
             replies_within = wait
         else:
-            keys, flags = self._fetch_plan(queues, record=True)
-            unacked = [self.prefixed(self.unacked_key), self.prefixed(self.unacked_index_key)]
-            sha = self._script(self._fetch_script).sha
-            command = [FETCH, sha, len(keys) + 2, *unacked, *keys, *flags]
+            packed = self._packed_fetch(queues)
             self._poll_stage = FETCH
             replies_within = 0.0
         connection = self.client.connection
@@ -284,7 +285,40 @@ class Channel(RedisChannel):  # type: ignore[misc]
         # ``brpop_timeout``. Ours replies within ``replies_within`` (at once for a
         # fetch, 0.1 s for a short wait), so the deadline is moved to match it.
         self._brpop_sent_at = monotonic() + replies_within - self.brpop_timeout
-        connection.send_command(*command)
+        if packed is not None:
+            connection.send_packed_command(packed)
+        else:
+            connection.send_command(*command)
+
+    def _packed_fetch(self, queues: Sequence[str]) -> Any:
+        """The fetch command for ``queues``, packed once per plan and then reused.
+
+        The command names every list (a queue at each priority step, and on a fair queue
+        its ring and counters): with four queues that is 150 arguments, and packing them
+        for every message cost the worker's event loop more than the script costs Redis
+        (``bench/fair_dispatch.py``). A plan changes only with the queue order, the
+        no-ack and fair sets and the queues' expiry, which make the cache key.
+        """
+        cache_key = (
+            tuple(queues),
+            frozenset(self._noack_queues),
+            frozenset(self.fair.adopted),
+            frozenset(self._expires),
+        )
+        cached = self._packed_fetches.get(cache_key)
+        if cached is not None:
+            self._fetch_lists, self._fetch_script, packed = cached
+            return packed
+        keys, flags = self._fetch_plan(queues, record=True)
+        unacked = [self.prefixed(self.unacked_key), self.prefixed(self.unacked_index_key)]
+        sha = self._script(self._fetch_script).sha
+        packed = self.client.connection.pack_command(
+            FETCH, sha, len(keys) + 2, *unacked, *keys, *flags
+        )
+        if len(self._packed_fetches) >= PACKED_FETCHES_KEPT:
+            self._packed_fetches.clear()
+        self._packed_fetches[cache_key] = (list(self._fetch_lists), self._fetch_script, packed)
+        return packed
 
     def _wait_plan(self, queues: Sequence[str], timeout: float) -> tuple[str, float]:
         """The list the idle wait blocks on, and for how long.

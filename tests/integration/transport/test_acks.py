@@ -237,3 +237,32 @@ def test_late_ack_of_a_restored_copy_keeps_the_redelivered_copys_record(
             assert redis_client.zscore("unacked_index", second[0].delivery_tag) is not None
             second[0].ack()
     assert redis_client.hlen("unacked") == 0
+
+
+def test_a_consumer_added_later_gets_its_own_fetch_plan(
+    connect: ConnectionFactory, redis_client: redis.Redis
+) -> None:
+    """The fetch command is packed once per plan: the same queue consumed again without
+    acks, and a queue consumed later (as ``celery control add_consumer`` does), must each
+    get a new one: the no-ack queue's messages leave no unacked record, the added queue's
+    messages arrive and are recorded."""
+    conn = connect()
+    jobs, extra = _queue("jobs"), _queue("extra")
+    _publish(conn, jobs, {"n": 1}, {"n": 2})
+    received, on_message = collector()
+    with Consumer(conn, [jobs], callbacks=[on_message]):
+        drain_until(conn, lambda: len(received) == 2)
+        assert redis_client.hlen("unacked") == 2
+        for message in received:
+            message.ack()
+    with Consumer(conn, [jobs], callbacks=[on_message], no_ack=True):
+        _publish(conn, jobs, {"n": 3})
+        drain_until(conn, lambda: len(received) == 3)
+        assert received[2].payload == {"n": 3}
+        assert redis_client.hlen("unacked") == 0, "a no-ack queue's message was recorded"
+        with Consumer(conn, [extra], callbacks=[on_message]):
+            _publish(conn, extra, {"n": 4})
+            drain_until(conn, lambda: len(received) == 4)
+            assert received[3].payload == {"n": 4}
+            assert redis_client.hexists("unacked", received[3].delivery_tag), "not recorded"
+            received[3].ack()
