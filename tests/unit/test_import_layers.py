@@ -7,6 +7,8 @@ docs/design.md shows the same tree.
 
 from __future__ import annotations
 
+import re
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -80,3 +82,34 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     graph.add_import(importer="a.c", imported="a.b")
     graph.add_import(importer="a.c", imported="a.d")
     assert _cycles(graph) == [["a.b", "a.c"]]
+
+
+def _contract_layers() -> list[set[str]]:
+    """The contract's layers, top first, as short names; the contrib modules below the
+    app share the name ``contrib`` (``contrib.django`` has a layer of its own)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (contract,) = config["tool"]["importlinter"]["contracts"]
+    layers = []
+    for layer in contract["layers"]:
+        names = set()
+        for module in re.split(r"[|:]", layer):
+            name = module.strip().removeprefix("platform_tasks.")
+            if name.startswith("contrib.") and name != "contrib.django":
+                name = "contrib"
+            names.add(name)
+        layers.append(names)
+    return layers
+
+
+def _design_layers() -> list[set[str]]:
+    """The layer diagram of docs/design.md: the first column of its first code block."""
+    design = (ROOT / "docs" / "design.md").read_text()
+    block = design.split("```\n", 2)[1]
+    rows = [re.split(r"\s{2,}", line.strip())[0] for line in block.splitlines() if line.strip()]
+    return [{name.strip() for name in row.split("|")} for row in rows]
+
+
+def test_the_design_doc_draws_the_contracts_layers() -> None:
+    assert _design_layers() == _contract_layers(), (
+        "docs/design.md's layer diagram and pyproject.toml's import-linter layers disagree"
+    )
