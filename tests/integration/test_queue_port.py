@@ -13,6 +13,7 @@ from platform_tasks import QueuePort, create_app
 from platform_tasks.errors import EnvelopeError, NaiveDatetimeError
 from platform_tasks.keys import delay_keys
 from platform_tasks.observability.context import current_correlation_id
+from platform_tasks.observability.trace_context import CARRIED_HEADER
 from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.settings import PlatformSettings
 
@@ -120,6 +121,31 @@ def test_schedule_in_future_waits_in_store_then_promotes_identically(
     assert message["headers"]["id"] == str(job_id)
     assert message["properties"]["delivery_info"]["routing_key"] == "later"
     assert store.pending() == 0
+
+
+def test_schedule_keeps_trace_and_custom_headers_through_the_delay_store(
+    port: QueuePort, redis_client
+) -> None:  # type: ignore[no-untyped-def]
+    given = {
+        "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "tracestate": "vendor=1",
+        "sentry-trace": "abc-def-1",
+        "baggage": "sentry-trace_id=abc",
+        "x-order-source": "web",
+    }
+    run_at = datetime.now(UTC) + timedelta(hours=1)
+    port.schedule("later", payload(), run_at, {"headers": given})
+    store = DelayStore(redis_client, delay_keys("test"))
+    (entry_id,) = redis_client.zrange(delay_keys("test").schedule, 0, -1)
+    redis_client.zadd(delay_keys("test").schedule, {entry_id: 0})
+    assert store.promote_due().moved == 1
+    [message] = _messages(redis_client, "later")
+    headers = message["headers"]
+    for name, value in given.items():
+        assert headers[name] == value, name
+    assert headers[CARRIED_HEADER] == ["x-order-source"]
+    # ready when due, not when stored: what queue latency and the run span measure from
+    assert abs(headers["platform_published_at"] - run_at.timestamp()) < 0.001
 
 
 def test_schedule_in_the_past_publishes_at_once(port: QueuePort, redis_client) -> None:  # type: ignore[no-untyped-def]

@@ -45,6 +45,7 @@ EXPORTER_SERIES: dict[str, set[str]] = {
     "celery_task_runtime_count": _TASK_LABELS,
     "celery_task_runtime_sum": _TASK_LABELS,
     "celery_worker_up": {"hostname"},
+    "celery_worker_tasks_active": {"hostname"},
     "celery_queue_length": {"queue_name"},
 }
 
@@ -167,6 +168,7 @@ def test_prefork_worker_serves_celery_exporter_series_and_queue_latency(
     assert value(drained, "celery_task_runtime_count", **at) == 4
     assert value(drained, "celery_task_sent_total", name=TASK, queue_name=QUEUE) == 1  # the retry
     assert value(drained, "celery_worker_up", hostname=host) == 1
+    assert value(drained, "celery_worker_tasks_active", hostname=host) == 0  # all done
     # queue latency: the waiting job's age, read from the head of the queue; 0 once drained
     latency = value(waiting, "platform_queue_latency_seconds", queue=QUEUE)
     assert latency is not None and latency >= WAITING_AGE_SECONDS
