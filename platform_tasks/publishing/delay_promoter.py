@@ -1,8 +1,13 @@
-"""Promote due delayed jobs from inside every worker (and beat) process.
+"""Promote due delayed jobs onto a Redis broker's queues, from every worker (and beat).
 
-Delays must be delivered while at least one worker runs, without requiring beat, so each
-worker runs a small promoter thread. Promotion is one atomic script per batch, so running
-it in many processes at once is safe and a killed process loses nothing.
+The promotion pass for a Redis broker is :class:`RedisPromotion`: one atomic script per
+batch moves due entries from the delay store onto the broker's lists, so running it in many
+processes at once is safe and a killed process loses nothing. :class:`DelayPromoter` runs it
+in the one promotion loop every broker shares
+(:class:`~platform_tasks.publishing.promotion_loop.PromotionLoop`: thread, back-off, logging).
+
+This module also picks the promoter a broker needs (:func:`delay_promoter_for`) and runs it
+in every worker (:class:`DelayPromoterStep`).
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import redis
 from celery import bootsteps
 
+from platform_tasks.brokers.selection import broker_kind, delays_in_store
 from platform_tasks.keys import delay_keys
 from platform_tasks.observability.scheduler_metrics import delay_promoted, observe_delay_store
 from platform_tasks.publishing.delay_store import DelayStore
+from platform_tasks.publishing.promotion_loop import PassLog, PromotionLoop, wait_until_next_due
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
@@ -24,32 +31,47 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MIN_WAIT_SECONDS = 0.005
-"""The shortest sleep between passes, so a promoter never spins on entries due within
-a few milliseconds of each other."""
 
+class RedisPromotion:
+    """The promotion pass onto a Redis broker: measure the store (when metrics are served),
+    then promote until nothing more is due."""
 
-def wait_until_next_due(next_due_in_ms: int | None, interval: float) -> float:
-    """Seconds to sleep after a pass: until the earliest entry left is due, so staggered
-    delays come back at their own time rather than in poll-interval batches; at most the
-    poll interval, so entries other processes add meanwhile are seen within it as before;
-    at least :data:`MIN_WAIT_SECONDS`."""
-    if next_due_in_ms is None:
-        return interval
-    return min(interval, max(MIN_WAIT_SECONDS, next_due_in_ms / 1000))
+    log = PassLog(
+        logger,
+        promoted="promoted delayed jobs",
+        failed="delay promotion failed (%s); retrying",
+        failed_unexpectedly="delay promotion failed unexpectedly; retrying",
+    )
+    expected_errors: tuple[type[Exception], ...] = (redis.RedisError,)
 
-
-class DelayPromoter:
-    """A background thread that promotes due entries until stopped."""
-
-    def __init__(
-        self, settings: PlatformSettings, *, name: str = "platform-delay-promoter"
-    ) -> None:
+    def __init__(self, settings: PlatformSettings, stopping: threading.Event | None = None) -> None:
         self.settings = settings
-        self.name = name
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.moved_total = 0
+        self.stopping = stopping if stopping is not None else threading.Event()
+        self._client: redis.Redis | None = None
+        self._store: DelayStore | None = None
+
+    @property
+    def interval(self) -> float:
+        return self.settings.delay_poll_interval_seconds
+
+    def open(self) -> None:
+        """Connect to the broker's Redis, where the delay store lives beside the queues."""
+        self._client = redis.Redis.from_url(
+            self.settings.effective_broker_url, socket_timeout=10, socket_connect_timeout=5
+        )
+        self._store = DelayStore(self._client, delay_keys(self.settings.profile))
+
+    def run_pass(self) -> tuple[int, float]:
+        if self._store is None:
+            raise RuntimeError("RedisPromotion.run_pass before open()")
+        if self.settings.metrics_port is not None:
+            self.measure(self._store)  # before promoting: the lag promotion leaves
+        return self.promote(self._store)
+
+    def close(self) -> None:
+        client, self._client, self._store = self._client, None, None
+        if client is not None:
+            client.close()
 
     def measure(self, store: DelayStore) -> None:
         """Set the delay gauges: entries waiting and how overdue the oldest due one is,
@@ -62,16 +84,16 @@ class DelayPromoter:
         oldest = int(first[0][1]) if first else None
         observe_delay_store(int(waiting), oldest, int(seconds) * 1000 + int(micros) // 1000)
 
-    def promote_pass(self, store: DelayStore) -> tuple[int, float]:
+    def promote(self, store: DelayStore) -> tuple[int, float]:
         """Promote until nothing more is due; return how many entries were moved and how
         many seconds to sleep before the next pass (see :func:`wait_until_next_due`).
 
         The promote script reports when the earliest entry left is due, so waking for it
         costs no round trip beyond the promotion itself."""
-        interval = self.settings.delay_poll_interval_seconds
+        interval = self.interval
         moved = 0
         wait = interval
-        while not self._stop.is_set():
+        while not self.stopping.is_set():
             result = store.promote_due(self.settings.delay_batch_size)
             moved += result.moved
             if result.moved:
@@ -81,67 +103,38 @@ class DelayPromoter:
                 break
         return moved, wait
 
+
+class DelayPromoter(PromotionLoop[RedisPromotion]):
+    """The promotion loop running :class:`RedisPromotion`: a background thread that moves
+    due entries onto a Redis broker's queues until stopped."""
+
+    def __init__(
+        self, settings: PlatformSettings, *, name: str = "platform-delay-promoter"
+    ) -> None:
+        super().__init__(RedisPromotion(settings), name=name)
+        self.settings = settings
+
+    def measure(self, store: DelayStore) -> None:
+        """See :meth:`RedisPromotion.measure`."""
+        self.promotion.measure(store)
+
+    def promote_pass(self, store: DelayStore) -> tuple[int, float]:
+        """One pass over ``store`` (see :meth:`RedisPromotion.promote`), for callers that
+        hold their own store: tests and benchmarks."""
+        return self.promotion.promote(store)
+
     def run_once(self, store: DelayStore) -> int:
         """Promote until nothing more is due; return how many entries were moved."""
         return self.promote_pass(store)[0]
 
-    def _loop(self) -> None:
-        client = redis.Redis.from_url(
-            self.settings.effective_broker_url, socket_timeout=10, socket_connect_timeout=5
-        )
-        store = DelayStore(client, delay_keys(self.settings.profile))
-        interval = self.settings.delay_poll_interval_seconds
-        measured = self.settings.metrics_port is not None
-        failures = 0
-        try:
-            while not self._stop.is_set():
-                wait = interval
-                try:
-                    if measured:
-                        self.measure(store)  # before promoting: the lag promotion leaves
-                    moved, wait = self.promote_pass(store)
-                    failures = 0
-                    if moved:
-                        self.moved_total += moved
-                        logger.debug(
-                            "promoted delayed jobs",
-                            extra={"event": "delay.promoted", "count": moved},
-                        )
-                except redis.RedisError as exc:
-                    failures += 1
-                    logger.warning(
-                        "delay promotion failed (%s); retrying",
-                        exc,
-                        extra={"event": "delay.promote_failed"},
-                    )
-                except Exception:  # never end the thread: this worker's delays would stall
-                    failures += 1
-                    logger.exception(
-                        "delay promotion failed unexpectedly; retrying",
-                        extra={"event": "delay.promote_failed"},
-                    )
-                if failures:
-                    wait = min(30.0, interval * 2 ** min(failures, 6))
-                self._stop.wait(wait)
-        finally:
-            client.close()
-
     def start(self) -> None:
-        from platform_tasks.brokers.selection import broker_kind
-
-        if self._thread is not None:
-            return
+        """Start the loop, unless the broker is not Redis: there is then no delay store on
+        the broker to promote from (RabbitMQ holds delays itself, or in the platform's
+        Redis, promoted by
+        :class:`~platform_tasks.publishing.rabbitmq_delay_promoter.RabbitMQDelayPromoter`)."""
         if broker_kind(self.settings.effective_broker_url) != "redis":
-            return  # RabbitMQ holds its own delays; there is no delay store to promote
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+            return
+        super().start()
 
 
 class Promoter(Protocol):
@@ -162,13 +155,13 @@ def delay_promoter_for(
     :class:`~platform_tasks.publishing.rabbitmq_delay_promoter.RabbitMQDelayPromoter` (publisher
     confirms, at least once). RabbitMQ's native delayed delivery needs none.
     """
-    from platform_tasks.brokers.selection import delays_in_store
-
     settings: PlatformSettings = app.platform_settings
     kind = delays_in_store(settings)
     if kind == "redis":
         return DelayPromoter(settings, name=name)
     if kind == "rabbitmq":
+        # imported only here: it loads the PostgreSQL driver (dead letters), which an app
+        # whose delays need no RabbitMQ promoter should not pay for at startup
         from platform_tasks.publishing.rabbitmq_delay_promoter import RabbitMQDelayPromoter
 
         return RabbitMQDelayPromoter(app, name=name)

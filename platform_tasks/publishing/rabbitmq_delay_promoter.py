@@ -24,7 +24,11 @@ dead-lettered into ``core.dead_letters`` with an alert and removed from the stor
 A promoter killed between 2 and 3 leaves its entries to be claimed again when the lease
 ends: the job is published twice and the consumer's idempotency row absorbs the second
 copy. A promoter that loses RabbitMQ leaves its entries stored and retries with back-off.
-Every worker (and beat replica) runs one, like the promoter onto a Redis broker.
+
+:class:`RabbitMQPromotion` is this pass; :class:`RabbitMQDelayPromoter` runs it in the one
+promotion loop every broker shares
+(:class:`~platform_tasks.publishing.promotion_loop.PromotionLoop`: thread, back-off,
+logging), so every worker (and beat replica) runs one, like the promoter onto a Redis broker.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
 from platform_tasks.dead_letters.records import DeadLetterRecord, raw_payload
@@ -45,6 +49,7 @@ from platform_tasks.postgres.database import Database, require_database_url
 from platform_tasks.publishing.amqp_wire import AmqpMessage
 from platform_tasks.publishing.confirmed_publisher import ConfirmedPublisher
 from platform_tasks.publishing.delay_store import DelayStore
+from platform_tasks.publishing.promotion_loop import PassLog, PromotionLoop, wait_until_next_due
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
@@ -55,8 +60,6 @@ logger = logging.getLogger(__name__)
 AfterConfirm = Callable[[list[str]], None]
 """Called with the ids of confirmed entries before they are removed (a seam for fault
 tests that stop a promoter exactly there); the default does nothing."""
-
-MIN_WAIT_SECONDS = 0.005
 
 CONFIRM_WAIT_FRACTION = 1 / 3
 """Confirms are awaited at most this fraction of the claim lease: a batch's publishes and
@@ -79,26 +82,39 @@ PROMOTION_ERRORS: tuple[type[Exception], ...] = (BrokerPublishError, *REDIS_ERRO
 """Failures the loop outlives: RabbitMQ or Redis unreachable, retried with back-off."""
 
 
-class RabbitMQDelayPromoter:
-    """A background thread that publishes due entries to RabbitMQ until stopped."""
+class RabbitMQPromotion:
+    """The promotion pass into RabbitMQ: claim due entries, publish them with confirms,
+    remove the confirmed ones (steps 1 to 3 above), until nothing more is due."""
+
+    log = PassLog(
+        logger,
+        promoted="published delayed jobs to RabbitMQ",
+        failed="delay promotion to RabbitMQ failed (%s); retrying",
+        failed_unexpectedly="delay promotion to RabbitMQ failed unexpectedly; retrying",
+    )
+    expected_errors = PROMOTION_ERRORS
 
     def __init__(
         self,
         app: PlatformCelery,
         *,
-        name: str = "platform-rabbitmq-delay-promoter",
         after_confirm: AfterConfirm | None = None,
         return_backoff_seconds: float = RETURN_BACKOFF_SECONDS,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.app = app
         self.settings: PlatformSettings = app.platform_settings
-        self.name = name
         self.after_confirm = after_confirm
         self.return_backoff_seconds = return_backoff_seconds
+        self.stopping = stopping if stopping is not None else threading.Event()
+        self._client: Any = None  # a Redis or RedisCluster client, as build_redis makes it
+        self._store: DelayStore | None = None
+        self._publisher: ConfirmedPublisher | None = None
         self._database: Database | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.moved_total = 0
+
+    @property
+    def interval(self) -> float:
+        return self.settings.delay_poll_interval_seconds
 
     @property
     def lease_ms(self) -> int:
@@ -113,15 +129,38 @@ class RabbitMQDelayPromoter:
         """A publisher whose confirm wait fits well inside the claim lease."""
         return ConfirmedPublisher(self.app, confirm_timeout=self.confirm_timeout)
 
-    def run_once(self, store: DelayStore, publisher: ConfirmedPublisher) -> tuple[int, float]:
+    def open(self) -> None:
+        """Connect to the platform's Redis (the store) and prepare the publisher; RabbitMQ
+        is reached at the first pass, so an unreachable broker is a retried failure."""
+        self._client = build_redis(self.settings, timeout=10, connect_timeout=5)
+        self._store = DelayStore(self._client, rabbitmq_delay_keys(self.settings.profile))
+        self._publisher = self.publisher()
+
+    def run_pass(self) -> tuple[int, float]:
+        if self._store is None or self._publisher is None:
+            raise RuntimeError("RabbitMQPromotion.run_pass before open()")
+        return self.publish_due(self._store, self._publisher)
+
+    def close(self) -> None:
+        publisher, self._publisher = self._publisher, None
+        client, self._client, self._store = self._client, None, None
+        database, self._database = self._database, None
+        if publisher is not None:
+            publisher.close()
+        if client is not None:
+            client.close()
+        if database is not None:
+            database.close()
+
+    def publish_due(self, store: DelayStore, publisher: ConfirmedPublisher) -> tuple[int, float]:
         """Publish everything due; return entries moved and seconds until the next is due."""
+        interval = self.interval
         moved = 0
-        wait = self.settings.delay_poll_interval_seconds
-        while not self._stop.is_set():
+        wait = interval
+        while not self.stopping.is_set():
             publisher.ensure_connected()  # before claiming: a dead broker strands nothing
             claim = store.claim_due(self.settings.delay_batch_size, self.lease_ms)
-            if claim.next_due_in_ms is not None:
-                wait = min(wait, max(MIN_WAIT_SECONDS, claim.next_due_in_ms / 1000))
+            wait = min(wait, wait_until_next_due(claim.next_due_in_ms, interval))
             if not claim.entries:
                 break
             ids = [entry_id for entry_id, _ in claim.entries]
@@ -167,7 +206,7 @@ class RabbitMQDelayPromoter:
         started = time.monotonic()
 
         def renew() -> bool:
-            if self._stop.is_set():
+            if self.stopping.is_set():
                 return False
             if time.monotonic() - started > MAX_CONFIRM_LEASES * self.settings.delay_lease_seconds:
                 return False
@@ -234,59 +273,36 @@ class RabbitMQDelayPromoter:
             self._database = Database(require_database_url(self.settings))
         return self._database
 
-    def _loop(self) -> None:
-        client = build_redis(self.settings, timeout=10, connect_timeout=5)
-        store = DelayStore(client, rabbitmq_delay_keys(self.settings.profile))
-        publisher = self.publisher()
-        interval = self.settings.delay_poll_interval_seconds
-        failures = 0
-        try:
-            while not self._stop.is_set():
-                wait = interval
-                try:
-                    moved, wait = self.run_once(store, publisher)
-                    failures = 0
-                    if moved:
-                        self.moved_total += moved
-                        logger.debug(
-                            "published delayed jobs to RabbitMQ",
-                            extra={"event": "delay.promoted", "count": moved},
-                        )
-                except PROMOTION_ERRORS as exc:
-                    failures += 1
-                    logger.warning(
-                        "delay promotion to RabbitMQ failed (%s); retrying",
-                        exc,
-                        extra={"event": "delay.promote_failed"},
-                    )
-                except Exception:  # the promoter must outlive any surprise; entries stay
-                    failures += 1
-                    logger.exception(
-                        "delay promotion to RabbitMQ failed unexpectedly; retrying",
-                        extra={"event": "delay.promote_failed"},
-                    )
-                if failures:
-                    wait = min(30.0, interval * 2 ** min(failures, 6))
-                self._stop.wait(wait)
-        finally:
-            publisher.close()
-            client.close()
-            if self._database is not None:
-                self._database.close()
-                self._database = None
 
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
-        self._thread.start()
+class RabbitMQDelayPromoter(PromotionLoop[RabbitMQPromotion]):
+    """The promotion loop running :class:`RabbitMQPromotion`: a background thread that
+    publishes due entries to RabbitMQ until stopped."""
 
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+    def __init__(
+        self,
+        app: PlatformCelery,
+        *,
+        name: str = "platform-rabbitmq-delay-promoter",
+        after_confirm: AfterConfirm | None = None,
+        return_backoff_seconds: float = RETURN_BACKOFF_SECONDS,
+    ) -> None:
+        super().__init__(
+            RabbitMQPromotion(
+                app, after_confirm=after_confirm, return_backoff_seconds=return_backoff_seconds
+            ),
+            name=name,
+        )
+        self.app = app
+        self.settings: PlatformSettings = app.platform_settings
+
+    def publisher(self) -> ConfirmedPublisher:
+        """See :meth:`RabbitMQPromotion.publisher`."""
+        return self.promotion.publisher()
+
+    def run_once(self, store: DelayStore, publisher: ConfirmedPublisher) -> tuple[int, float]:
+        """One pass over ``store`` with ``publisher`` (see :meth:`RabbitMQPromotion.publish_due`),
+        for callers that hold their own store and publisher."""
+        return self.promotion.publish_due(store, publisher)
 
 
 def unroutable_delayed_record(message: AmqpMessage, returns: int) -> DeadLetterRecord:

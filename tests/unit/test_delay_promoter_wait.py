@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from platform_tasks.publishing.delay_promoter import MIN_WAIT_SECONDS, wait_until_next_due
+from platform_tasks.publishing.promotion_loop import MIN_WAIT_SECONDS, wait_until_next_due
 
 
 @pytest.mark.parametrize(
