@@ -25,10 +25,10 @@ from rich.text import Text
 
 from platform_tasks.cli.common import cli_error, database_settings
 from platform_tasks.cli.terminal_text import printable, printable_json
+from platform_tasks.dead_letters.dead_letter import DeadLetter
 from platform_tasks.dead_letters.store import (
     REPLAY_BATCH_SIZE,
     STATUSES,
-    DeadLetter,
     DeadLetterFilter,
     Publish,
     ReplayReport,

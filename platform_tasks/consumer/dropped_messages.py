@@ -35,8 +35,8 @@ from celery.worker.consumer import Consumer
 
 from platform_tasks.consumer.hooks import Hooks, hooks_of
 from platform_tasks.consumer.servers import INFRASTRUCTURE_ERRORS
+from platform_tasks.dead_letters.dead_letter import DeadLetter
 from platform_tasks.dead_letters.records import (
-    DeadLetterRecord,
     describe_error,
     error_type_name,
     raw_payload,
@@ -166,7 +166,7 @@ class PlatformConsumer(Consumer):  # type: ignore[misc]
         )
         Hooks(hooks_of(self.app)).emit("on_dead_lettered", record, dead_letter_id, exc)
 
-    def _write_any_form(self, message: Any, record: DeadLetterRecord) -> int:
+    def _write_any_form(self, message: Any, record: DeadLetter) -> int:
         """Write the record; if PostgreSQL refuses it (not an outage), its barest form."""
         try:
             return self._write(record)
@@ -180,7 +180,7 @@ class PlatformConsumer(Consumer):  # type: ignore[misc]
             )
             return self._write(bare_record(message, record))
 
-    def _write(self, record: DeadLetterRecord) -> int:
+    def _write(self, record: DeadLetter) -> int:
         database = self._database()
         try:
             conn = database.connection()
@@ -193,7 +193,7 @@ class PlatformConsumer(Consumer):  # type: ignore[misc]
             raise
 
 
-def unreadable_record(message: Any) -> DeadLetterRecord:
+def unreadable_record(message: Any) -> DeadLetter:
     """The dead letter of an item the transport wrapped: the item itself, as it was sent.
 
     The wrapper's body is the item's bytes. When the item was JSON (a message of another
@@ -215,7 +215,7 @@ def unreadable_record(message: Any) -> DeadLetterRecord:
     info = getattr(message, "delivery_info", None) or {}
     queue = info.get("routing_key") or None
     readable_headers = headers or {}
-    return DeadLetterRecord(
+    return DeadLetter(
         job_id=_uuid(readable_headers.get("id")),
         queue=queue,
         kind=_str(readable_headers.get("task")),
@@ -232,7 +232,7 @@ def unreadable_record(message: Any) -> DeadLetterRecord:
     )
 
 
-def unroutable_record(message: Any) -> DeadLetterRecord:
+def unroutable_record(message: Any) -> DeadLetter:
     """The dead letter of an unacked message whose queue no longer exists."""
     headers = _headers(message)
     route = headers.pop(UNROUTABLE_HEADER, None) or {}
@@ -240,7 +240,7 @@ def unroutable_record(message: Any) -> DeadLetterRecord:
     routing_key = route.get("routing_key") if isinstance(route, dict) else None
     envelope = _readable_envelope(message)
     kind = headers.get("task") if isinstance(headers.get("task"), str) else None
-    return DeadLetterRecord(
+    return DeadLetter(
         job_id=_uuid(headers.get("id")) or _uuid(envelope.get("job_id")),
         queue=_str(routing_key),
         kind=kind or _str(envelope.get("kind")),
@@ -260,7 +260,7 @@ def unroutable_record(message: Any) -> DeadLetterRecord:
     )
 
 
-def _alert_requeued(record: DeadLetterRecord, err: BaseException) -> None:
+def _alert_requeued(record: DeadLetter, err: BaseException) -> None:
     """Tell operators a message waits on its queue because its dead letter cannot be written."""
     send_alert(
         f"a message Celery would drop ({record.reason}) on queue {record.queue or '<unknown>'} "
@@ -272,12 +272,12 @@ def _alert_requeued(record: DeadLetterRecord, err: BaseException) -> None:
     )
 
 
-def bare_record(message: Any, record: DeadLetterRecord) -> DeadLetterRecord:
+def bare_record(message: Any, record: DeadLetter) -> DeadLetter:
     """The least a dead letter can hold: the raw body and headers, all in base64."""
     body = getattr(message, "body", b"")
     raw = body if isinstance(body, bytes) else str(body).encode("utf-8", "backslashreplace")
     headers = json.dumps(_headers(message), default=repr).encode("utf-8")
-    return DeadLetterRecord(
+    return DeadLetter(
         job_id=record.job_id,
         queue=None,
         kind=None,
@@ -296,9 +296,7 @@ def bare_record(message: Any, record: DeadLetterRecord) -> DeadLetterRecord:
     )
 
 
-def dropped_message_record(
-    message: Any, reason: str, exc: BaseException | None
-) -> DeadLetterRecord:
+def dropped_message_record(message: Any, reason: str, exc: BaseException | None) -> DeadLetter:
     """What can be read of a message Celery cannot run, as a dead-letter record."""
     headers = _headers(message)
     info = getattr(message, "delivery_info", None) or {}
@@ -314,7 +312,7 @@ def dropped_message_record(
     else:
         last_error = describe_error(exc)
         error_type = error_type_name(exc)
-    return DeadLetterRecord(
+    return DeadLetter(
         job_id=job_id,
         queue=info.get("routing_key") or None,
         kind=kind or _str(envelope.get("kind")),

@@ -47,7 +47,7 @@ from platform_tasks.consumer.hooks import MetricsHook, PipelineHook, add_hook
 if TYPE_CHECKING:
     from platform_tasks.consumer.delivery import Delivery
     from platform_tasks.consumer.verdicts import ThrottledUntil
-    from platform_tasks.dead_letters.records import DeadLetterRecord
+    from platform_tasks.dead_letters.dead_letter import DeadLetter
     from platform_tasks.envelope import Envelope
 
 __all__ = ["METRIC_NAMES", "install"]
@@ -302,7 +302,7 @@ class ExporterHook(PipelineHook):
             run.throttled = True
 
     def on_dead_lettered(
-        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+        self, record: DeadLetter, dead_letter_id: int, error: BaseException | None
     ) -> None:
         run: _Run | None = getattr(_local, "run", None)
         if run is None:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt, ThrottledUntil
-from platform_tasks.dead_letters.records import DeadLetterRecord, error_type_name
+from platform_tasks.dead_letters.dead_letter import DeadLetter
+from platform_tasks.dead_letters.records import error_type_name
 from platform_tasks.envelope import Envelope
 from platform_tasks.observability.metrics import (
     DEAD_LETTERED,
@@ -59,7 +60,7 @@ class PipelineHook:
         """The job was rescheduled without spending an attempt."""
 
     def on_dead_lettered(
-        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+        self, record: DeadLetter, dead_letter_id: int, error: BaseException | None
     ) -> None:
         """A row was written to ``core.dead_letters`` (by the pipeline or for a dropped message)."""
 
@@ -162,7 +163,7 @@ class LogHook(PipelineHook):
         )
 
     def on_dead_lettered(
-        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+        self, record: DeadLetter, dead_letter_id: int, error: BaseException | None
     ) -> None:
         logger.error(
             "job dead-lettered (%s) as row %s",
@@ -186,7 +187,7 @@ class AlertHook(PipelineHook):
     """One alert per dead letter, grouped by queue + kind + error type."""
 
     def on_dead_lettered(
-        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+        self, record: DeadLetter, dead_letter_id: int, error: BaseException | None
     ) -> None:
         record.alert(dead_letter_id, error)
 
@@ -279,7 +280,7 @@ class MetricsHook(PipelineHook):
         ).inc()
 
     def on_dead_lettered(
-        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+        self, record: DeadLetter, dead_letter_id: int, error: BaseException | None
     ) -> None:
         labels = self.labels(record.queue, record.kind)
         if record.reason in POISON_REASONS:

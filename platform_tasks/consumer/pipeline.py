@@ -4,7 +4,7 @@
 :mod:`verdict <platform_tasks.consumer.verdicts>`, and :meth:`DeliveryPipeline.settle`
 acts on it. Deciding, in order:
 
-1. validate the envelope; invalid → a poison :class:`DeadLetter`, the handler never runs;
+1. validate the envelope; invalid → a poison :class:`GaveUp`, the handler never runs;
 2. open a transaction and claim ``(job_id, consumer)`` in ``core.processed_jobs`` (the
    ``BEGIN`` travels with the claim: one round trip); no row inserted → :class:`Duplicate`
    (or wait for a concurrent delivery of the same job to finish);
@@ -14,13 +14,13 @@ acts on it. Deciding, in order:
    is the broker) only when the claim saw a :mod:`delivery mark
    <platform_tasks.consumer.marks>` (every write of the job's Redis state is preceded by
    one): a job without one has nothing in Redis to read. Past
-   ``max_attempts`` the job is a crash-loop :class:`DeadLetter`, not run;
+   ``max_attempts`` the job is a crash-loop :class:`GaveUp`, not run;
 4. run ``task.execute(envelope, tx)`` in that transaction; a handler that broke the
    transaction (closed it, ended it, or caught a SQL error so that ``COMMIT`` answers
    ``ROLLBACK``) failed its attempt like one that raised;
 5. commit → :class:`Applied`; a failure is counted in Redis while the claim still holds a
    duplicate copy back, then :func:`~platform_tasks.consumer.retry.decide` gives
-   :class:`RetryAt` or :class:`DeadLetter`, whose row is written (on the marks'
+   :class:`RetryAt` or :class:`GaveUp`, whose row is written (on the marks'
    connection) before the rollback releases the claim, so a copy waiting on the claim
    finds the job dead-lettered instead of running it again;
    :class:`~platform_tasks.errors.Throttled` gives :class:`ThrottledUntil` (the same
@@ -66,15 +66,15 @@ from platform_tasks.consumer.servers import INFRASTRUCTURE_ERRORS, Backoff, desc
 from platform_tasks.consumer.transaction import JobTransaction
 from platform_tasks.consumer.verdicts import (
     Applied,
-    DeadLetter,
     Duplicate,
+    GaveUp,
     RetryAt,
     ThrottledUntil,
     Verdict,
     Wait,
 )
+from platform_tasks.dead_letters.dead_letter import DeadLetter
 from platform_tasks.dead_letters.records import (
-    DeadLetterRecord,
     describe_error,
     error_type_name,
     latest_dead_letter,
@@ -355,7 +355,7 @@ class DeliveryPipeline:
         dead_letter_id, new = written
         if not new:
             return Duplicate("dead_lettered", dead_letter_id)
-        return DeadLetter(record, exc, claim=False, row=dead_letter_id)
+        return GaveUp(record, exc, claim=False, row=dead_letter_id)
 
     def _over_budget(
         self,
@@ -393,7 +393,7 @@ class DeliveryPipeline:
                 f"{policy.max_attempts}"
             ),
         )
-        return DeadLetter(record, None)
+        return GaveUp(record, None)
 
     def _poison(
         self,
@@ -401,14 +401,14 @@ class DeliveryPipeline:
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         exc: EnvelopeError,
-    ) -> DeadLetter:
+    ) -> GaveUp:
         payload: Any = args[0] if len(args) == 1 and not kwargs else None
         if payload is None:
             payload = {"args": list(args), "kwargs": dict(kwargs)}
         readable = payload if isinstance(payload, Mapping) else {}
         if not isinstance(payload, Mapping):
             payload = raw_payload(json.dumps(payload, default=repr), "application/json", {})
-        record = DeadLetterRecord(
+        record = DeadLetter(
             job_id=_uuid_or_none(readable.get("job_id")),
             queue=delivery.queue,
             kind=_str_or_none(readable.get("kind")) or delivery.consumer,
@@ -421,7 +421,7 @@ class DeliveryPipeline:
             reason=POISON,
             headers=dict(delivery.headers) if delivery.headers else None,
         )
-        return DeadLetter(record, exc, claim=False)
+        return GaveUp(record, exc, claim=False)
 
     # -- settling ---------------------------------------------------------------------
 
@@ -450,12 +450,12 @@ class DeliveryPipeline:
                 self.hooks.emit("on_throttled", delivery, envelope, verdict)
                 what = f"throttled ({verdict.reason})"
             raise Retry(f"{what}; attempt {attempt} at {verdict.at.isoformat()}", when=verdict.at)
-        if isinstance(verdict, DeadLetter):
+        if isinstance(verdict, GaveUp):
             return self._settle_dead_letter(delivery, envelope, verdict)
         raise AssertionError(f"unsettled verdict {verdict!r}")  # Wait never reaches here
 
     def _settle_dead_letter(
-        self, delivery: Delivery, envelope: Envelope[Any] | None, verdict: DeadLetter
+        self, delivery: Delivery, envelope: Envelope[Any] | None, verdict: GaveUp
     ) -> Any:
         record = verdict.record
         if verdict.row is not None:  # written while the delivery still held the claim
@@ -486,7 +486,7 @@ class DeliveryPipeline:
         ) from None
 
     def _write_claimed(
-        self, record: DeadLetterRecord, envelope: Envelope[Any], delivery: Delivery
+        self, record: DeadLetter, envelope: Envelope[Any], delivery: Delivery
     ) -> int | Duplicate | None:
         """Claim the job again, write the dead letter, release the claim, commit.
 
@@ -509,7 +509,7 @@ class DeliveryPipeline:
         finally:
             tx.end()
 
-    def _write_beside(self, record: DeadLetterRecord) -> tuple[int, bool]:
+    def _write_beside(self, record: DeadLetter) -> tuple[int, bool]:
         """Write the row on the marks' connection, unless the job's generation has one.
 
         ``(id, True)`` for the row written here; ``(id, False)`` for a row of this job
@@ -531,7 +531,7 @@ class DeliveryPipeline:
         finally:
             tx.end()
 
-    def _write_alone(self, record: DeadLetterRecord) -> int:
+    def _write_alone(self, record: DeadLetter) -> int:
         tx = JobTransaction(self.database)
         try:
             tx.begin()
@@ -574,8 +574,8 @@ class DeliveryPipeline:
         reason: str,
         last_error: str,
         error_type: str,
-    ) -> DeadLetterRecord:
-        return DeadLetterRecord(
+    ) -> DeadLetter:
+        return DeadLetter(
             job_id=envelope.job_id,
             queue=delivery.queue,
             kind=envelope.kind,

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from platform_tasks.app import PlatformCelery
     from platform_tasks.consumer.delivery import Delivery
     from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt, ThrottledUntil
-    from platform_tasks.dead_letters.records import DeadLetterRecord
+    from platform_tasks.dead_letters.dead_letter import DeadLetter
     from platform_tasks.envelope import Envelope
 
 __all__ = ["SpanHook", "install", "span_hooks"]
@@ -74,7 +74,7 @@ class SpanHook(PipelineHook):
             )
 
     def on_dead_lettered(
-        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+        self, record: DeadLetter, dead_letter_id: int, error: BaseException | None
     ) -> None:
         span = self._span()
         if span is not None:

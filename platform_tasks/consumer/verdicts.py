@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from platform_tasks.dead_letters.records import DeadLetterRecord
+from platform_tasks.dead_letters.dead_letter import DeadLetter
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,12 @@ class ThrottledUntil:
 
 
 @dataclass(frozen=True)
-class DeadLetter:
-    """Write ``record``; with ``claim`` the job is claimed again while the row is written.
+class GaveUp:
+    """The job will not run again: write ``record`` as its dead letter.
+
+    Named for the outcome, like the other verdicts; settling it raises
+    :class:`~platform_tasks.errors.DeadLettered`, which is what Celery sees. With
+    ``claim`` the job is claimed again while the row is written.
 
     The claim keeps a concurrent copy of the job waiting, and finding the job applied or
     dead-lettered by such a copy meanwhile turns the verdict into :class:`Duplicate`.
@@ -63,7 +67,7 @@ class DeadLetter:
     claim (a failed handler: the copy waiting on that claim then finds it).
     """
 
-    record: DeadLetterRecord
+    record: DeadLetter
     error: BaseException | None
     claim: bool = True
     row: int | None = None
@@ -76,5 +80,5 @@ class Wait:
     cause: str
 
 
-Verdict = Applied | Duplicate | RetryAt | ThrottledUntil | DeadLetter | Wait
+Verdict = Applied | Duplicate | RetryAt | ThrottledUntil | GaveUp | Wait
 """Everything one delivery can come to."""

@@ -1,7 +1,14 @@
 """Dead letters: the record a failed job leaves, the table that keeps it, and replay.
 
-- ``records``  what a dead-letter row holds (always storable), written by the consumer
-- ``store``    listing, replaying and discarding stored dead letters
+- ``dead_letter``  :class:`DeadLetter`, one class for a failure a consumer records and the
+  stored row it becomes; its write makes every value storable
+- ``records``      the fields of a failure (error text, raw messages) and a job's newest row
+- ``store``        listing, replaying and discarding stored dead letters
+
+The console's Django model of the same table,
+:class:`platform_tasks.contrib.django.models.DeadLetter`, keeps that name because Django
+admin and migrations refer to it; it is the console's view of these rows, not a third
+kind of dead letter.
 
 Nothing is imported here, so importing one module does not load the others.
 """

@@ -1,7 +1,9 @@
-"""The dead-letter repository: write, list, show, replay and discard rows of core.dead_letters.
+"""The dead-letter repository: list, show, replay and discard rows of core.dead_letters.
 
 A dead letter is a job that will not be retried: its envelope (or, for a message that was not
-a readable envelope, what could be read of it) waits here for an operator. Replay is written
+a readable envelope, what could be read of it) waits here for an operator. Rows are written
+by :meth:`DeadLetter.write <platform_tasks.dead_letters.dead_letter.DeadLetter.write>` and
+read back here as :class:`~platform_tasks.dead_letters.dead_letter.DeadLetter`. Replay is written
 so that two operators replaying the same rows at once publish each row once: rows are locked
 with ``FOR UPDATE SKIP LOCKED``, published, marked ``replayed`` and committed in one
 transaction per batch.
@@ -9,26 +11,24 @@ transaction per batch.
 
 from __future__ import annotations
 
-import base64
 import logging
-import math
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from psycopg2.extensions import connection as Connection
 from psycopg2.extensions import cursor as Cursor
-from psycopg2.extras import Json
 
+from platform_tasks.dead_letters.dead_letter import ESCAPED_KEY, PENDING_REVIEW, DeadLetter
 from platform_tasks.envelope import parse_envelope
 from platform_tasks.errors import EnvelopeError, ReplayError
 from platform_tasks.postgres.queries import load_queries
 
 logger = logging.getLogger(__name__)
 
-STATUSES = ("pending_review", "replayed", "discarded")
+STATUSES = (PENDING_REVIEW, "replayed", "discarded")
 REPLAY_BATCH_SIZE = 100
 STREAM_BATCH_SIZE = 100
 """Rows fetched per round trip by the server-side cursors of ``list --json`` and dry runs,
@@ -40,141 +40,8 @@ Publish = Callable[..., object]
 stored with headers (its trace context and the publisher's custom headers)."""
 
 
-ESCAPED_KEY = "platform_escaped"
-"""Key added to a stored payload whose text had to be escaped to be storable: it lists
-the path of each escaped value, so nobody mistakes the row for the original message."""
-
-
 def _queries() -> dict[str, str]:
     return load_queries("dead_letters")
-
-
-def _unencodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def storable_text(text: str) -> tuple[str, str | None]:
-    """``text`` as PostgreSQL can store it, and what was escaped (``None`` when nothing).
-
-    PostgreSQL stores neither NUL (in ``text`` or ``jsonb``) nor a lone UTF-16 surrogate
-    (which a JSON body may spell ``"\\ud800"``): each becomes its escape written out as
-    text (NUL is stored as the six characters ``\\u0000``).
-    """
-    nul = "\x00" in text
-    if not nul and not _unencodable(text):
-        return text, None
-    out = []
-    surrogate = False
-    for char in text:
-        if char == "\x00":
-            out.append("\\u0000")
-        elif 0xD800 <= ord(char) <= 0xDFFF:
-            surrogate = True
-            out.append(f"\\u{ord(char):04x}")
-        else:
-            out.append(char)
-    what = " and ".join(
-        name for name, found in (("NUL", nul), ("lone surrogate", surrogate)) if found
-    )
-    return "".join(out), what
-
-
-@dataclass(frozen=True)
-class StorablePayload:
-    """A payload rewritten so ``jsonb`` accepts it, with the paths of what was rewritten."""
-
-    value: Any
-    escaped: list[str]
-
-
-def storable_payload(payload: Any) -> StorablePayload:
-    """Make any payload storable in ``jsonb``, recording each change by its dotted path.
-
-    Strings and keys lose NUL and lone surrogates (see :func:`storable_text`), non-finite
-    floats (``NaN`` is valid to Python's JSON, not to PostgreSQL) become their text, bytes
-    become base64 text, and anything else that is not JSON becomes its ``repr``. A payload
-    that needs none of this is returned as it is.
-    """
-    escaped: list[str] = []
-    value = _storable(payload, "", escaped)
-    return StorablePayload(value, escaped)
-
-
-def _storable(value: Any, path: str, escaped: list[str]) -> Any:
-    where = path or "<payload>"
-    if value is None or isinstance(value, bool | int):
-        return value
-    if isinstance(value, str):
-        text, what = storable_text(value)
-        if what:
-            escaped.append(f"{where} ({what})")
-        return text
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        escaped.append(f"{where} (non-finite number)")
-        return str(value)
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            name = key if isinstance(key, str) else str(key)
-            name, what = storable_text(name)
-            child = f"{path}.{name}" if path else name
-            if what:
-                escaped.append(f"{child} (key: {what})")
-            out[name] = _storable(item, child, escaped)
-        return out
-    if isinstance(value, list | tuple):
-        return [
-            _storable(item, f"{path}.{index}" if path else str(index), escaped)
-            for index, item in enumerate(value)
-        ]
-    if isinstance(value, bytes | bytearray):
-        escaped.append(f"{where} (bytes as base64)")
-        return base64.b64encode(bytes(value)).decode("ascii")
-    escaped.append(f"{where} ({type(value).__name__} as repr)")
-    text, _ = storable_text(repr(value))
-    return text
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """One row of core.dead_letters."""
-
-    id: int
-    job_id: uuid.UUID | None
-    queue: str | None
-    kind: str | None
-    tenant_id: str | None
-    payload: Any
-    attempts: int
-    last_error: str | None
-    error_type: str | None
-    reason: str
-    status: str
-    correlation_id: str | None
-    created_at: datetime
-    updated_at: datetime
-    replay_count: int
-    replayed_at: datetime | None
-    discard_reason: str | None
-    discarded_at: datetime | None
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-safe dict for ``--json`` output."""
-        out: dict[str, Any] = {}
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if isinstance(value, datetime):
-                value = value.isoformat()
-            elif isinstance(value, uuid.UUID):
-                value = str(value)
-            out[item.name] = value
-        return out
 
 
 @dataclass(frozen=True)
@@ -226,96 +93,9 @@ class DiscardReport:
     not_pending: list[tuple[int, str]] = field(default_factory=list)
 
 
-def insert_dead_letter(
-    cursor: Cursor,
-    *,
-    job_id: uuid.UUID | None,
-    queue: str | None,
-    kind: str | None,
-    tenant_id: str | None,
-    payload: Any,
-    attempts: int,
-    last_error: str,
-    error_type: str | None,
-    reason: str,
-    correlation_id: str | None,
-    headers: Mapping[str, Any] | None = None,
-) -> int:
-    """Insert one ``pending_review`` row and return its id; the caller commits.
-
-    Taking a cursor lets the consumer write the row in the same transaction as anything
-    else it records about the failure. Every value is first made storable (a job that
-    could not be stored as it is must still become a dead letter, not a failed write
-    that leaves the job unrecorded): escaped values are listed under
-    :data:`ESCAPED_KEY` in the stored payload and at the end of ``last_error``.
-    """
-    stored = storable_payload(payload)
-    escaped = list(stored.escaped)
-    texts: dict[str, str | None] = {}
-    for column, text_value in (
-        ("queue", queue),
-        ("kind", kind),
-        ("tenant_id", tenant_id),
-        ("last_error", last_error),
-        ("error_type", error_type),
-        ("reason", reason),
-        ("correlation_id", correlation_id),
-    ):
-        if text_value is None:
-            texts[column] = None
-            continue
-        text, what = storable_text(str(text_value))
-        if what:
-            escaped.append(f"column {column} ({what})")
-        texts[column] = text
-    value: Any = stored.value
-    if escaped:
-        value = dict(value) if isinstance(value, dict) else {"value": value}
-        value[ESCAPED_KEY] = escaped
-        texts["last_error"] = (
-            f"{texts['last_error'] or ''}\n(stored with escapes: {'; '.join(escaped)})"
-        )
-    cursor.execute(
-        _queries()["insert_dead_letter"],
-        {
-            **texts,
-            "job_id": str(job_id) if job_id is not None else None,
-            "payload": Json(value),
-            "attempts": attempts,
-            "headers": Json(storable_payload(dict(headers)).value) if headers else None,
-        },
-    )
-    row = cursor.fetchone()
-    assert row is not None
-    dead_letter_id = int(row[0])
-    logger.info(
-        "dead letter %s written for job %s (%s)",
-        dead_letter_id,
-        job_id,
-        reason,
-        extra={
-            "event": "dead_letter.inserted",
-            "dead_letter_id": dead_letter_id,
-            "job_id": str(job_id) if job_id else None,
-            "queue": texts["queue"],
-            "kind": texts["kind"],
-            "reason": texts["reason"],
-            "escaped": escaped or None,
-        },
-    )
-    return dead_letter_id
-
-
-def _dead_letter(names: Sequence[str], values: Sequence[Any]) -> DeadLetter:
-    row = dict(zip(names, values, strict=True))
-    if row["job_id"] is not None:
-        row["job_id"] = uuid.UUID(str(row["job_id"]))
-    return DeadLetter(**row)
-
-
 def _rows(cursor: Cursor) -> list[DeadLetter]:
     names = [column[0] for column in cursor.description or ()]
-    return [_dead_letter(names, values) for values in cursor.fetchall()]
+    return [DeadLetter.from_row(names, values) for values in cursor.fetchall()]
 
 
 def _list_params(where: DeadLetterFilter | None, limit: int) -> dict[str, Any]:
@@ -360,7 +140,7 @@ def iter_dead_letters(
         for values in cur:
             if names is None:
                 names = [column[0] for column in cur.description or ()]
-            yield _dead_letter(names, values)
+            yield DeadLetter.from_row(names, values)
 
 
 def get_dead_letter(cursor: Cursor, dead_letter_id: int) -> DeadLetter | None:

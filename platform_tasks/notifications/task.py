@@ -29,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from platform_tasks.consumer.task import PlatformTask
-from platform_tasks.dead_letters.records import DeadLetterRecord, error_type_name
+from platform_tasks.dead_letters.dead_letter import DeadLetter
+from platform_tasks.dead_letters.records import error_type_name
 from platform_tasks.errors import ConfigurationError, PermanentError
 from platform_tasks.notifications.blast_recipients import claim_recipients
 from platform_tasks.notifications.dispatch import Rejection
@@ -141,7 +142,7 @@ class NotificationTask(PlatformTask):
         the addresses are fixed where the recipients come from, and sent in a new job.
         """
         lines = "\n".join(r.describe() for r in rejected)
-        record = DeadLetterRecord(
+        record = DeadLetter(
             job_id=envelope.job_id,
             queue=self.queue,
             kind=envelope.kind,

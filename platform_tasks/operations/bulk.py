@@ -29,13 +29,8 @@ from psycopg2.extensions import connection as Connection
 from psycopg2.extensions import cursor as Cursor
 from psycopg2.extras import Json
 
-from platform_tasks.dead_letters.store import (
-    DeadLetter,
-    Publish,
-    ReplayedRow,
-    _dead_letter,
-    replay_refusal,
-)
+from platform_tasks.dead_letters.dead_letter import DeadLetter
+from platform_tasks.dead_letters.store import Publish, ReplayedRow, replay_refusal
 from platform_tasks.errors import ReplayError
 from platform_tasks.operations.filters import OperationFilter
 from platform_tasks.operations.log import (
@@ -122,7 +117,7 @@ def preview_dead_letters(
         if sample_size and matched:
             cur.execute(_queries()["sample_matching"], {**where.params(), "limit": sample_size})
             names = [column[0] for column in cur.description or ()]
-            sample = [_dead_letter(names, values) for values in cur.fetchall()]
+            sample = [DeadLetter.from_row(names, values) for values in cur.fetchall()]
     return Preview(matched, sample)
 
 

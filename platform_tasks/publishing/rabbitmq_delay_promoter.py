@@ -41,7 +41,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
-from platform_tasks.dead_letters.records import DeadLetterRecord, raw_payload
+from platform_tasks.dead_letters.dead_letter import DeadLetter
+from platform_tasks.dead_letters.records import raw_payload
 from platform_tasks.errors import BrokerPublishError
 from platform_tasks.keys import rabbitmq_delay_keys
 from platform_tasks.observability.scheduler_metrics import delay_promoted
@@ -305,7 +306,7 @@ class RabbitMQDelayPromoter(PromotionLoop[RabbitMQPromotion]):
         return self.promotion.publish_due(store, publisher)
 
 
-def unroutable_delayed_record(message: AmqpMessage, returns: int) -> DeadLetterRecord:
+def unroutable_delayed_record(message: AmqpMessage, returns: int) -> DeadLetter:
     """The dead letter of a delayed message RabbitMQ returned ``returns`` times."""
     headers = message.properties.get("application_headers") or {}
     headers = dict(headers) if isinstance(headers, dict) else {}
@@ -315,7 +316,7 @@ def unroutable_delayed_record(message: AmqpMessage, returns: int) -> DeadLetterR
     except ValueError:
         job_id = None
     kind = headers.get("task")
-    return DeadLetterRecord(
+    return DeadLetter(
         job_id=job_id,
         queue=message.queue or message.routing_key or None,
         kind=kind if isinstance(kind, str) else None,

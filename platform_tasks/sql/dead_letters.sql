@@ -13,7 +13,7 @@ RETURNING id;
 -- name: list_dead_letters
 -- Newest first; every filter is optional (NULL means "any").
 SELECT id, job_id, queue, kind, tenant_id, payload, attempts, last_error, error_type, reason,
-       status, correlation_id, created_at, updated_at, replay_count, replayed_at,
+       status, correlation_id, headers, created_at, updated_at, replay_count, replayed_at,
        discard_reason, discarded_at
 FROM core.dead_letters
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -29,7 +29,7 @@ LIMIT %(limit)s;
 -- the start of last_error; newest first, every filter optional.
 SELECT id, job_id, queue, kind, tenant_id, NULL::jsonb AS payload, attempts,
        left(last_error, 500) AS last_error, error_type, reason,
-       status, correlation_id, created_at, updated_at, replay_count, replayed_at,
+       status, correlation_id, headers, created_at, updated_at, replay_count, replayed_at,
        discard_reason, discarded_at
 FROM core.dead_letters
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -42,7 +42,7 @@ LIMIT %(limit)s;
 
 -- name: get_dead_letter
 SELECT id, job_id, queue, kind, tenant_id, payload, attempts, last_error, error_type, reason,
-       status, correlation_id, created_at, updated_at, replay_count, replayed_at,
+       status, correlation_id, headers, created_at, updated_at, replay_count, replayed_at,
        discard_reason, discarded_at
 FROM core.dead_letters
 WHERE id = %(id)s;

@@ -17,7 +17,7 @@ WHERE status = 'pending_review'
 -- The oldest matching rows, without payload, last_error cut: what a preview shows.
 SELECT id, job_id, queue, kind, tenant_id, NULL::jsonb AS payload, attempts,
        left(last_error, 500) AS last_error, error_type, reason,
-       status, correlation_id, created_at, updated_at, replay_count, replayed_at,
+       status, correlation_id, headers, created_at, updated_at, replay_count, replayed_at,
        discard_reason, discarded_at
 FROM core.dead_letters
 WHERE status = 'pending_review'

@@ -49,7 +49,7 @@ import redis
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.hooks import PipelineHook, add_hook
 from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt, ThrottledUntil
-from platform_tasks.dead_letters.records import DeadLetterRecord
+from platform_tasks.dead_letters.dead_letter import DeadLetter
 from platform_tasks.envelope import Envelope
 from platform_tasks.postgres.queries import load_queries
 from platform_tasks.settings import PlatformSettings
@@ -181,7 +181,7 @@ class OutcomeRecorder(PipelineHook):
         )
 
     def on_dead_lettered(
-        self, record: DeadLetterRecord, dead_letter_id: int, error: BaseException | None
+        self, record: DeadLetter, dead_letter_id: int, error: BaseException | None
     ) -> None:
         self._record(
             _Event(

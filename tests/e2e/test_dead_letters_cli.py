@@ -19,7 +19,8 @@ import psycopg2
 import pytest
 import redis
 
-from platform_tasks.dead_letters.store import get_dead_letter, insert_dead_letter
+from platform_tasks.dead_letters.dead_letter import insert_dead_letter
+from platform_tasks.dead_letters.store import get_dead_letter
 from platform_tasks.envelope import uuid7
 from platform_tasks.testing.servers import wait_until
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv

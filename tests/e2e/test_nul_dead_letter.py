@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg2
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.dead_letters.store import ESCAPED_KEY
+from platform_tasks.dead_letters.dead_letter import ESCAPED_KEY
 from platform_tasks.envelope import uuid7
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing.servers import wait_until

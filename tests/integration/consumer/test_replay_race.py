@@ -11,8 +11,8 @@ import threading
 
 import psycopg2
 
+from platform_tasks.dead_letters.dead_letter import insert_dead_letter
 from platform_tasks.dead_letters.records import latest_dead_letter
-from platform_tasks.dead_letters.store import insert_dead_letter
 from platform_tasks.envelope import uuid7
 from platform_tasks.testing.servers import wait_until
 

@@ -10,7 +10,7 @@ import psycopg2
 import pytest
 from psycopg2.extensions import connection as Connection
 
-from platform_tasks.dead_letters.store import insert_dead_letter
+from platform_tasks.dead_letters.dead_letter import insert_dead_letter
 from platform_tasks.envelope import uuid7
 
 

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from psycopg2.extensions import connection as Connection
 
+from platform_tasks.dead_letters.dead_letter import DeadLetter, insert_dead_letter
 from platform_tasks.dead_letters.store import (
     DeadLetterFilter,
     discard_dead_letters,
     get_dead_letter,
-    insert_dead_letter,
     list_dead_letters,
     replay_dead_letters,
 )
@@ -49,6 +50,35 @@ def test_insert_returns_id_and_stores_every_field(conn: Connection) -> None:
     assert row.status == "pending_review"
     assert row.replay_count == 0 and row.replayed_at is None
     assert row.to_json()["job_id"] == str(job_id)
+
+
+def test_a_written_dead_letter_reads_back_as_itself_with_the_stored_fields(
+    conn: Connection,
+) -> None:
+    payload = envelope(kind="billing.charge_invoice", tenant="acme")
+    written = DeadLetter(
+        job_id=uuid.UUID(payload["job_id"]),
+        queue="billing",
+        kind="billing.charge_invoice",
+        tenant_id="acme",
+        correlation_id=payload["correlation_id"],
+        payload=payload,
+        attempts=5,
+        last_error="ValueError: bad\nTraceback",
+        error_type="ValueError",
+        reason="retries_exhausted",
+        headers={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+    )
+    assert (written.id, written.status, written.created_at) == (None, "pending_review", None)
+    with conn, conn.cursor() as cur:
+        row_id = written.write(cur)
+    with conn.cursor() as cur:
+        row = get_dead_letter(cur, row_id)
+        summary = list_dead_letters(cur, with_payload=False)[0]
+    assert row is not None and row.id == row_id
+    assert row.created_at is not None and row.updated_at is not None
+    assert replace(row, id=None, created_at=None, updated_at=None) == written
+    assert (summary.id, summary.headers, summary.payload) == (row_id, written.headers, None)
 
 
 def test_insert_is_part_of_the_callers_transaction(conn: Connection) -> None:

@@ -14,14 +14,13 @@ import psycopg2
 import pytest
 from psycopg2.extensions import connection as Connection
 
-from platform_tasks.dead_letters.store import (
+from platform_tasks.dead_letters.dead_letter import (
     ESCAPED_KEY,
-    get_dead_letter,
     insert_dead_letter,
-    replay_refusal,
     storable_payload,
     storable_text,
 )
+from platform_tasks.dead_letters.store import get_dead_letter, replay_refusal
 from tests.integration.dead_letters.conftest import envelope
 
 

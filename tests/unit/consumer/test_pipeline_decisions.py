@@ -30,8 +30,8 @@ from platform_tasks.consumer.pipeline import DeliveryPipeline
 from platform_tasks.consumer.retry import RetryPolicy
 from platform_tasks.consumer.verdicts import (
     Applied,
-    DeadLetter,
     Duplicate,
+    GaveUp,
     RetryAt,
     ThrottledUntil,
     Wait,
@@ -337,10 +337,10 @@ def test_a_failed_attempt_is_counted_rolled_back_and_retried_with_backoff() -> N
 def test_the_last_attempt_and_a_permanent_error_are_dead_letters() -> None:
     s = setup()
     last = s.pipeline.decide(task(fail(RuntimeError("x"))), envelope(), delivery(attempt=3))
-    assert isinstance(last, DeadLetter) and last.record.reason == "retries_exhausted"
+    assert isinstance(last, GaveUp) and last.record.reason == "retries_exhausted"
     assert last.row == 101 and last.record.attempts == 3  # written while the claim held
     permanent = s.pipeline.decide(task(fail(PermanentError("no"))), envelope(), delivery())
-    assert isinstance(permanent, DeadLetter) and permanent.record.reason == "permanent_error"
+    assert isinstance(permanent, GaveUp) and permanent.record.reason == "permanent_error"
     assert no_transaction_left(s)
 
 
@@ -352,7 +352,7 @@ def test_a_failed_handlers_dead_letter_is_written_before_its_claim_is_released()
     beside = s.pipeline.marks.database.conn  # type: ignore[attr-defined]
     beside.statements = Recorded(order, "beside")
     verdict = s.pipeline.decide(task(fail(PermanentError("no"))), envelope(), delivery())
-    assert isinstance(verdict, DeadLetter) and verdict.row == 101 and not verdict.claim
+    assert isinstance(verdict, GaveUp) and verdict.row == 101 and not verdict.claim
     assert order == [
         "job CLAIM",
         "beside BEGIN",
@@ -373,7 +373,7 @@ def test_a_failed_copy_of_a_job_with_a_dead_letter_pending_is_a_duplicate() -> N
     assert verdict == Duplicate("dead_lettered", 7) and beside.dead_letters == []
     beside.latest_dead_letter = (7, "replayed")  # a replay's failure is a new dead letter
     verdict = s.pipeline.decide(task(fail(PermanentError("no"))), envelope(), delivery())
-    assert isinstance(verdict, DeadLetter) and len(beside.dead_letters) == 1
+    assert isinstance(verdict, GaveUp) and len(beside.dead_letters) == 1
 
 
 class Recorded(list[str]):
