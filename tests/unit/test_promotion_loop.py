@@ -87,8 +87,11 @@ def run(
 
 
 def test_failures_back_off_doubling_and_a_success_resets_them(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # a test before this one may have configured logging with disable_existing_loggers
+    monkeypatch.setattr(logger, "disabled", False)
+    monkeypatch.setattr(logger, "propagate", True)
     caplog.set_level(logging.DEBUG, logger=logger.name)
     promotion, loop = run(
         [Unreachable("down"), RuntimeError("surprise"), (3, 0.2), Unreachable("down"), (0, 0.5)]
