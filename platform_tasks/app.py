@@ -13,8 +13,7 @@ from typing import Any
 
 from celery import Celery
 
-from platform_tasks.brokers.selection import refuse_cluster_broker
-from platform_tasks.brokers.transport.selection import transport_conf
+from platform_tasks.brokers.selection import refuse_cluster_broker, transport_conf
 from platform_tasks.consumer.retry import DEFAULT_POLICY, RetryPolicy, resolve_policies
 from platform_tasks.publishing.queue_port import QueuePort
 from platform_tasks.settings import PlatformSettings

@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -34,6 +34,9 @@ from prometheus_client.registry import Collector
 
 from platform_tasks.observability.metrics import add_exposition_registrar
 from platform_tasks.observability.trace_context import PUBLISHED_AT_HEADER
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["DEAD_LETTER_REFRESH_SECONDS", "QueueCollector", "register_queue_metrics"]
 
@@ -46,7 +49,7 @@ _PENDING_SQL = (
 )
 
 
-def queues_of(app: Any) -> list[str]:
+def queues_of(app: PlatformCelery) -> list[str]:
     """The queues to measure: declared, routed to by the platform, with a retry policy."""
     from platform_tasks.brokers.worker_queues import platform_queues
 
@@ -71,7 +74,7 @@ def message_ready_at(raw: bytes | str | None) -> float | None:
 class QueueCollector(Collector):
     """Reads the broker (and PostgreSQL) when scraped; one per worker main process."""
 
-    def __init__(self, app: Any, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, app: PlatformCelery, *, clock: Callable[[], float] = time.time) -> None:
         self.app = app
         self._clock = clock
         self._lock = threading.Lock()
@@ -205,7 +208,9 @@ class QueueCollector(Collector):
 _registered: dict[int, QueueCollector] = {}
 
 
-def register_queue_metrics(app: Any, registry: CollectorRegistry | None = None) -> QueueCollector:
+def register_queue_metrics(
+    app: PlatformCelery, registry: CollectorRegistry | None = None
+) -> QueueCollector:
     """Add the queue gauges of ``app`` to ``registry`` (default: the global one), once."""
     target = registry if registry is not None else REGISTRY
     collector = _registered.get(id(target))
@@ -216,6 +221,6 @@ def register_queue_metrics(app: Any, registry: CollectorRegistry | None = None) 
     return collector
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """Serve ``app``'s queue gauges on its worker's ``/metrics`` endpoint."""
     add_exposition_registrar(app, register_queue_metrics)

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
 
+from platform_tasks.app_state import AppState
+
 if TYPE_CHECKING:
     from platform_tasks.app import PlatformCelery
 
@@ -25,25 +27,21 @@ __all__ = ["QueueSource", "WorkerQueuesStep", "add_queue_source", "install", "pl
 
 logger = logging.getLogger(__name__)
 
-QueueSource = Callable[[Any], Iterable[str]]
+QueueSource = Callable[["PlatformCelery"], Iterable[str]]
 """Called with the app when a worker starts; returns the queue names a concern routes to."""
 
-_SOURCES_ATTRIBUTE = "platform_queue_sources"
+_SOURCES: AppState[list[QueueSource]] = AppState("platform_queue_sources")
 
 
 def add_queue_source(app: PlatformCelery, source: QueueSource) -> None:
     """Register ``source``: its queues are consumed by every worker started without ``-Q``."""
-    sources: list[QueueSource] | None = getattr(app, _SOURCES_ATTRIBUTE, None)
-    if sources is None:
-        sources = []
-        setattr(app, _SOURCES_ATTRIBUTE, sources)
-    sources.append(source)
+    _SOURCES.get_or_set(app, list).append(source)
 
 
 def platform_queues(app: PlatformCelery) -> list[str]:
     """The default queue and every queue a registered source names, in a stable order."""
     names: dict[str, None] = {app.conf.task_default_queue or "default": None}
-    for source in getattr(app, _SOURCES_ATTRIBUTE, None) or ():
+    for source in _SOURCES.get(app) or ():
         for name in source(app):
             if name:
                 names.setdefault(name, None)

@@ -45,6 +45,9 @@ from platform_tasks.consumer.delivery import consumed_queue
 from platform_tasks.consumer.hooks import MetricsHook, PipelineHook, add_hook
 
 if TYPE_CHECKING:
+    from celery import Celery
+
+    from platform_tasks.app import PlatformCelery
     from platform_tasks.consumer.delivery import Delivery
     from platform_tasks.consumer.verdicts import ThrottledUntil
     from platform_tasks.dead_letters.dead_letter import DeadLetter
@@ -155,7 +158,7 @@ def _cached(key: tuple[Any, ...], judge: Any) -> tuple[str, str, str]:
 
 
 def _labels(
-    app: Any, name: str | None, queue: str | None, node: str | None
+    app: Celery, name: str | None, queue: str | None, node: str | None
 ) -> tuple[str, str, str]:
     bounded = MetricsHook(app)
     return bounded.task_label(name), hostname_label(node), bounded.queue_label(queue)
@@ -326,7 +329,7 @@ _SIGNALS = (
 )
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """Count celery-exporter's series in every process of ``app`` (signals connect once)."""
     add_hook(app, ExporterHook())
     for signal, handler in _SIGNALS:

@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from platform_tasks.app_state import AppState
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt, ThrottledUntil
 from platform_tasks.dead_letters.dead_letter import DeadLetter
@@ -30,11 +31,11 @@ from platform_tasks.observability.metrics import (
 )
 
 if TYPE_CHECKING:
+    from celery import Celery
+
     from platform_tasks.app import PlatformCelery
 
 logger = logging.getLogger(__name__)
-
-_HOOKS_ATTRIBUTE = "platform_pipeline_hooks"
 
 
 class PipelineHook:
@@ -92,12 +93,12 @@ def add_hook(app: PlatformCelery, hook: PipelineHook) -> None:
     hooks_of(app).append(hook)
 
 
+_HOOKS: AppState[list[PipelineHook]] = AppState("platform_pipeline_hooks")
+
+
 def hooks_of(app: PlatformCelery) -> list[PipelineHook]:
-    hooks: list[PipelineHook] | None = getattr(app, _HOOKS_ATTRIBUTE, None)
-    if hooks is None:
-        hooks = []
-        setattr(app, _HOOKS_ATTRIBUTE, hooks)
-    return hooks
+    """``app``'s hooks, in the order they are called."""
+    return _HOOKS.get_or_set(app, list)
 
 
 class LogHook(PipelineHook):
@@ -222,7 +223,9 @@ POISON_REASONS = frozenset(
 class MetricsHook(PipelineHook):
     """Prometheus counters for every outcome, labelled only with declared names."""
 
-    def __init__(self, app: PlatformCelery) -> None:
+    def __init__(self, app: Celery) -> None:
+        """``app`` may be a plain ``Celery()`` app (celery-exporter's labels of the current
+        app): it then has no retry policies to declare queues."""
         self.app = app
         self._processed: dict[tuple[str | None, str, int], Any] = {}
         """``platform_jobs_processed`` children by (queue, task, pid): working the labels

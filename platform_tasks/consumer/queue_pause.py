@@ -16,12 +16,15 @@ import logging
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
 
 from platform_tasks.consumer.queue_gate import hold, holds, release
 from platform_tasks.keys import operation_keys
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = ["PAUSE_REASON", "PauseReader", "QueuePauseStep", "install"]
 
@@ -163,7 +166,7 @@ class QueuePauseStep(bootsteps.StartStopStep):  # type: ignore[misc]
     shutdown = stop
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """Every worker of ``app`` honours pause flags (``platform-tasks queues pause``)."""
     app.steps["consumer"].add(QueuePauseStep)
 

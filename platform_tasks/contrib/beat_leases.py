@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.signals import task_postrun, task_prerun, task_received, task_revoked
 from celery.worker import state as worker_state
@@ -36,6 +36,11 @@ from platform_tasks.brokers.redis_client import REDIS_ERRORS, ManagedRedis
 from platform_tasks.brokers.scripts import script_source
 from platform_tasks.jobs.leases import JobLeases, LeaseOutcome
 from platform_tasks.settings import PlatformSettings
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from platform_tasks.app import PlatformCelery
 
 __all__ = [
     "LEASE_HEADER",
@@ -282,18 +287,19 @@ INSTALL_LINE = (
 )
 """The line a plain ``Celery()`` app's module needs (named by the missing-install warning)."""
 
-_renewing_apps: weakref.WeakSet[Any] = weakref.WeakSet()
+_renewing_apps: weakref.WeakSet[Celery] = weakref.WeakSet()
 _renewing_everywhere = False
 _warned_not_installed = False
 
 
-def renews_leases(app: Any) -> bool:
+def renews_leases(app: Celery | None) -> bool:
     """True when this process renews and releases the leases of ``app``'s triggers."""
     return _renewing_everywhere or (app is not None and app in _renewing_apps)
 
 
-def _app_of(task: Any) -> Any:
-    return getattr(task, "_app", None) or getattr(task, "app", None)
+def _app_of(task: Any) -> Celery | None:
+    app: Celery | None = getattr(task, "_app", None) or getattr(task, "app", None)
+    return app
 
 
 def _on_prerun(task_id: str | None = None, task: Any = None, **_: Any) -> None:
@@ -349,7 +355,7 @@ def connect_handlers() -> None:
     task_revoked.connect(_on_revoked, weak=False, dispatch_uid="platform_tasks.lease.revoked")
 
 
-def install_lease_renewal(app: Any | None = None) -> None:
+def install_lease_renewal(app: Celery | None = None) -> None:
     """Renew and release the leases of triggers sent by ``LeaseDatabaseScheduler`` in
     this app's workers (Redis from ``app.platform_settings`` or ``PLATFORM_REDIS_URL``).
     Without an app, for every app of the process."""
@@ -364,7 +370,7 @@ def install_lease_renewal(app: Any | None = None) -> None:
     connect_handlers()
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """:func:`install_lease_renewal` for an app built by ``create_app`` (it needs no
     choice from the user: a worker without it holds every lease for its whole TTL)."""
     install_lease_renewal(app)

@@ -41,7 +41,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import django  # type: ignore[import-untyped]
 from django.apps import apps as django_apps  # type: ignore[import-untyped]
@@ -73,6 +73,9 @@ from platform_tasks.jobs.warm_stop import WarmStop
 from platform_tasks.keys import django_beat_namespace, periodic_task_job
 from platform_tasks.settings import PlatformSettings
 
+if TYPE_CHECKING:
+    from celery import Celery
+
 __all__ = ["LeaseDatabaseScheduler"]
 
 logger = logging.getLogger("platform_tasks.contrib.django_celery_beat")
@@ -89,7 +92,8 @@ class _Pending:
     point_ms: int | None  # None: the task has no point left
 
 
-def _settings_of(app: Any) -> PlatformSettings:
+def _settings_of(app: Celery) -> PlatformSettings:
+    """A platform app's settings; a plain ``Celery()`` app's come from the environment."""
     settings = getattr(app, "platform_settings", None)
     return settings if isinstance(settings, PlatformSettings) else PlatformSettings()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from platform_tasks.app_state import AppState
 from platform_tasks.fanout.call import bind, fan_out
 from platform_tasks.fanout.ids import fan_out_job_id, tenant_job_id
 from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FanOutRequest
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 
-_INSTALLED_ATTRIBUTE = "platform_fanout_installed"
+_INSTALLED: AppState[bool] = AppState("platform_fanout_installed")
 
 
 def install(app: PlatformCelery, port: Any = None, *, start_up_checks: bool = True) -> None:
@@ -49,11 +50,11 @@ def install(app: PlatformCelery, port: Any = None, *, start_up_checks: bool = Tr
     the app's own :class:`~platform_tasks.publishing.queue_port.QueuePort`. Call it yourself only to
     make ``fan_out`` use another queue port, or on an app not made by ``create_app``.
     """
-    if not getattr(app, _INSTALLED_ATTRIBUTE, False):
+    if not _INSTALLED.get(app):
         from platform_tasks.fanout.consumer import install_consumer
 
         install_consumer(app, start_up_checks=start_up_checks)
-        setattr(app, _INSTALLED_ATTRIBUTE, True)
+        _INSTALLED.set(app, True)
     bind(app, port)
 
 

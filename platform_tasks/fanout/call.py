@@ -18,18 +18,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from celery._state import get_current_app, get_current_task
 
+from platform_tasks.app_state import AppState
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.ids import fan_out_job_id
 from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FANOUT_TENANT
 
 if TYPE_CHECKING:
+    from celery import Celery
+
     from platform_tasks.app import PlatformCelery
 
 __all__ = ["FanOutBinding", "bind", "bound_port", "fan_out"]
 
 logger = logging.getLogger("platform_tasks.fanout")
-
-_BINDING_ATTRIBUTE = "platform_fanout_binding"
 
 
 class FanOutBinding:
@@ -67,25 +68,29 @@ class FanOutBinding:
                 own.close()
 
 
+_BINDING: AppState[FanOutBinding] = AppState("platform_fanout_binding")
+
+
 def bind(app: PlatformCelery, port: Any = None) -> None:
     """Make ``port`` (default: the app's own queue port) the one ``fan_out`` uses for ``app``."""
-    previous: FanOutBinding | None = getattr(app, _BINDING_ATTRIBUTE, None)
+    previous = _BINDING.get(app)
     if previous is not None:
         previous.close()
-    setattr(app, _BINDING_ATTRIBUTE, FanOutBinding(app, port))
+    _BINDING.set(app, FanOutBinding(app, port))
 
 
-def _running_app() -> Any:
+def _running_app() -> Celery:
     """The app of the task running in this thread (a job's trigger), else the current app."""
     task = get_current_task()
     app = getattr(task, "app", None) if task is not None else None
     return app if app is not None else get_current_app()
 
 
-def bound_port(app: Any = None) -> Any:
-    """The queue port ``fan_out`` uses for ``app`` (default: the running app)."""
+def bound_port(app: Celery | None = None) -> Any:
+    """The queue port ``fan_out`` uses for ``app`` (default: the running app, which may be
+    a plain ``Celery()`` app: it has no port unless one was bound)."""
     app = app if app is not None else _running_app()
-    binding: FanOutBinding | None = getattr(app, _BINDING_ATTRIBUTE, None)
+    binding = _BINDING.get(app)
     if binding is None and getattr(app, "platform_settings", None) is not None:
         raise ConfigurationError(
             f"fan_out() has no queue port: the Celery app {getattr(app, 'main', None)!r} has "

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from platform_tasks.app_state import AppState
 from platform_tasks.brokers.redis_client import ManagedRedis, check_redis_safe
 from platform_tasks.jobs.discovery import JobSet, discover_from_settings
 from platform_tasks.jobs.leases import JobLeases, resolve_namespace
@@ -28,16 +29,18 @@ logger = logging.getLogger("platform_tasks.jobs")
 
 LIVE = "live"
 TEST = "test"
-_MODE_ATTRIBUTE = "platform_jobs_mode"
+_MODE: AppState[str] = AppState("platform_jobs_mode")
 
 
 def runtime_mode(app: PlatformCelery) -> str:
     """``test`` for apps built by :mod:`platform_tasks.testing`, else ``live``."""
-    return str(getattr(app, _MODE_ATTRIBUTE, LIVE))
+    mode = _MODE.get(app)
+    return LIVE if mode is None else mode
 
 
 def mark_test_app(app: PlatformCelery) -> None:
-    setattr(app, _MODE_ATTRIBUTE, TEST)
+    """Make ``app``'s beat and workers schedule no job (:data:`TEST` mode)."""
+    _MODE.set(app, TEST)
 
 
 def app_name(app: PlatformCelery) -> str:

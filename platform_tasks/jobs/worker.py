@@ -31,6 +31,7 @@ from celery import bootsteps
 from celery.signals import task_received, worker_process_init
 from celery.worker import state as worker_state
 
+from platform_tasks.app_state import AppState
 from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.jobs.runner import REGISTRY, run_point
 from platform_tasks.jobs.runtime import JobRuntime, app_name, runtime_mode, start_jobs
@@ -52,18 +53,23 @@ acknowledged on receipt, so RabbitMQ's ``consumer_timeout`` never concerns it, a
 (``consumer_timeout`` - 60 s) must not cut it. Celery has no per-task "no limit" once
 ``task_time_limit`` is set (0 or ``None`` fall back to it), hence a year."""
 
-_RUNTIME_ATTRIBUTE = "platform_jobs_runtime"
+_RUNTIME: AppState[JobRuntime] = AppState("platform_jobs_runtime")
+"""The app's validated jobs, made once (a prefork child reads its parent's)."""
 _CANCEL_SIGNAL = signal.SIGUSR2
 
 
 def _runtime(app: PlatformCelery) -> JobRuntime:
-    runtime: JobRuntime | None = getattr(app, _RUNTIME_ATTRIBUTE, None)
-    if runtime is None:
-        runtime = start_jobs(
+    return _RUNTIME.get_or_set(
+        app,
+        lambda: start_jobs(
             app.platform_settings, app_name=app_name(app), mode=runtime_mode(app), role="worker"
-        )
-        setattr(app, _RUNTIME_ATTRIBUTE, runtime)
-    return runtime
+        ),
+    )
+
+
+def runtime_of(app: PlatformCelery) -> JobRuntime | None:
+    """The jobs a worker of ``app`` validated in this process (or its parent), if any."""
+    return _RUNTIME.get(app)
 
 
 def _register_task(app: PlatformCelery) -> None:

@@ -26,7 +26,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -37,6 +37,9 @@ from platform_tasks.limits.metrics import record_cap
 from platform_tasks.limits.options import NO_LIMITS, LimitSpec, key_text
 from platform_tasks.limits.throttle import Throttles
 from platform_tasks.limits.unique import UniqueLocks
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +98,7 @@ NOTHING_HELD = Admitted()
 class LimitsRuntime:
     """One process's connections for the limits of one app (made on first use)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: PlatformCelery) -> None:
         self.app = app
         self.settings = app.platform_settings
         self._client: Any = None
@@ -142,7 +145,7 @@ class LimitsRuntime:
 _runtimes: dict[tuple[int, int], LimitsRuntime] = {}
 
 
-def runtime_for(app: Any) -> LimitsRuntime:
+def runtime_for(app: PlatformCelery) -> LimitsRuntime:
     key = (id(app), os.getpid())
     runtime = _runtimes.get(key)
     if runtime is None or runtime.app is not app:

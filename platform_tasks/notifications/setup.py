@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from platform_tasks.app_state import AppState
 from platform_tasks.brokers.redis_client import build_redis
 from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.notifications.dispatch import Dispatcher
@@ -29,7 +30,7 @@ __all__ = ["ProviderFactory", "dispatcher_for", "install", "register_provider"]
 ProviderFactory = Callable[[PlatformSettings], Provider]
 """Builds a provider adapter from settings, in the worker process that uses it."""
 
-_PROVIDERS_ATTRIBUTE = "platform_notification_providers"
+_PROVIDERS: AppState[dict[str, ProviderFactory]] = AppState("platform_notification_providers")
 
 
 def _resend(settings: PlatformSettings) -> Provider:
@@ -39,11 +40,8 @@ def _resend(settings: PlatformSettings) -> Provider:
 
 
 def providers_of(app: PlatformCelery) -> dict[str, ProviderFactory]:
-    providers: dict[str, ProviderFactory] | None = getattr(app, _PROVIDERS_ATTRIBUTE, None)
-    if providers is None:
-        providers = {"resend": _resend}
-        setattr(app, _PROVIDERS_ATTRIBUTE, providers)
-    return providers
+    """``app``'s provider factories by name; Resend's is there from the start."""
+    return _PROVIDERS.get_or_set(app, lambda: {"resend": _resend})
 
 
 def register_provider(app: PlatformCelery, name: str, factory: ProviderFactory) -> None:

@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps, signals
 from prometheus_client import CollectorRegistry, Counter, start_http_server
+
+from platform_tasks.app_state import AppState
 
 if TYPE_CHECKING:
     from platform_tasks.app import PlatformCelery
@@ -71,19 +74,21 @@ def registry_for_exposition() -> CollectorRegistry | None:
     return registry
 
 
-EXPOSITION_REGISTRARS = "platform_metric_registrars"
-"""App attribute: callables ``(app, registry)`` that add collectors to the worker's
-``/metrics`` registry when it starts serving (the queue gauges of
-:mod:`platform_tasks.brokers.queue_latency`); kept on the app so this module needs no
-import of the layers above it."""
+ExpositionRegistrar = Callable[["PlatformCelery", CollectorRegistry | None], object]
+"""Called as ``register(app, registry)`` when the worker starts serving ``/metrics``:
+adds collectors to ``registry`` (``None``: the global one), like the queue gauges of
+:mod:`platform_tasks.brokers.queue_latency`."""
+
+_REGISTRARS: AppState[list[ExpositionRegistrar]] = AppState("platform_metric_registrars")
+"""Kept on the app so this module needs no import of the layers above it."""
 
 
-def add_exposition_registrar(app: Any, register: Any) -> None:
+def add_exposition_registrar(app: PlatformCelery, register: ExpositionRegistrar) -> None:
     """Have ``register(app, registry)`` called when ``app``'s worker serves ``/metrics``."""
-    registrars = list(getattr(app, EXPOSITION_REGISTRARS, ()))
+    registrars = list(_REGISTRARS.get(app) or ())
     if register not in registrars:
         registrars.append(register)
-    setattr(app, EXPOSITION_REGISTRARS, registrars)
+    _REGISTRARS.set(app, registrars)
 
 
 class MetricsServerStep(bootsteps.StartStopStep):  # type: ignore[misc]
@@ -96,7 +101,7 @@ class MetricsServerStep(bootsteps.StartStopStep):  # type: ignore[misc]
         if port is None:
             return
         registry = registry_for_exposition()
-        for register in getattr(worker.app, EXPOSITION_REGISTRARS, ()):
+        for register in _REGISTRARS.get(worker.app) or ():
             register(worker.app, registry)
         if registry is None:
             start_http_server(port)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg2.extensions import connection as Connection
 from psycopg2.extensions import cursor as Cursor
@@ -43,6 +43,9 @@ from platform_tasks.operations.log import (
 )
 from platform_tasks.postgres.queries import load_queries
 from platform_tasks.settings import PlatformSettings
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = [
     "BULK_BATCH_SIZE",
@@ -335,7 +338,7 @@ def bulk_replay(
     where: OperationFilter,
     *,
     actor: str | None = None,
-    app: Any | None = None,
+    app: PlatformCelery | None = None,
     publish: Publish | None = None,
     open_publish: Callable[[], Publish] | None = None,
     batch_size: int = BULK_BATCH_SIZE,

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg2.extensions import connection as Connection
 
@@ -29,6 +29,9 @@ from platform_tasks.operations.log import (
     start_operation,
 )
 from platform_tasks.settings import PlatformSettings
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = [
     "POLL_SECONDS",
@@ -176,7 +179,7 @@ def paused_queues(settings: PlatformSettings) -> list[PausedQueue]:
 
 
 def broker_depths(
-    settings: PlatformSettings, queues: Sequence[str], *, app: Any | None = None
+    settings: PlatformSettings, queues: Sequence[str], *, app: PlatformCelery | None = None
 ) -> dict[str, int | None]:
     """Messages waiting in each of ``queues``, asked of the broker (``None`` when the
     broker cannot be read). ``app`` (default: one built from ``settings``) gives the
@@ -204,7 +207,10 @@ def broker_depths(
 
 
 def queue_overview(
-    settings: PlatformSettings, queues: Sequence[str] | None = None, *, app: Any | None = None
+    settings: PlatformSettings,
+    queues: Sequence[str] | None = None,
+    *,
+    app: PlatformCelery | None = None,
 ) -> list[QueueStatus]:
     """Depth and pause of ``queues`` (default: the app's queues when ``app`` is given,
     plus every paused queue, plus ``default``). Depths are asked of the broker."""

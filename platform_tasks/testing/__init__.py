@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -69,6 +69,9 @@ from platform_tasks.testing.consumer import (
     platform_worker_parameters,
 )
 
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
+
 __all__ = [
     "JobOutcome",
     "JobTestScheduler",
@@ -93,7 +96,7 @@ __all__ = [
 ]
 
 
-def create_test_app(name: str, **kwargs: Any) -> Any:
+def create_test_app(name: str, **kwargs: Any) -> PlatformCelery:
     """``create_app`` for tests: the app's beat and workers schedule no job."""
     from platform_tasks.app import create_app
     from platform_tasks.jobs.runtime import mark_test_app

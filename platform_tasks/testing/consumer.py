@@ -46,6 +46,7 @@ import psycopg2.extras
 import pytest
 import redis
 
+from platform_tasks.app_state import AppState
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.hooks import PipelineHook, add_hook
 from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt, ThrottledUntil
@@ -55,6 +56,9 @@ from platform_tasks.postgres.queries import load_queries
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
+    from celery.worker import WorkController
+    from psycopg2.extensions import connection as Connection
+
     from platform_tasks.app import PlatformCelery
 
 REDIS_URL_VARIABLE = "PLATFORM_TEST_REDIS_URL"
@@ -196,7 +200,7 @@ class OutcomeRecorder(PipelineHook):
         )
 
 
-_RECORDER_ATTRIBUTE = "platform_test_outcomes"
+_RECORDER: AppState[OutcomeRecorder] = AppState("platform_test_outcomes")
 
 
 def install_recorder(app: PlatformCelery) -> OutcomeRecorder:
@@ -205,11 +209,11 @@ def install_recorder(app: PlatformCelery) -> OutcomeRecorder:
     Install it before the app's first delivery in this process: the pipeline reads its
     hooks when it is created.
     """
-    recorder: OutcomeRecorder | None = getattr(app, _RECORDER_ATTRIBUTE, None)
+    recorder = _RECORDER.get(app)
     if recorder is None:
         recorder = OutcomeRecorder()
         add_hook(app, recorder)
-        setattr(app, _RECORDER_ATTRIBUTE, recorder)
+        _RECORDER.set(app, recorder)
     return recorder
 
 
@@ -398,7 +402,7 @@ def platform_environment(
 
 
 @pytest.fixture(scope="session")
-def platform_settings(platform_environment: dict[str, str]) -> Any:
+def platform_settings(platform_environment: dict[str, str]) -> PlatformSettings:
     """The :class:`~platform_tasks.settings.PlatformSettings` of the test servers (the
     environment of :func:`platform_environment`): pass it to your app factory as
     ``create_app(..., settings=platform_settings)``."""
@@ -408,7 +412,7 @@ def platform_settings(platform_environment: dict[str, str]) -> Any:
 
 
 @pytest.fixture(scope="session")
-def platform_celery_app() -> Any:
+def platform_celery_app() -> PlatformCelery:
     """Your app. Override it (session scope) in your ``conftest.py``: build the app with
     ``settings=platform_settings``, or import your app module inside the fixture after
     ``platform_environment``."""
@@ -423,8 +427,8 @@ def platform_celery_app() -> Any:
 
 @pytest.fixture(scope="session")
 def platform_app(
-    platform_celery_app: Any, platform_redis_url: str, platform_database_url: str
-) -> Any:
+    platform_celery_app: PlatformCelery, platform_redis_url: str, platform_database_url: str
+) -> PlatformCelery:
     """``platform_celery_app``, checked to point at the test servers, with the outcome
     recorder installed and no scheduled jobs run by its workers (``job_scheduler``
     tests those)."""
@@ -465,8 +469,8 @@ def platform_worker_parameters() -> Mapping[str, Any]:
 
 @pytest.fixture(scope="session")
 def platform_worker(
-    platform_app: Any, platform_worker_parameters: Mapping[str, Any]
-) -> Iterator[Any]:
+    platform_app: PlatformCelery, platform_worker_parameters: Mapping[str, Any]
+) -> Iterator[WorkController]:
     """Celery's embedded test worker (``start_worker``: solo pool, a thread of the test
     process) consuming every queue a plain ``celery -A app worker`` would.
 
@@ -523,8 +527,10 @@ def platform_truncate_tables() -> Sequence[str]:
 
 @pytest.fixture
 def platform_db(
-    platform_app: Any, platform_database_url: str, platform_truncate_tables: Sequence[str]
-) -> Iterator[Any]:
+    platform_app: PlatformCelery,
+    platform_database_url: str,
+    platform_truncate_tables: Sequence[str],
+) -> Iterator[Connection]:
     """A connection (autocommit) to the test database, after emptying the ``core`` tables,
     the tables of ``platform_truncate_tables`` and the delay store."""
     conn = psycopg2.connect(platform_database_url)
@@ -543,7 +549,10 @@ def platform_db(
 
 @pytest.fixture
 def platform_jobs(
-    platform_app: Any, platform_worker: Any, platform_db: Any, platform_database_url: str
+    platform_app: PlatformCelery,
+    platform_worker: WorkController,
+    platform_db: Connection,
+    platform_database_url: str,
 ) -> Iterator[PlatformJobs]:
     """:class:`PlatformJobs` for the running worker: ``publish(queue, payload)`` and
     ``wait(job_id, timeout=30)``; the test starts with empty platform tables."""

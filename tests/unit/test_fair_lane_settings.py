@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from platform_tasks.brokers.transport.selection import transport_conf
+from platform_tasks.brokers.selection import transport_conf
 from platform_tasks.errors import SettingsError
 from platform_tasks.settings import PlatformSettings
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from platform_tasks.brokers.selection import broker_scheme
-from platform_tasks.brokers.transport.selection import sweep_interval
+from platform_tasks.brokers.selection import broker_scheme, sweep_interval
 
 
 @pytest.mark.parametrize("visibility", [0.5, 1, 2, 5, 30, 300, 3600])

@@ -8,7 +8,7 @@ spends less CPU per message (one cached client, scripts instead of MULTI/EXEC). 
 
 from __future__ import annotations
 
-from platform_tasks.brokers.transport.selection import (
+from platform_tasks.brokers.selection import (
     TRANSPORT_PATH,
     sweep_interval,
     transport_conf,

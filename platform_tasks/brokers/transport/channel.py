@@ -36,10 +36,10 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from platform_tasks.brokers.scripts import script_source
+from platform_tasks.brokers.selection import sweep_interval
 from platform_tasks.brokers.transport import fair_lanes
 from platform_tasks.brokers.transport.fair_lanes import FairLanes, FetchList
 from platform_tasks.brokers.transport.qos import QoS
-from platform_tasks.brokers.transport.selection import sweep_interval
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.keys import (
     TRANSPORT_BACKOFF_STREAM,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import redis
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -27,6 +27,9 @@ from prometheus_client.registry import Collector
 from platform_tasks.brokers.transport.fair_lanes import ALL_QUEUES, waiting_by_tenant
 from platform_tasks.keys import FAIR_SEPARATOR
 from platform_tasks.observability.metrics import add_exposition_registrar
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 logger = logging.getLogger("platform_tasks.transport")
 
@@ -46,7 +49,9 @@ def list_keys(queue: str, prefix: str = "", steps: Sequence[int] = PRIORITY_STEP
 class FairQueueCollector(Collector):
     """Collects ``platform_queue_waiting_by_tenant`` for the app's fair queues."""
 
-    def __init__(self, app: Any, client: redis.Redis | None = None, top: int = TOP_TENANTS):
+    def __init__(
+        self, app: PlatformCelery, client: redis.Redis | None = None, top: int = TOP_TENANTS
+    ):
         self.app = app
         self.top = top
         self._client = client
@@ -97,11 +102,11 @@ class FairQueueCollector(Collector):
         return [*rows, (OTHER, rest), (ARRIVING, arriving)]
 
 
-def _register(app: Any, registry: CollectorRegistry | None) -> None:
+def _register(app: PlatformCelery, registry: CollectorRegistry | None) -> None:
     (registry if registry is not None else REGISTRY).register(FairQueueCollector(app))
 
 
-def install(app: Any) -> None:
+def install(app: PlatformCelery) -> None:
     """Serve the waiting-by-tenant gauge on the worker's ``/metrics`` when a queue is fair."""
     if app.platform_settings.fair_queues:
         add_exposition_registrar(app, _register)

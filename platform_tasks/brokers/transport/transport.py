@@ -8,9 +8,9 @@ from typing import Any
 from kombu.transport.redis import Transport as RedisTransport
 from redis.exceptions import ReadOnlyError, ResponseError
 
+from platform_tasks.brokers.selection import in_flight_interval, sweep_interval
 from platform_tasks.brokers.transport.channel import Channel
 from platform_tasks.brokers.transport.fair_lanes import SORT_INTERVAL
-from platform_tasks.brokers.transport.selection import in_flight_interval, sweep_interval
 
 logger = logging.getLogger("platform_tasks.transport")
 
@@ -20,7 +20,7 @@ class Transport(RedisTransport):  # type: ignore[misc]
 
     kombu's event loop sweeps for expired unacked messages on a timer read from the
     stock channel's defaults (every 10 s, scanning every 10th time); here the timer runs
-    every :func:`~platform_tasks.brokers.transport.selection.sweep_interval`, never longer than
+    every :func:`~platform_tasks.brokers.selection.sweep_interval`, never longer than
     the visibility timeout. A second timer in the same loop (the worker's main process)
     looks after the messages this process holds (:meth:`tend_in_flight`): it refreshes
     their unacked records, so a task running longer than the visibility timeout is not

@@ -19,6 +19,7 @@ from kombu import Queue
 
 from platform_tasks import create_app
 from platform_tasks.brokers.worker_queues import add_queue_source
+from platform_tasks.jobs.worker import runtime_of
 from platform_tasks.settings import PlatformSettings
 
 JOB = """
@@ -64,7 +65,7 @@ def make_worker(
 
     yield make
     for app in apps:
-        runtime = getattr(app, "platform_jobs_runtime", None)
+        runtime = runtime_of(app)
         if runtime is not None:
             runtime.close()
         app.close()
