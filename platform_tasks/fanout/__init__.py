@@ -49,7 +49,12 @@ def install(app: PlatformCelery, port: Any = None, *, start_up_checks: bool = Tr
     ``create_app`` calls it for every app with no port: ``fan_out`` then publishes with
     the app's own :class:`~platform_tasks.publishing.queue_port.QueuePort`. Call it yourself only to
     make ``fan_out`` use another queue port, or on an app not made by ``create_app``.
+    A plain ``Celery()`` app only gets the port bound: the consumer is a PlatformTask,
+    which runs on the workers of an app made by ``create_app``, not on a plain app.
     """
+    if getattr(app, "platform_settings", None) is None:
+        bind(app, port)
+        return
     if not _INSTALLED.get(app):
         from platform_tasks.fanout.consumer import install_consumer
 

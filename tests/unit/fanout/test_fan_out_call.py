@@ -106,6 +106,19 @@ def test_an_app_not_made_by_create_app_gets_an_error_saying_how_to_bind_a_port()
         previous.set_current()
 
 
+def test_install_on_a_plain_celery_app_binds_the_port_and_registers_no_consumer() -> None:
+    previous = get_current_app()
+    platform_app = create_test_app("fanout_platform_side", settings=PlatformSettings())
+    plain = Celery("plain_fan_out_caller", set_as_current=True)
+    try:
+        port = QueuePort(platform_app)
+        install(plain, port)
+        assert bound_port(plain) is port
+        assert FANOUT_KIND not in plain.tasks  # the consumer runs on the platform app's workers
+    finally:
+        previous.set_current()
+
+
 def test_a_create_app_app_publishes_with_its_own_port_and_install_can_bind_another() -> None:
     previous = get_current_app()
     app = create_test_app(
