@@ -1,12 +1,13 @@
 """Queue gauges measured when ``/metrics`` is scraped: length, latency, dead letters.
 
 - ``celery_queue_length{queue_name}`` — messages waiting in the broker queue (Redis: the
-  queue's lists, every priority; RabbitMQ: the queue's ready count), celery-exporter's name
+  queue's lists, every priority, and on a fair queue its tenant lanes; RabbitMQ: the
+  queue's ready count), celery-exporter's name
 - ``platform_queue_latency_seconds{queue}`` — age of the oldest job waiting in the queue:
   now minus the ready time its message carries (``platform_published_at``, set at
   publish, and for a scheduled job or a retry the time it became due); 0 for an empty
   queue. The oldest job is the one at the head of the queue, the next to be taken: on
-  Redis the tail of each priority list, read without taking it. Measured on Redis
+  Redis the tail of each priority list and tenant lane, read without taking it. Measured on Redis
   brokers; RabbitMQ cannot show a message without delivering it, so there it is absent.
 - ``platform_dead_letters_pending{queue}`` — ``pending_review`` rows of
   ``core.dead_letters``, read at most every :data:`DEAD_LETTER_REFRESH_SECONDS`
@@ -32,6 +33,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from platform_tasks.keys import fair_lane_keys
 from platform_tasks.observability.metrics import add_exposition_registrar
 from platform_tasks.observability.trace_context import PUBLISHED_AT_HEADER
 
@@ -43,6 +45,9 @@ __all__ = ["DEAD_LETTER_REFRESH_SECONDS", "QueueCollector", "register_queue_metr
 logger = logging.getLogger(__name__)
 
 DEAD_LETTER_REFRESH_SECONDS = 15.0
+MAX_LANES_READ = 10_000
+"""Tenant lanes of one fair list whose oldest job a scrape reads at most (one pipelined
+``LINDEX`` each): enough for every tenant with work in practice, bounded for the rest."""
 UNKNOWN = "unknown"
 _PENDING_SQL = (
     "SELECT queue, count(*) FROM core.dead_letters WHERE status = 'pending_review' GROUP BY queue"
@@ -96,15 +101,37 @@ class QueueCollector(Collector):
             self._connection = None
 
     def _redis_queue(self, channel: Any, queue: str) -> tuple[int, float | None]:
-        """Length over the queue's priority lists and the oldest ready time at their heads."""
+        """Length over the queue's priority lists and tenant lanes, and the oldest ready
+        time at their heads.
+
+        A fair queue (``PLATFORM_FAIR_QUEUES``) keeps most of its backlog on tenant lanes,
+        not on its list: the lanes' count and the head of each lane of the ring's tenants
+        (at most :data:`MAX_LANES_READ` per list) count too, else a fair queue's length
+        and latency would read 0 while jobs wait. Two round trips whatever the queue.
+        """
         keys = [channel._q_for_pri(queue, pri) for pri in channel.priority_steps]
         pipe = channel.client.pipeline(transaction=False)
         for key in keys:
+            lanes = fair_lane_keys(key)
             pipe.llen(key)
             pipe.lindex(key, -1)  # consumers pop from the right: the next job out
+            pipe.get(lanes.waiting)
+            pipe.lrange(lanes.ring, 0, MAX_LANES_READ - 1)
         replies = pipe.execute()
-        length = sum(int(n) for n in replies[0::2])
-        ready = [t for t in (message_ready_at(raw) for raw in replies[1::2]) if t is not None]
+        length = sum(int(n) for n in replies[0::4])
+        length += sum(max(0, int(n)) for n in replies[2::4] if n is not None)
+        heads = list(replies[1::4])
+        lane_keys = [
+            fair_lane_keys(key).lane(t.decode() if isinstance(t, bytes) else str(t))
+            for key, ring in zip(keys, replies[3::4], strict=True)
+            for t in ring
+        ]
+        if lane_keys:
+            pipe = channel.client.pipeline(transaction=False)
+            for lane in lane_keys:
+                pipe.lindex(lane, -1)  # a lane is taken from the right too: its oldest
+            heads.extend(pipe.execute())
+        ready = [t for t in (message_ready_at(raw) for raw in heads) if t is not None]
         return length, (min(ready) if ready else None)
 
     def _amqp_length(self, channel: Any, queue: str) -> int | None:
