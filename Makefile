@@ -1,5 +1,5 @@
 # The README names these targets; each one installs what it needs first.
-.PHONY: run test lint typecheck bench install
+.PHONY: run test test-newest lint typecheck bench install
 
 install:
 	./scripts/bootstrap
@@ -11,6 +11,10 @@ run: install
 # The whole test suite against real Redis, PostgreSQL and RabbitMQ servers it starts itself.
 test: install
 	.venv/bin/python -m pytest
+
+# The suite against the newest release of every runtime dependency, past pyproject's bounds.
+test-newest:
+	./scripts/test-newest
 
 lint: install
 	.venv/bin/ruff check platform_tasks tests bench

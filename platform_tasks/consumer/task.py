@@ -41,6 +41,7 @@ from pydantic import BaseModel
 
 from platform_tasks.brokers.selection import broker_holds_delays, broker_scheme
 from platform_tasks.brokers.worker_queues import add_queue_source
+from platform_tasks.consumer.unsettled import VERDICT_RAISES, requeue_unsettled, settled
 from platform_tasks.errors import ConfigurationError, DeadLettered
 from platform_tasks.limits.options import LIMIT_OPTIONS, LimitSpec, limit_spec
 from platform_tasks.postgres.database import require_database_url
@@ -135,7 +136,18 @@ class PlatformTask(celery.Task):  # type: ignore[misc]
         request = self.request_stack.top
         if request is None:  # called directly, outside a worker: Celery's default request
             request = self.request
-        return pipeline_for(self.app).process(self, args, kwargs, request)
+        try:
+            result = pipeline_for(self.app).process(self, args, kwargs, request)
+        except VERDICT_RAISES:
+            settled()
+            raise
+        except Exception as exc:
+            # The handler's own errors never get here (the pipeline settles them): this is
+            # the platform's code failing before a verdict. Celery would record a failure
+            # and acknowledge the message, losing the job unrecorded; it goes back instead.
+            raise requeue_unsettled(self.name, request, exc) from exc
+        settled()
+        return result
 
     def execute(self, envelope: Any, tx: Any) -> Any:
         """The work of one attempt, inside the transaction that holds the idempotency row.

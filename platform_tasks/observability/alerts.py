@@ -35,7 +35,9 @@ __all__ = [
     "REPORTED_LOG_EVENTS",
     "configure_alerts",
     "flush_alerts",
+    "private_data_options",
     "report_exception",
+    "sdk_major",
     "send_alert",
     "sentry_enabled",
 ]
@@ -61,6 +63,7 @@ _LEVELS = {
 
 _lock = threading.Lock()
 _hooks_installed = False
+_init_failed = False
 
 
 def _install_hooks() -> None:
@@ -89,34 +92,68 @@ def _drop_reported_log_events(event: Any, hint: Any) -> Any:
 
 
 def configure_alerts(dsn: str | None) -> bool:
-    """Make Sentry usable for the platform; return whether it is on.
+    """Make Sentry usable for the platform; return whether it is on. Never raises.
 
     An active client (the application's, or one made here before) is used as it is.
     Otherwise a client is initialised from ``dsn`` when it is set. Safe to call often and
     after a fork (the SDK restarts its transport thread in the child by itself).
+
+    A Sentry that cannot be set up (an SDK release whose options changed, a broken
+    install) turns alerts into log lines only: it is logged once per process as
+    ``alert.sink_unavailable`` and never reaches the delivery that asked, because an alert
+    sink must not stop a dead-letter write or end a delivery without its verdict.
     """
+    global _init_failed
     with _lock:
-        import sentry_sdk
-
-        if sentry_sdk.get_client().is_active():
-            _install_hooks()
-            return True
-        if not dsn:
+        if _init_failed:
             return False
-        from sentry_sdk.integrations.atexit import AtexitIntegration
+        try:
+            import sentry_sdk
 
-        _install_hooks()
-        # Local variables of the failing frames hold the envelope and its data: payload
-        # data must not leave the process unless a task opts in, so they are not sent.
-        # The only integration: send what is queued when a command exits (quietly).
-        sentry_sdk.init(
-            dsn=dsn,
-            default_integrations=False,
-            integrations=[AtexitIntegration(callback=_quiet_exit)],
-            send_default_pii=False,
-            include_local_variables=False,
-        )
-        return True
+            if sentry_sdk.get_client().is_active():
+                _install_hooks()
+                return True
+            if not dsn:
+                return False
+            from sentry_sdk.integrations.atexit import AtexitIntegration
+
+            _install_hooks()
+            # The only integration: send what is queued when a command exits (quietly).
+            sentry_sdk.init(
+                dsn=dsn,
+                default_integrations=False,
+                integrations=[AtexitIntegration(callback=_quiet_exit)],
+                **private_data_options(sdk_major(sentry_sdk.VERSION)),
+            )
+            return True
+        except Exception as exc:
+            _init_failed = True
+            logger.error(
+                "Sentry could not be set up (%s: %s); alerts are logged only",
+                type(exc).__name__,
+                exc,
+                extra={"event": "alert.sink_unavailable", "sink": "sentry"},
+            )
+            return False
+
+
+def sdk_major(version: str) -> int:
+    """The major release of sentry-sdk from its ``VERSION`` string (``"3.0.0"`` → 3)."""
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+def private_data_options(major: int) -> dict[str, Any]:
+    """``sentry_sdk.init`` options that keep personal data and frame variables out.
+
+    Local variables of the failing frames hold the envelope and its data: payload data
+    must not leave the process unless a task opts in, so they are not sent. sentry-sdk 2
+    names this ``send_default_pii`` / ``include_local_variables``; 3 replaced both with
+    ``data_collection`` and refuses the old names ("Unknown option").
+    """
+    if major >= 3:
+        return {"data_collection": {"user_info": False, "stack_frame_variables": False}}
+    return {"send_default_pii": False, "include_local_variables": False}
 
 
 def _quiet_exit(pending: int, timeout: float) -> None:
@@ -213,7 +250,10 @@ def flush_alerts(timeout: float = 2.0) -> None:
     """Wait for queued Sentry events (worker shutdown); a no-op without Sentry."""
     if not _hooks_installed:
         return
-    import sentry_sdk
+    try:
+        import sentry_sdk
 
-    if sentry_sdk.get_client().is_active():
-        sentry_sdk.flush(timeout=timeout)
+        if sentry_sdk.get_client().is_active():
+            sentry_sdk.flush(timeout=timeout)
+    except Exception:  # shutting down: a sink that fails must not stop the rest of it
+        logger.exception("queued alerts could not be flushed", extra={"event": "alert.failed"})

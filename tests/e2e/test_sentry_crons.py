@@ -19,6 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
 from tests.support.processes import (
@@ -29,6 +31,7 @@ from tests.support.processes import (
     worker_argv,
 )
 from tests.support.sentry_receiver import SentryReceiver
+from tests.support.sentry_sdk_versions import SDK_MAJORS, sdk_pythonpath, sent_with
 
 APP = "tests.apps.jobs_app"
 
@@ -55,7 +58,10 @@ def _pairs(check_ins: list[dict[str, Any]], slug: str) -> dict[str, list[str]]:
     return by_id
 
 
-def test_job_runs_send_check_ins_and_one_failure_event(redis_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sdk_major", SDK_MAJORS)
+def test_job_runs_send_check_ins_and_one_failure_event(
+    redis_url: str, tmp_path: Path, sdk_major: str
+) -> None:
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     (jobs / "crons_ok.py").write_text(JOB.format(fail=False))
@@ -69,6 +75,7 @@ def test_job_runs_send_check_ins_and_one_failure_event(redis_url: str, tmp_path:
                 "SENTRY_DSN": sentry.dsn,
                 "E2E_SECRET": "token-must-not-leave",
             },
+            pythonpath=sdk_pythonpath(sdk_major),
         )
         worker = CeleryProcess(
             worker_argv(APP, concurrency=2),
@@ -125,6 +132,7 @@ def test_job_runs_send_check_ins_and_one_failure_event(redis_url: str, tmp_path:
         }
         if check_in["status"] != "in_progress":
             assert check_in["duration"] >= 0
+    assert {sent_with(event) for event in sentry.events} == {sdk_major}
     failures = [e for e in sentry.events if e.get("tags", {}).get("job") == "crons_fail"]
     assert len(failures) == failed_runs, "one event per failed run"
     assert len(sentry.events) == failed_runs, [e.get("logger") for e in sentry.events]

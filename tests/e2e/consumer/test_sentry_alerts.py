@@ -24,6 +24,7 @@ from tests.apps.consumer_app import QUEUE, WORK_TABLE_SQL
 from tests.conftest import REPO_ROOT
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
 from tests.support.sentry_receiver import SentryReceiver
+from tests.support.sentry_sdk_versions import SDK_MAJORS, sdk_pythonpath, sent_with
 
 
 @pytest.fixture
@@ -32,15 +33,21 @@ def sentry() -> Iterator[SentryReceiver]:
         yield receiver
 
 
+@pytest.mark.parametrize("sdk_major", SDK_MAJORS)
 def test_dead_letter_alerts_carry_tags_and_one_fingerprint(
-    redis_url: str, database_url: str, sentry: SentryReceiver, tmp_path: Path
+    redis_url: str, database_url: str, sentry: SentryReceiver, tmp_path: Path, sdk_major: str
 ) -> None:
+    """With each supported sentry-sdk major (3.x refuses 2.x's option names), every
+    dead letter is written and reaches Sentry."""
     conn = psycopg2.connect(database_url)
     with conn, conn.cursor() as cur:
         cur.execute(WORK_TABLE_SQL)
     conn.close()
     env = platform_env(
-        redis_url=redis_url, database_url=database_url, extra={"SENTRY_DSN": sentry.dsn}
+        redis_url=redis_url,
+        database_url=database_url,
+        extra={"SENTRY_DSN": sentry.dsn},
+        pythonpath=sdk_pythonpath(sdk_major),
     )
     settings = PlatformSettings.build(
         redis_url=redis_url, database_url=database_url, profile="test"
@@ -76,6 +83,7 @@ def test_dead_letter_alerts_carry_tags_and_one_fingerprint(
     port.close()
 
     events = sentry.events
+    assert {sent_with(event) for event in events} == {sdk_major}
     assert {event["tags"]["job_id"] for event in events} == job_ids
     for event in events:
         tags = event["tags"]
@@ -200,3 +208,63 @@ def test_one_event_per_dead_letter_under_celery_integration(
     )
     origins = Counter(_origin(event) for event in host.events)
     assert len(host.events) == len(job_ids), f"one dead letter, events: {dict(origins)}"
+
+
+def test_a_sentry_the_sdk_refuses_never_stops_a_dead_letter(
+    redis_url: str, database_url: str, tmp_path: Path
+) -> None:
+    """A ``SENTRY_DSN`` the SDK refuses (here a DSN without its key; under a new SDK major,
+    an option it no longer knows) makes alerts log-only: every dead letter is written."""
+    conn = psycopg2.connect(database_url)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(WORK_TABLE_SQL)
+    env = platform_env(
+        redis_url=redis_url,
+        database_url=database_url,
+        extra={"SENTRY_DSN": "https://sentry.invalid/42"},
+    )
+    settings = PlatformSettings.build(
+        redis_url=redis_url, database_url=database_url, profile="test"
+    )
+    port = QueuePort(create_app("sentry_refused_producer", settings=settings))
+
+    def dead_letters(job_ids: set[str]) -> int:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT count(*) FROM core.dead_letters WHERE job_id::text = ANY(%s)",
+                (sorted(job_ids),),
+            )
+            return int(cur.fetchone()[0])
+
+    with celery_processes() as started:
+        worker = CeleryProcess(
+            worker_argv("tests.apps.consumer_app", concurrency=2),
+            env=env,
+            cwd=REPO_ROOT,
+            log_path=tmp_path / "worker.log",
+        ).start()
+        started.append(worker)
+        worker.wait_for_log("ready.")
+        job_ids = {
+            str(
+                port.publish(
+                    QUEUE,
+                    {
+                        "tenant_id": "acme",
+                        "kind": "tests.consumer.apply",
+                        "data": {"key": f"refused-{n}", "permanent": True},
+                    },
+                )
+            )
+            for n in range(10)
+        }
+        try:
+            wait_until(lambda: dead_letters(job_ids) == 10, timeout=60, message="10 dead letters")
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n{worker.log()[-4000:]}") from exc
+        log = worker.log()
+    port.close()
+    conn.close()
+    assert "alerts are logged only" in log
+    assert log.count("alert: job dead-lettered") == 10
