@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench._servers import bench_postgres, bench_redis  # noqa: E402
 from platform_tasks.postgres.migrations import migrate  # noqa: E402
-from tests.e2e.notifications_support import rig  # noqa: E402
+from tests.e2e.notifications.support import rig  # noqa: E402
 from tests.support.notification_load import LoadResult, run_load  # noqa: E402
 from tests.support.resend_server import ResendLikeServer  # noqa: E402
 

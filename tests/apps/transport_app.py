@@ -4,7 +4,7 @@ The transport comes from ``PLATFORM_TRANSPORT`` like in production; the visibili
 timeout can be shortened below the production minimum with
 ``TRANSPORT_TEST_VISIBILITY_SECONDS`` so restores happen within a test's time budget.
 With ``TRANSPORT_TEST_GO_KEY`` set, a worker waits after booting until that Redis list
-gets an item (see ``tests/e2e/test_transport_kill.py``).
+gets an item (see ``tests/e2e/brokers/test_transport_kill.py``).
 """
 
 from __future__ import annotations

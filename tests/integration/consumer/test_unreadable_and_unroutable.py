@@ -151,7 +151,7 @@ def test_an_unacked_message_whose_queue_was_deleted_is_dead_lettered_not_kept_fo
         [
             sys.executable,
             "-m",
-            "tests.integration.transport.kill_after_fetch",
+            "tests.integration.brokers.transport.kill_after_fetch",
             redis_url,
             TRANSPORT_PATH,
             "doomed",

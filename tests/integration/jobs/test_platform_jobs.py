@@ -57,7 +57,7 @@ def test_both_platform_jobs_are_discovered(platform_jobs: JobTestScheduler) -> N
     assert {job.name for job in platform_jobs.jobs} == {
         "platform.processed_jobs_cleanup",
         "platform.dead_letter_age_report",
-        # the example app's fan-out jobs (tests/e2e/test_fanout_example_jobs.py)
+        # the example app's fan-out jobs (tests/e2e/fanout/test_fanout_example_jobs.py)
         "maintenance.partitions",
         "maintenance.retention",
         "maintenance.reconciliation",
