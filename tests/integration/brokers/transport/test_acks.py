@@ -19,7 +19,7 @@ from platform_tasks.brokers.transport import TRANSPORT_PATH
 from tests.integration.brokers.transport.conftest import ConnectionFactory
 from tests.integration.brokers.transport.helpers import collector, drain_until
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 
 
 def _queue(name: str = "jobs") -> Queue:

@@ -28,7 +28,7 @@ from tests.conftest import ServerFactory
 from tests.integration.brokers.transport.helpers import collector, drain_until
 from tests.support.processes import CeleryProcess, platform_env, worker_argv
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 JOBS = 40
 LATE_JOBS = 10  # published once memory is back: the consumer must have resumed
 APPLIED_KEY = "test:transport:applied"  # written by worker_app.py

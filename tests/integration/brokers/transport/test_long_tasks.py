@@ -24,7 +24,7 @@ from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing.servers import wait_until
 from tests.support.processes import CeleryProcess, platform_env, worker_argv
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 VISIBILITY_SECONDS = 5
 # Written by tests/integration/brokers/transport/worker_app.py.
 APPLIED_KEY = "test:transport:applied"

@@ -24,7 +24,7 @@ from tests.integration.brokers.transport.helpers import collector, drain_until
 from tests.integration.brokers.transport.tls_proxy import SelfSigned, TlsProxy, self_signed_cert
 from tests.support.processes import CeleryProcess, platform_env, worker_argv
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 SEEN_KEY = "test:transport:seen"  # written by tests/apps/transport_app.py
 
 
