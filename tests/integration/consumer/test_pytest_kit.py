@@ -1,9 +1,9 @@
 """The consumer-testing fixtures of the installed plugin, exercised by real pytest runs in
-a temporary project that declares its consumer the way the README does
+a temporary project that declares its consumer the way docs/consumers.md does
 (``@app.task(base=PlatformTask, data_model=M)`` on ``def handler(envelope, tx)``) and
-tests it with the README's fixtures: applied once, a duplicate, a dead letter with its
-row, a retry scheduled, and a wait that times out. The README's own example runs
-verbatim too.
+tests it with the fixtures of docs/testing.md: applied once, a duplicate, a dead letter
+with its row, a retry scheduled, and a wait that times out. The example of docs/testing.md
+runs verbatim too.
 
 The first run lets the kit start its own Redis and PostgreSQL from binaries with
 Celery's pytest plugins loaded (a user's default); the second names the suite's servers
@@ -203,18 +203,18 @@ def write_shop(root: Path, tests: str, conftest: str = CONFTEST) -> Path:
     return root
 
 
-def readme_example() -> tuple[str, str]:
-    """The README's consumer-testing block, verbatim: (conftest.py, test_orders.py)."""
-    readme = (REPO_ROOT / "README.md").read_text()
-    block = re.search(r"```python\n(# conftest\.py\n.*?)```", readme, re.S)
-    assert block, "the README's consumer-testing example is gone"
+def documented_example() -> tuple[str, str]:
+    """The consumer-testing block of docs/testing.md, verbatim: (conftest.py, test_orders.py)."""
+    guide = (REPO_ROOT / "docs" / "testing.md").read_text()
+    block = re.search(r"```python\n(# conftest\.py\n.*?)```", guide, re.S)
+    assert block, "the consumer-testing example of docs/testing.md is gone"
     conftest, marker, tests = block.group(1).partition("# test_orders.py\n")
-    assert marker, "the README example names test_orders.py"
+    assert marker, "the docs/testing.md example names test_orders.py"
     return conftest, tests
 
 
-def test_the_readme_example_passes_as_written(tmp_path: Path) -> None:
-    conftest, tests = readme_example()
+def test_the_documented_example_passes_as_written(tmp_path: Path) -> None:
+    conftest, tests = documented_example()
     outcome = run_pytest(write_shop(tmp_path, tests, conftest))
     assert (outcome.passed, outcome.failed, outcome.errors) == (2, 0, 0), outcome.output
 

@@ -1,8 +1,8 @@
 """The documented ways to run the platform start workers as a user would: no ``-Q``/``-X``.
 
 A worker narrowed to some queues would leave scheduled-job triggers (``platform.jobs``)
-unconsumed; ``make run`` (``platform-tasks dev``), docker-compose and the README must not
-narrow it.
+unconsumed; ``make run`` (``platform-tasks dev``), docker-compose, the README and the pages
+of docs/ must not narrow it.
 """
 
 from __future__ import annotations
@@ -50,9 +50,10 @@ def test_compose_services_and_dockerfile_start_plain_workers() -> None:
     assert not re.search(r"\s(-Q|-X|--queues|--exclude-queues)\b", dockerfile)
 
 
-def test_readme_commands_do_not_narrow_workers() -> None:
+def test_readme_and_docs_commands_do_not_narrow_workers() -> None:
     readme = (REPO_ROOT / "README.md").read_text()
-    commands = re.findall(r"celery -A \S+ worker[^\n`]*", readme)
-    assert commands, "the README shows how to start a worker"
-    for command in commands:
-        assert not _narrows(command.split("#")[0].split()), command
+    assert re.findall(r"celery -A \S+ worker[^\n`]*", readme), "the README starts a worker"
+    pages = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        for command in re.findall(r"celery -A \S+ worker[^\n`]*", page.read_text()):
+            assert not _narrows(command.split("#")[0].split()), (page.name, command)
