@@ -19,7 +19,7 @@ from platform_tasks.keys import delay_keys, delivery_keys
 from platform_tasks.settings import PlatformSettings
 from tests.conftest import ServerFactory
 from tests.integration.consumer.conftest import MAX_ATTEMPTS, Harness
-from tests.integration.consumer.test_deliveries import CONSUMER, redeliver
+from tests.integration.consumer.test_attempts import CONSUMER, redeliver
 from tests.integration.consumer.test_idempotency import envelope
 
 
