@@ -1,4 +1,4 @@
-"""The consumer test app, traced as the README tells users to: ``trace_workers()`` in the
+"""The consumer test app, traced as docs/observability.md tells users to: ``trace_workers()`` in the
 app module, the exporter configured by the standard ``OTEL_*`` variables.
 
 ``tests.otel.flaky`` records, on every run, the custom header ``x-order-source`` and the

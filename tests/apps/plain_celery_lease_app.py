@@ -1,5 +1,6 @@
 """A plain ``Celery()`` app (not built by ``create_app``) that does not install lease
-renewal: what a team with its own Celery app runs before adding the README's line.
+renewal: what a team with its own Celery app runs before adding the line of
+docs/django-celery-beat.md.
 
 ``tests.plain_lease.record`` appends its label to the Redis list ``test:plain-lease:runs``.
 """

@@ -1,4 +1,4 @@
-"""The operations console as the README starts it, and a headless Chromium to drive it.
+"""The operations console as docs/console.md starts it, and a headless Chromium to drive it.
 
 One database (``console_e2e``) per test session in the harness PostgreSQL, migrated with
 ``platform-tasks migrate``; the console's own Django tables live in its schema
@@ -123,7 +123,7 @@ class Console:
 
 
 def create_user(env: Mapping[str, str], username: str, password: str, role: str) -> str:
-    """``platform-tasks console create-user`` as the README gives it; its output."""
+    """``platform-tasks console create-user`` as docs/console.md gives it; its output."""
     done = subprocess.run(
         [CLI, "console", "create-user", username, "--role", role],
         env={**env, "PLATFORM_CONSOLE_PASSWORD": password},

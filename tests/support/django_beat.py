@@ -1,8 +1,8 @@
 """django-celery-beat's tables in the harness PostgreSQL, and Django set up for them.
 
 One database (``django_beat``) per test session, created and migrated with the command
-the README gives (``python -m django migrate`` with the standalone settings module); this
-process then uses Django's ORM on it the way an admin edit would.
+docs/django-celery-beat.md gives (``python -m django migrate`` with the standalone settings
+module); this process then uses Django's ORM on it the way an admin edit would.
 """
 
 from __future__ import annotations

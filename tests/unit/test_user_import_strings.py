@@ -36,7 +36,7 @@ USER_STRINGS = [
     "platform_tasks.task:PlatformTask",
     "platform_tasks.queue_port:QueuePort",
     "platform_tasks.queue_port:PublishOptions",
-    # scheduled jobs, fan-out, notifications (README, docs/scheduled-jobs.md)
+    # scheduled jobs, fan-out, notifications (docs/scheduled-jobs.md, fanout.md, notifications.md)
     "platform_tasks.jobs:define_job",
     "platform_tasks.jobs:JobContext",
     "platform_tasks.jobs:JobDefinition",

@@ -6,7 +6,8 @@ expired in the queue: both are admitted points) and the rows: each point runs at
 interval edit is picked up, enabling or editing a task whose ``last_run_at`` is long past
 does not run it, a one-off runs once and disables itself, a run holding its lease makes
 its next points skip (no overlap), and only the admitting replica writes the run
-metadata. The commands are the README's; the worker has no ``-Q``.
+metadata. The commands are those of docs/django-celery-beat.md and the README; the worker has no
+``-Q``.
 """
 
 from __future__ import annotations

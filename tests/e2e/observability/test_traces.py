@@ -2,7 +2,7 @@
 
 The test process is the web app: an in-process OpenTelemetry SDK with an in-memory
 exporter and ``opentelemetry-instrumentation-celery``, publishing inside a request span.
-The worker is ``celery -A tests.apps.otel_app worker`` traced as the README says
+The worker is ``celery -A tests.apps.otel_app worker`` traced as docs/observability.md says
 (``trace_workers()`` in the app module, ``OTEL_*`` variables) and exports over OTLP/HTTP
 to a real collector on loopback. The job's run spans must land in the publishing
 request's trace on the first delivery, on the retry, and after a replay from the CLI;

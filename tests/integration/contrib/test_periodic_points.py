@@ -1,7 +1,7 @@
 """The points of django-celery-beat periodic tasks, with explicit times (no clock).
 
-The rows are real (PostgreSQL through Django's ORM, migrated with the README's command),
-so the conversion reads exactly what Django admin stores.
+The rows are real (PostgreSQL through Django's ORM, migrated with the command of
+docs/django-celery-beat.md), so the conversion reads exactly what Django admin stores.
 """
 
 from __future__ import annotations

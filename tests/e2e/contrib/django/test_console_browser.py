@@ -1,5 +1,5 @@
 """The operations console in a real browser (headless Chromium driven by selenium), against
-``platform-tasks console`` started as the README starts it, on the harness PostgreSQL.
+``platform-tasks console`` started as docs/console.md starts it, on the harness PostgreSQL.
 
 An operator logs in, filters the dead letters by tenant, opens one (its payload shown,
 escaped), runs a bulk replay of the filter through its confirmation page and finds the
