@@ -10,7 +10,7 @@ from pathlib import Path
 
 import redis
 
-from tests.integration.jobs.pytest_project import run_pytest, write_project
+from tests.integration.testing.pytest_project import run_pytest, write_project
 
 HOURLY = """
 from datetime import timedelta

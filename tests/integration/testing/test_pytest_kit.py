@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg2
 
 from tests.conftest import REPO_ROOT
-from tests.integration.jobs.pytest_project import run_pytest
+from tests.integration.testing.pytest_project import run_pytest
 
 SHOP_APP = """
 from pydantic import BaseModel

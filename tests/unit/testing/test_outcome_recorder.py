@@ -2,7 +2,7 @@
 the order the worker settled them, and a wait with nothing to return ends at its deadline.
 
 The worker side is a real thread calling the hook methods the pipeline calls; the full
-kit runs against real servers in ``tests/integration/consumer/test_pytest_kit.py``.
+kit runs against real servers in ``tests/integration/testing/test_pytest_kit.py``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 import redis
 
 from tests.conftest import REPO_ROOT
-from tests.integration.jobs.pytest_project import run_pytest, write_project
+from tests.integration.testing.pytest_project import run_pytest, write_project
 
 JOB = """
 from platform_tasks.jobs import define_job
