@@ -9,6 +9,15 @@ hold a small reserve only (5 % of a second's rate, at least one token), and a fi
 also never grants more than the rate's count within any 1000 ms, so a task throttled to
 N/s runs no faster than N/s across all workers, even right after an idle spell.
 
+A refused job waits in the delay store and comes back at its slot, give or take the
+promoter's and the fetch's jitter (ms to tens of ms); a few ms early it found the token
+not yet there (or the sliding second not yet passed), was refused again and queued behind
+every job refused meanwhile, while its token went unused: a ``5/s`` throttle ran at 3 jobs/s
+across two workers. A caller may therefore ask to be told to wait in place for a
+first-level token that comes within ``wait_in_place_ms`` (the script's in-place waiters,
+spaced one token apart among themselves, as a transactional email's); the admission hook
+does, for a short bound (:data:`~platform_tasks.limits.admission.THROTTLE_WAIT_IN_PLACE_MS`).
+
 Nothing here drops a job: a refusal is a wait (``Throttled``, no attempt spent). Redis
 errors are not caught: a throttle that cannot ask Redis must not run the job, and the
 pipeline waits with the job unacked until Redis answers.
@@ -28,6 +37,8 @@ from platform_tasks.settings.rate_limits import RateLimit
 __all__ = ["ThrottleDecision", "Throttles"]
 
 _REASONS = {3: "throttle_total", 4: "throttle"}
+_IN_PLACE = 5
+"""The script's reason for "wait this long where you are, then ask again"."""
 
 
 def idle_expiry_ms(rate: RateLimit) -> int:
@@ -39,9 +50,13 @@ def idle_expiry_ms(rate: RateLimit) -> int:
 
 @dataclass(frozen=True)
 class ThrottleDecision:
+    """``granted``, or refused for ``wait_ms``: in the delay store, or where the job is
+    when ``in_place`` (its first-level token comes within the ``wait_in_place_ms`` asked)."""
+
     granted: bool
     wait_ms: int = 0
     reason: str = ""
+    in_place: bool = False
 
 
 GRANTED = ThrottleDecision(True)
@@ -56,9 +71,19 @@ class Throttles:
         self._take = client.register_script(script_source("rate_limit_take"))
 
     def take(
-        self, task: str, key: str | None, rate: RateLimit | None, total: RateLimit | None
+        self,
+        task: str,
+        key: str | None,
+        rate: RateLimit | None,
+        total: RateLimit | None,
+        *,
+        wait_in_place_ms: int = 0,
     ) -> ThrottleDecision:
-        """One token of ``key`` at ``rate`` and of the task at ``total``, or none."""
+        """One token of ``key`` at ``rate`` and of the task at ``total``, or none.
+
+        ``wait_in_place_ms``: a refusal by the first level (the total, else the key) whose
+        turn among the callers waiting in place comes within this long is returned with
+        ``in_place`` set, and the caller is not queued behind the delay store's."""
         if total is not None:
             first, first_rate = throttle_total_bucket(self.profile, task), total
             second = (
@@ -86,6 +111,8 @@ class Throttles:
             "t",
             0,
         ]
+        if wait_in_place_ms > 0:
+            args.append(int(wait_in_place_ms))
         if second is None and total is None:
             # the script never expires its first level (a provider's bucket is one of a
             # few); a key's bucket is one of as many keys as there are tenants: let it go
@@ -102,6 +129,9 @@ class Throttles:
         if verdict == 0:
             return GRANTED
         reason = verdict & 7
+        if reason == _IN_PLACE:
+            level = "throttle" if second is None and total is None else "throttle_total"
+            return ThrottleDecision(False, verdict >> 3, level, in_place=True)
         if second is None:
             return ThrottleDecision(
                 False, verdict >> 3, "throttle" if total is None else "throttle_total"
