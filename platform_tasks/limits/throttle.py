@@ -6,8 +6,9 @@ jobs refused at once come back spread over the time their tokens need. Here the 
 levels are the task's total (``throttle_total``, optional) and the job's key
 (``throttle``); without a total the key's bucket is the script's first level. Both levels
 hold a small reserve only (5 % of a second's rate, at least one token), and a first level
-also never grants more than the rate's count within any 1000 ms, so a task throttled to
-N/s runs no faster than N/s across all workers, even right after an idle spell.
+also never grants more than the rate's count within any 1000 ms (1030 ms: see
+:data:`WINDOW_MARGIN_MS`), so a task throttled to N/s runs no faster than N/s across all
+workers, even right after an idle spell.
 
 A refused job waits in the delay store and comes back at its slot, give or take the
 promoter's and the fetch's jitter (ms to tens of ms); a few ms early it found the token
@@ -37,6 +38,12 @@ from platform_tasks.settings.rate_limits import RateLimit
 __all__ = ["ThrottleDecision", "Throttles"]
 
 _REASONS = {3: "throttle_total", 4: "throttle"}
+WINDOW_MARGIN_MS = 30
+"""The sliding second of a task throttle spans 1000 ms plus this: a handler starts a few
+ms after its grant (more on a loaded machine), so grants exactly 1000 ms apart could show
+one start too many within some 1000 ms of the handlers' clocks. Costs at most 3 % of the
+rate; the token bucket itself refills at exactly the rate."""
+
 _IN_PLACE = 5
 """The script's reason for "wait this long where you are, then ask again"."""
 
@@ -45,7 +52,7 @@ def idle_expiry_ms(rate: RateLimit) -> int:
     """How long a key's bucket outlives its last take: two refills of one token plus the
     second the script's sliding window looks back, at least 2 s. An expired bucket is a
     full one, which is what it would be by then anyway."""
-    return max(2000, math.ceil(2000 / rate.per_second) + 1000)
+    return max(2000, math.ceil(2000 / rate.per_second) + 1000 + WINDOW_MARGIN_MS)
 
 
 @dataclass(frozen=True)
@@ -111,8 +118,7 @@ class Throttles:
             "t",
             0,
         ]
-        if wait_in_place_ms > 0:
-            args.append(int(wait_in_place_ms))
+        args += [max(0, int(wait_in_place_ms)), 1000 + WINDOW_MARGIN_MS]
         if second is None and total is None:
             # the script never expires its first level (a provider's bucket is one of a
             # few); a key's bucket is one of as many keys as there are tenants: let it go
