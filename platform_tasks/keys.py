@@ -50,6 +50,13 @@ class DelayKeys:
         unroutable (the promoter backs off on it and dead-letters it after a bound)."""
         return f"{{{self.namespace}:{self.store}}}:v1:returns"
 
+    @property
+    def claimed(self) -> str:
+        """Set of the entry ids a promoter has claimed to publish elsewhere (RabbitMQ): such
+        an entry's data may already be on its way, so a debounce publish must not replace
+        it (it stores a new job instead); removed with the entry."""
+        return f"{{{self.namespace}:{self.store}}}:v1:claimed"
+
 
 def delay_keys(profile: str) -> DelayKeys:
     return DelayKeys(base_namespace(profile))

@@ -7,7 +7,10 @@ before ``task.execute``. In order:
    ``concurrency_retry`` (jittered) from Redis ``TIME``;
 2. the throttle (``throttle_key``/``throttle``, ``throttle_total``): take a token or wait
    for the slot the token bucket gives, from Redis ``TIME``; a slot taken in step 1 is
-   given back first;
+   given back first. A token that comes within :data:`THROTTLE_WAIT_IN_PLACE_MS` is
+   waited for here, holding the worker process that long (see
+   :mod:`~platform_tasks.limits.throttle`: through the delay store the job would come
+   back a few ms off its slot and often be refused again, its token unused);
 3. release the job's unique publish key, if it was published with one: it has started.
 
 A wait raises :class:`~platform_tasks.errors.Throttled`: the pipeline rolls the
@@ -23,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -46,6 +50,13 @@ logger = logging.getLogger(__name__)
 __all__ = ["Admitted", "LimitsRuntime", "admit", "cap_wait_ms", "runtime_for"]
 
 CAP_REASON = "concurrency_cap"
+
+THROTTLE_WAIT_IN_PLACE_MS = 250
+"""How long in all a job refused by its throttle may wait for its token where it is,
+holding its worker process, before it goes round the delay store. At ``5/s`` the next
+token is 200 ms away; a job back from the delay store a few ms before its slot waits those
+ms rather than queueing behind every job refused meanwhile. Slower throttles (a token
+farther away than this) always wait in the delay store."""
 
 
 def cap_wait_ms(retry: timedelta, draw: Callable[[], float] = random.random) -> int:
@@ -106,6 +117,8 @@ class LimitsRuntime:
         self._throttles: Throttles | None = None
         self._unique: UniqueLocks | None = None
         self.renewer = LeaseRenewer(self.leases)
+        self.sleep: Callable[[float], None] = time.sleep
+        """How a throttled job waits in place for a near token (tests wait on Redis TIME)."""
 
     def client(self) -> Any:
         if self._client is None:
@@ -183,10 +196,7 @@ def admit(task: Any, envelope: Any, unique_key: str | None = None) -> Admitted:
                 runtime.renewer.hold(lease)
         if spec.throttle is not None or spec.throttle_total is not None:
             key = None if spec.throttle_key is None else key_text(spec.throttle_key, envelope)
-            taken = runtime.throttles().take(task.name, key, spec.throttle, spec.throttle_total)
-            if not taken.granted:
-                admitted.release()
-                raise Throttled(due_at(redis_now_ms(runtime.client()), taken.wait_ms), taken.reason)
+            _take_throttle(runtime, task.name, key, spec, admitted)
         if unique_key is not None:
             _release_unique(runtime, unique_key, job)
     except REDIS_ERRORS as exc:
@@ -196,6 +206,29 @@ def admit(task: Any, envelope: Any, unique_key: str | None = None) -> Admitted:
         admitted.release()
         raise
     return admitted
+
+
+def _take_throttle(
+    runtime: LimitsRuntime, task: str, key: str | None, spec: LimitSpec, admitted: Admitted
+) -> None:
+    """Take the throttle's token, waiting in place for one within
+    :data:`THROTTLE_WAIT_IN_PLACE_MS` in all, or raise ``Throttled`` with the slot given."""
+    waited = 0
+    while True:
+        taken = runtime.throttles().take(
+            task,
+            key,
+            spec.throttle,
+            spec.throttle_total,
+            wait_in_place_ms=max(0, THROTTLE_WAIT_IN_PLACE_MS - waited),
+        )
+        if taken.granted:
+            return
+        if not taken.in_place:
+            admitted.release()
+            raise Throttled(due_at(redis_now_ms(runtime.client()), taken.wait_ms), taken.reason)
+        runtime.sleep(taken.wait_ms / 1000)
+        waited += taken.wait_ms
 
 
 def _release_unique(runtime: LimitsRuntime, unique_key: str, job: str) -> None:

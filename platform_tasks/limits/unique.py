@@ -6,7 +6,8 @@ a second publish of the key while the lock holds returns the first job's id and 
 nothing. ``unique_mode="debounce"`` stores the job in the delay store for ``unique_for``
 (due by Redis ``TIME``) and a second publish while it waits replaces the stored entry's
 data, keeping the first job's id and due time: only the latest data runs, at most one
-window after the first publish.
+window after the first publish. An entry a RabbitMQ promoter has claimed is never
+replaced (its data may already be on the queue under that id): the publish stores a new job.
 
 The lock is released when the job starts (the consumer, after the job passed its limits
 and before the handler runs) or when ``unique_for`` ends, whichever comes first: a publish
@@ -124,7 +125,7 @@ class UniqueLocks:
         job's when debounce replaces its data. Returns the id of the job that will run.
         """
         lock = self.lock_key(request.key)
-        keys = [lock, self.keys.schedule, self.keys.entries]
+        keys = [lock, self.keys.schedule, self.keys.entries, self.keys.claimed]
         expected = ""
         entry = build(job_id)
         for _ in range(_REBUILDS):

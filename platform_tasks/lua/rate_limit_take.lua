@@ -14,6 +14,9 @@
 --         long is told to wait for it where it is (reason 5) instead of being queued
 --         behind the refused callers of its rail; the dispatcher passes it for
 --         transactional sends only.
+-- ARGV[12] ms (optional, '' or absent = 1000): the span of the sliding second below; a
+--         task throttle passes a little more, so its handlers, which start a few ms after
+--         their grants, also never start more than the rate's count within any 1000 ms.
 -- A rate learned from the provider's headers scales the capacity down with it.
 -- Returns 0 when granted, else wait_ms * 8 + reason (1 provider_paused, 2 provider_backoff,
 -- 3 provider_rate_limit, 4 tenant_rate_limit, 5 provider_rate_wait: wait in place, then ask
@@ -115,12 +118,13 @@ if ptokens < pneed then wait = math.ceil((pneed - ptokens) / prate) end
 -- take). A learned rate changes n: the ring is then briefly out of order, which only
 -- moves a few grants by less than a second.
 local window_n = math.floor(prate * 1000 + 1e-9)
+local window_ms = tonumber(ARGV[12]) or 1000
 local gi = tonumber(p[5]) or 0
 if window_n >= 1 then
   if gi >= window_n then gi = 0 end
   local oldest = tonumber(redis.call('HGET', KEYS[1], 'g' .. gi))
-  if oldest and oldest > now - 1000 then
-    local window_wait = oldest + 1000 - now
+  if oldest and oldest > now - window_ms then
+    local window_wait = oldest + window_ms - now
     if window_wait > wait then wait = window_wait end
   end
 end

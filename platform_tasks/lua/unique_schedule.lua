@@ -1,7 +1,7 @@
 -- Store a delayed job under a unique publish key, or find the job already waiting.
 --
 -- KEYS[1] the unique key's lock (value "<job id> <entry id>"), KEYS[2] the delay store's
---         sorted set, KEYS[3] its hash of entries
+--         sorted set, KEYS[3] its hash of entries, KEYS[4] its set of claimed entry ids
 -- ARGV[1] mode: 'skip' (a waiting job wins: nothing stored) or 'debounce' (a waiting job
 --         keeps its id and due time, its entry is replaced by this one)
 -- ARGV[2] job id, ARGV[3] entry id, ARGV[4] due ms ('' = now by Redis TIME + ARGV[7]),
@@ -17,11 +17,15 @@ local waiting = false
 if lock then
   local entry_id = string.match(lock, ' (.*)$')
   -- a lock whose entry left the store (promoted, started) still holds a skip, for as
-  -- long as the job has not started; a debounce has nothing left to replace
+  -- long as the job has not started; a debounce has nothing left to replace. An entry a
+  -- promoter has claimed (claim_delays.lua) is leaving: its data is being published under
+  -- the waiting job's id and the promoter removes the entry once confirmed, so replacing
+  -- its data would lose it; a debounce stores a new job instead, as after promotion.
   if ARGV[1] == 'skip' then
     return {'exists', lock}
   end
-  if entry_id and entry_id ~= '' and redis.call('HEXISTS', KEYS[3], entry_id) == 1 then
+  if entry_id and entry_id ~= '' and redis.call('HEXISTS', KEYS[3], entry_id) == 1
+      and redis.call('SISMEMBER', KEYS[4], entry_id) == 0 then
     waiting = entry_id
   end
 end

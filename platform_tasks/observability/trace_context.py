@@ -12,7 +12,8 @@ message carries on (:func:`carried_headers`) and which a new message starts with
 The custom ``headers`` of ``publish(..., {"headers": {...}})`` are carried too: their
 names travel in the :data:`CARRIED_HEADER` header, because Celery merges a message's
 headers with its own protocol fields on the worker, and only the names the publisher
-gave say which are the application's.
+gave say which are the application's. Names Celery or the platform use are refused at
+publish (:mod:`platform_tasks.observability.reserved_headers`) and never carried.
 
 OpenTelemetry is optional (the ``otel`` extra): without it, the headers still travel and
 nothing else happens.
@@ -24,6 +25,12 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
+
+from platform_tasks.observability.reserved_headers import (
+    CARRIED_HEADER,
+    PUBLISHED_AT_HEADER,
+    reserved_header,
+)
 
 __all__ = [
     "CARRIED_HEADER",
@@ -39,13 +46,6 @@ __all__ = [
 
 TRACE_HEADERS = ("traceparent", "tracestate", "sentry-trace", "baggage")
 """W3C trace context and Sentry's trace headers, carried on whenever a message has them."""
-
-CARRIED_HEADER = "platform_headers"
-"""Header naming the publisher's custom headers, so a retry or replay carries them on."""
-
-PUBLISHED_AT_HEADER = "platform_published_at"
-"""Unix seconds at which the job became ready to run: its publish, or for a scheduled
-job or a retry the time it is due. The age of a queue's oldest job is read from it."""
 
 SENTRY_HEADERS = ("sentry-trace", "baggage")
 NESTED_HEADER = "headers"
@@ -147,7 +147,9 @@ def carried_headers(request: Any) -> dict[str, Any]:
     names = _header(request, CARRIED_HEADER)
     if isinstance(names, list | tuple):
         for name in names:
-            if isinstance(name, str) and name not in _RESERVED:
+            # a name Celery or the platform uses reads back their value, not the
+            # publisher's, and would replace theirs on the new message: never carried
+            if isinstance(name, str) and name not in _RESERVED and reserved_header(name) is None:
                 value = _header(request, name)
                 if value is not None:
                     carried[name] = value

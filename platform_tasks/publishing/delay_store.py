@@ -105,10 +105,15 @@ class DelayStore:
 
     def claim_due(self, limit: int, lease_ms: int) -> Claim:
         """Claim up to ``limit`` due entries for ``lease_ms``; they stay stored until
-        :meth:`remove`, and become due again when the lease ends."""
+        :meth:`remove`, and become due again when the lease ends. A claimed entry is
+        marked (``keys.claimed``) until removed: a debounce publish no longer replaces its
+        data, which may already be on the broker under the waiting job's id."""
         raw = cast(
             list[Any],
-            self._claim(keys=[self.keys.schedule, self.keys.entries], args=[limit, lease_ms]),
+            self._claim(
+                keys=[self.keys.schedule, self.keys.entries, self.keys.claimed],
+                args=[limit, lease_ms],
+            ),
         )
         pairs = [(_text(raw[i]), bytes(raw[i + 1])) for i in range(2, len(raw), 2)]
         wait = int(raw[1])
@@ -120,7 +125,11 @@ class DelayStore:
         """Remove entries (their publish was confirmed); returns how many were still there."""
         if not entry_ids:
             return 0
-        return int(self._remove(keys=[self.keys.schedule, self.keys.entries], args=entry_ids))
+        return int(
+            self._remove(
+                keys=[self.keys.schedule, self.keys.entries, self.keys.claimed], args=entry_ids
+            )
+        )
 
     def release(self, entry_ids: list[str]) -> None:
         """Make claimed entries due again now (their publish was not confirmed)."""

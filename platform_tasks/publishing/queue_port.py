@@ -13,7 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import redis
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from platform_tasks.brokers.selection import broker_holds_delays, broker_kind, delays_in_store
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7, validation_errors
@@ -22,6 +23,8 @@ from platform_tasks.keys import TENANT_HEADER, delay_keys, rabbitmq_delay_keys
 from platform_tasks.limits.publish import publish_unique
 from platform_tasks.limits.unique import UniqueLocks, unique_publish
 from platform_tasks.observability.context import current_correlation_id
+from platform_tasks.observability.reserved_headers import ATTEMPT_HEADER as ATTEMPT_HEADER
+from platform_tasks.observability.reserved_headers import reserved_header
 from platform_tasks.observability.trace_context import outgoing_headers
 from platform_tasks.publishing.amqp_wire import AmqpMessageBuilder
 from platform_tasks.publishing.delay_store import DelayStore
@@ -30,8 +33,6 @@ from platform_tasks.publishing.wire import WireBuilder
 
 if TYPE_CHECKING:
     from platform_tasks.app import PlatformCelery
-
-ATTEMPT_HEADER = "platform_attempt"
 
 
 class PublishOptions(BaseModel):
@@ -42,6 +43,22 @@ class PublishOptions(BaseModel):
     priority: int | None = Field(default=None, ge=0, le=255)
     headers: dict[str, Any] = Field(default_factory=dict)
     attempt: int = Field(default=1, ge=1)
+
+    @field_validator("headers")
+    @classmethod
+    def _no_reserved_names(cls, headers: dict[str, Any]) -> dict[str, Any]:
+        """Refuse a custom header named like one of Celery's or the platform's: Celery
+        merges custom headers over its own (see
+        :mod:`~platform_tasks.observability.reserved_headers`)."""
+        for name in headers:
+            why = reserved_header(name)
+            if why is not None:
+                raise PydanticCustomError(
+                    "reserved_header",
+                    "header {name} is reserved ({why}); give the custom header another name",
+                    {"name": repr(name), "why": why},
+                )
+        return headers
 
 
 _DEFAULT_OPTIONS = PublishOptions()

@@ -21,6 +21,10 @@ is postponed with a doubling back-off (the count of returns per entry lives in R
 survives restarts and is shared by promoters), and after :data:`MAX_RETURNS` returns it is
 dead-lettered into ``core.dead_letters`` with an alert and removed from the store.
 
+A claimed entry is marked claimed until removed (``keys.claimed``): a debounce publish
+(``unique_schedule.lua``) would otherwise overwrite data this pass already published and
+then see its own removed with the entry; it stores a new job instead.
+
 A promoter killed between 2 and 3 leaves its entries to be claimed again when the lease
 ends: the job is published twice and the consumer's idempotency row absorbs the second
 copy. A promoter that loses RabbitMQ leaves its entries stored and retries with back-off.

@@ -514,6 +514,7 @@ def empty_delay_store(settings: PlatformSettings) -> Literal["redis", "rabbitmq"
     try:
         client.delete(keys.schedule)  # one key per call: the keys may sit on cluster nodes
         client.delete(keys.entries)
+        client.delete(keys.claimed)
     finally:
         client.close()
     return kind

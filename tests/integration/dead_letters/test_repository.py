@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import redis
 from psycopg2.extensions import connection as Connection
 
+from platform_tasks import QueuePort, create_app
 from platform_tasks.dead_letters.dead_letter import DeadLetter, insert_dead_letter
 from platform_tasks.dead_letters.store import (
     DeadLetterFilter,
@@ -19,6 +22,8 @@ from platform_tasks.dead_letters.store import (
     replay_dead_letters,
 )
 from platform_tasks.errors import ReplayError
+from platform_tasks.observability.trace_context import CARRIED_HEADER
+from platform_tasks.settings import PlatformSettings
 from tests.integration.dead_letters.conftest import AddRow, envelope, poison_payload
 
 
@@ -222,3 +227,26 @@ def test_discard_records_reason_and_skips_non_pending(conn: Connection, add_row:
     )
     with pytest.raises(ValueError):
         discard_dead_letters(conn, [b], reason="  ")
+
+
+def test_a_replay_drops_stored_headers_that_would_replace_celerys_own(
+    conn: Connection, add_row: AddRow, settings: PlatformSettings, redis_client: redis.Redis
+) -> None:
+    """A row stored before such names were refused may hold one among its headers; the
+    replayed message keeps the job's own id and protocol fields, and the custom rest."""
+    payload = envelope()
+    row_id = add_row(
+        payload=payload, queue="billing", headers={"id": "evil", "retries": 9, "x-a": "1"}
+    )
+    app = create_app("dead_letters_replay_headers", settings=settings)
+    port = QueuePort(app)
+    try:
+        report = replay_dead_letters(conn, port.publish, ids=[row_id])
+    finally:
+        port.close()
+        app.close()
+    assert [str(r.job_id) for r in report.replayed] == [payload["job_id"]]
+    (raw,) = redis_client.lrange("billing", 0, -1)
+    headers = json.loads(raw)["headers"]
+    assert (headers["id"], headers["retries"], headers["x-a"]) == (payload["job_id"], 0, "1")
+    assert headers[CARRIED_HEADER] == ["x-a"]

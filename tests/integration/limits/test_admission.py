@@ -13,8 +13,10 @@ from prometheus_client import REGISTRY
 from platform_tasks import PlatformTask, create_app
 from platform_tasks.envelope import parse_envelope, uuid7
 from platform_tasks.errors import ServersUnavailable, Throttled
-from platform_tasks.limits.admission import admit
+from platform_tasks.limits import admission
+from platform_tasks.limits.admission import admit, runtime_for
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 
 _names = itertools.count()
 
@@ -107,5 +109,45 @@ def test_a_limit_that_cannot_ask_redis_waits(settings: PlatformSettings) -> None
     try:
         with pytest.raises(ServersUnavailable):
             admit(app.tasks[name], envelope("a"))
+    finally:
+        app.close()
+
+
+def test_a_throttled_job_whose_token_is_near_waits_for_it_in_place(
+    settings: PlatformSettings, redis_client: redis.Redis
+) -> None:
+    """Through the delay store a refused job comes back at its slot give or take the
+    promoter's and the fetch's jitter; a few ms early it was refused again and sent behind
+    every job refused meanwhile, leaving its token unused (a 5/s throttle ran at 3/s). A
+    token within THROTTLE_WAIT_IN_PLACE_MS is waited for where the job is, by Redis TIME."""
+    app = create_app("limits_admission_in_place", settings=settings)
+    name = f"t.admission{next(_names)}"
+
+    @app.task(
+        name=name,
+        base=PlatformTask,
+        shared=False,
+        throttle_key=lambda envelope: envelope.tenant_id,
+        throttle="5/s",
+    )
+    def handler(envelope: Any, tx: Any) -> None: ...
+
+    waits: list[float] = []
+
+    def wait_on_redis_time(seconds: float) -> None:
+        waits.append(seconds)
+        until = redis_ms(redis_client) + seconds * 1000
+        wait_until(lambda: redis_ms(redis_client) >= until, timeout=5, interval=0.005)
+
+    runtime_for(app).sleep = wait_on_redis_time
+    task = app.tasks[name]
+    try:
+        start = redis_ms(redis_client)
+        for _ in range(4):  # the bucket's one token, then one every 200 ms: each waited for
+            admit(task, envelope("near")).release()
+        # never over the limit: the 4th token is 600 ms after the first (Redis TIME, ms)
+        assert redis_ms(redis_client) - start >= 598
+        assert len(waits) >= 3
+        assert all(0 < wait <= admission.THROTTLE_WAIT_IN_PLACE_MS / 1000 for wait in waits)
     finally:
         app.close()

@@ -6,9 +6,12 @@ removal takes it out for good; release makes it due again at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import redis
 
 from platform_tasks.keys import rabbitmq_delay_keys
+from platform_tasks.limits.unique import UniqueLocks, UniquePublish
 from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.testing.servers import wait_until
 
@@ -52,6 +55,32 @@ def test_a_released_entry_is_due_again_at_once(redis_client: redis.Redis) -> Non
     s.remove(["e1"])
     s.release(["e1"])  # released after another promoter removed it: not re-added
     assert s.pending() == 0
+
+
+def test_a_debounce_replaces_a_waiting_entry_but_never_one_a_promoter_claimed(
+    redis_client: redis.Redis,
+) -> None:
+    """Once claimed, an entry's data may be on the broker under the waiting job's id (even
+    when released unconfirmed): a debounce then stores a new job, never new data the
+    removal would drop or the consumer would absorb as a duplicate of the id."""
+    s = store(redis_client)
+    locks = UniqueLocks(redis_client, s.keys)
+    debounce = UniquePublish("k", 60_000, "debounce")
+
+    def entry(n: int) -> Callable[[str], str]:
+        return lambda job: f'{{"job": "{job}", "n": {n}}}'
+
+    due = now_ms(redis_client) - 1
+    assert locks.store(debounce, "job-1", "e1", due, 0, entry(1)) == "job-1"
+    assert locks.store(debounce, "job-2", "e2", due, 0, entry(2)) == "job-1", "replaced"
+    assert s.claim_due(10, lease_ms=3_600_000).entries == [("e1", b'{"job": "job-1", "n": 2}')]
+    assert locks.store(debounce, "job-3", "e3", due, 0, entry(3)) == "job-3", "claimed: new job"
+    s.release(["e1"])  # not confirmed: published again as it is, at least once
+    assert locks.store(debounce, "job-4", "e4", due, 0, entry(4)) == "job-3", "e3 replaced"
+    stored = {k.decode(): v.decode() for k, v in redis_client.hgetall(s.keys.entries).items()}
+    assert stored == {"e1": '{"job": "job-1", "n": 2}', "e3": '{"job": "job-3", "n": 4}'}
+    assert s.remove(["e1", "e3"]) == 2
+    assert redis_client.scard(s.keys.claimed) == 0, "the claim marks leave with the entries"
 
 
 def test_a_full_batch_says_more_are_due(redis_client: redis.Redis) -> None:

@@ -205,3 +205,21 @@ def test_publish_holds_envelopes_to_the_app_setting(
     finally:
         queue_port.close()
     assert redis_client.llen("q") == 1
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["id", "task", "eta", "expires", "retries", "timelimit", "hostname", "platform_attempt"],
+)
+def test_a_custom_header_may_not_take_a_name_celery_or_the_platform_uses(
+    port: QueuePort, redis_client: redis.Redis, name: str
+) -> None:
+    """Celery merges custom headers over its own protocol headers and makes every header an
+    attribute of the worker's request: ``{"id": ...}`` would replace the job's id."""
+    opts = {"headers": {"x-order-source": "web", name: "mine"}}
+    with pytest.raises(ValueError, match=rf"opts\.headers: header {name!r} is reserved"):
+        port.publish("billing", payload(), opts)
+    with pytest.raises(ValueError, match=rf"opts\.headers: header {name!r} is reserved"):
+        port.schedule("billing", payload(), datetime.now(UTC) + timedelta(hours=1), opts)
+    assert redis_client.llen("billing") == 0
+    assert redis_client.zcard(delay_keys("test").schedule) == 0

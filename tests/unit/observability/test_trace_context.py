@@ -38,6 +38,18 @@ def test_celery_protocol_fields_are_not_carried() -> None:
     assert carried_headers(request) == {}
 
 
+def test_a_carried_name_celery_or_the_platform_uses_is_not_carried() -> None:
+    """A message published before such names were refused (or by another publisher) may
+    list one among its custom headers: on the worker the name reads Celery's own value
+    (the request attribute), and carried onto a retry it would replace Celery's header."""
+    sent = {CARRIED_HEADER: ["id", "retries", "hostname", "platform_attempt", "x-source"]}
+    request = Context(
+        {**sent, "x-source": "web", "id": "1", "retries": 2, "platform_attempt": 3},
+        hostname="w1@host",
+    )
+    assert carried_headers(request) == {"x-source": "web"}
+
+
 def test_the_running_jobs_trace_is_the_ambient_one_without_a_span() -> None:
     with running_with({"traceparent": TRACEPARENT, "x-source": "web"}):
         sent = outgoing_headers({}, published_at=1.0)
