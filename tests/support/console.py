@@ -76,10 +76,12 @@ def insert_dead_letter(
     error: str = "ValueError: card declined",
     error_type: str = "ValueError",
     data: Any = None,
+    payload: Any = None,
 ) -> int:
-    """One pending dead letter with an envelope payload, as a consumer writes it."""
+    """One pending dead letter with an envelope payload, as a consumer writes it (or with
+    ``payload`` as it is: a message that was not an envelope)."""
     job_id = uuid7()
-    payload = {
+    envelope = {
         "job_id": str(job_id),
         "tenant_id": tenant,
         "correlation_id": f"corr-{job_id}",
@@ -98,10 +100,10 @@ def insert_dead_letter(
                     queue,
                     kind,
                     tenant,
-                    json.dumps(payload),
+                    json.dumps(envelope if payload is None else payload),
                     error,
                     error_type,
-                    payload["correlation_id"],
+                    envelope["correlation_id"],
                 ),
             )
             (row_id,) = cur.fetchone()  # type: ignore[misc]
