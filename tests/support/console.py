@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,17 +139,29 @@ def create_user(env: Mapping[str, str], username: str, password: str, role: str)
     return done.stdout + done.stderr
 
 
+def console_env(
+    database_url: str, redis_url: str, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment ``platform-tasks console`` is started with."""
+    return {**_env_for(database_url, redis_url), **(extra or {})}
+
+
 @contextmanager
 def running_console(
-    database_url: str, redis_url: str, log_path: Path, extra: Mapping[str, str] | None = None
+    database_url: str,
+    redis_url: str,
+    log_path: Path,
+    extra: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
 ) -> Iterator[Console]:
-    """The console started with the README's command, an operator and a viewer created."""
-    env = {**_env_for(database_url, redis_url), **(extra or {})}
+    """The console started with the README's command (and ``args``), an operator and a
+    viewer created."""
+    env = console_env(database_url, redis_url, extra)
     create_user(env, *OPERATOR, "operator")
     create_user(env, *VIEWER, "viewer")
     port = free_port()
     process = CeleryProcess(
-        [CLI, "console", "--port", str(port)],
+        [CLI, "console", "--port", str(port), *args],
         env={**env, "PLATFORM_CONSOLE_ADMIN_PASSWORD": ADMIN_PASSWORD},
         cwd=REPO_ROOT,
         log_path=log_path,
@@ -157,7 +169,7 @@ def running_console(
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(
-            lambda: _answers(url) or not process.running,
+            lambda: answers(url) or not process.running,
             timeout=90,
             message="the console to answer",
         )
@@ -167,7 +179,7 @@ def running_console(
         process.stop(timeout=15)
 
 
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
     with suppress(requests.RequestException):
         return requests.get(f"{url}/admin/login/", timeout=2).status_code == 200
     return False

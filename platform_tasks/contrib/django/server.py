@@ -22,6 +22,7 @@ from django.core.management import call_command  # type: ignore[import-untyped]
 from django.db import connection, transaction  # type: ignore[import-untyped]
 
 from platform_tasks.contrib.django.apps import APP_LABEL
+from platform_tasks.contrib.django.exposure import is_loopback
 from platform_tasks.contrib.django.permissions import GROUPS
 from platform_tasks.errors import ConfigurationError
 
@@ -117,6 +118,15 @@ def serve(host: str, port: int, *, threads: int) -> None:
             extra={"event": "console.random_secret_key"},
         )
     display = f"[{host}]" if ":" in host else host
+    if not is_loopback(host):
+        logger.warning(
+            "the console listens beyond loopback on %s:%d with plain HTTP: only the TLS "
+            "proxy in front may reach this port (its cookies are Secure, so a browser "
+            "reaching it directly cannot log in)",
+            display,
+            port,
+            extra={"event": "console.plain_http_beyond_loopback", "host": host, "port": port},
+        )
     logger.info(
         "console listening on http://%s:%d/",
         display,

@@ -16,6 +16,10 @@ Everything comes from the environment:
 * ``PLATFORM_CONSOLE_CSRF_TRUSTED_ORIGINS``: comma-separated origins (``https://ops.example``)
   when a TLS proxy sits in front; ``PLATFORM_CONSOLE_SECURE_COOKIES=1`` marks the session
   and CSRF cookies secure (set it behind HTTPS).
+* ``PLATFORM_CONSOLE_BEHIND_TLS_PROXY=1`` (``--behind-tls-proxy``): a TLS-terminating proxy
+  is in front; the cookies are then always secure, and the login throttle reads the
+  client's address from the proxy's ``X-Forwarded-For``
+  (:mod:`platform_tasks.contrib.django.exposure`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from __future__ import annotations
 import os
 import secrets
 
+from platform_tasks.contrib.django.exposure import (
+    BEHIND_TLS_PROXY_ENV,
+    SECURE_COOKIES_ENV,
+    flag,
+)
 from platform_tasks.contrib.django.settings_values import (
     LOOPBACK_HOSTS,
     console_schema,
@@ -45,7 +54,8 @@ SECRET_KEY = os.environ.get("PLATFORM_CONSOLE_SECRET_KEY") or secrets.token_urls
 DEBUG = False
 ALLOWED_HOSTS = _list("PLATFORM_CONSOLE_ALLOWED_HOSTS", LOOPBACK_HOSTS)
 CSRF_TRUSTED_ORIGINS = _list("PLATFORM_CONSOLE_CSRF_TRUSTED_ORIGINS", [])
-_SECURE = os.environ.get("PLATFORM_CONSOLE_SECURE_COOKIES", "").lower() in ("1", "true", "yes")
+PLATFORM_CONSOLE_BEHIND_TLS_PROXY = bool(flag(os.environ, BEHIND_TLS_PROXY_ENV))
+_SECURE = PLATFORM_CONSOLE_BEHIND_TLS_PROXY or bool(flag(os.environ, SECURE_COOKIES_ENV))
 SESSION_COOKIE_SECURE = _SECURE
 CSRF_COOKIE_SECURE = _SECURE
 SESSION_COOKIE_NAME = "platform_console_session"
