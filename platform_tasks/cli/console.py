@@ -152,7 +152,7 @@ def console(ctx: click.Context, host: str, port: int, threads: int, behind_tls_p
     from platform_tasks.contrib.django.server import serve
 
     try:
-        serve(host, port, threads=threads)
+        serve(host, port, threads=threads, behind_tls_proxy=exposure.behind_tls_proxy)
     except OSError as exc:  # the address is taken or cannot be bound
         raise click.ClickException(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}"

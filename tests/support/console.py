@@ -153,12 +153,15 @@ def running_console(
     log_path: Path,
     extra: Mapping[str, str] | None = None,
     args: Sequence[str] = (),
+    *,
+    users: bool = True,
 ) -> Iterator[Console]:
     """The console started with the README's command (and ``args``), an operator and a
-    viewer created."""
+    viewer created (unless ``users`` is false: another console on the same database)."""
     env = console_env(database_url, redis_url, extra)
-    create_user(env, *OPERATOR, "operator")
-    create_user(env, *VIEWER, "viewer")
+    if users:
+        create_user(env, *OPERATOR, "operator")
+        create_user(env, *VIEWER, "viewer")
     port = free_port()
     process = CeleryProcess(
         [CLI, "console", "--port", str(port), *args],

@@ -105,8 +105,18 @@ def set_user(username: str, password: str, role: str) -> bool:
     return bool(created)
 
 
-def serve(host: str, port: int, *, threads: int) -> None:
-    """Serve the console with waitress until interrupted."""
+PROXY_HEADERS = {"x-forwarded-for", "x-forwarded-proto"}
+"""What waitress believes from the peer behind a TLS proxy: the client's address (the
+last ``X-Forwarded-For`` entry, which the proxy appended) and the scheme (``https``)."""
+
+
+def serve(host: str, port: int, *, threads: int, behind_tls_proxy: bool = False) -> None:
+    """Serve the console with waitress until interrupted.
+
+    Behind a TLS proxy waitress takes the client's address and scheme from the proxy's
+    headers (any peer's: the port must be reachable by the proxy only, as the start's
+    warning says); otherwise it drops those headers, so a client cannot claim another
+    address to the login throttle."""
     from waitress import serve as waitress_serve  # type: ignore[import-untyped]
 
     from platform_tasks.contrib.django.wsgi import application
@@ -133,6 +143,17 @@ def serve(host: str, port: int, *, threads: int) -> None:
         port,
         extra={"event": "console.listening", "host": host, "port": port},
     )
+    proxy: dict[str, Any] = (
+        {"trusted_proxy": "*", "trusted_proxy_count": 1, "trusted_proxy_headers": PROXY_HEADERS}
+        if behind_tls_proxy
+        else {}
+    )
     waitress_serve(
-        application, host=host, port=port, threads=threads, ident="platform-tasks-console"
+        application,
+        host=host,
+        port=port,
+        threads=threads,
+        ident="platform-tasks-console",
+        clear_untrusted_proxy_headers=True,
+        **proxy,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -467,3 +468,46 @@ def test_a_viewer_sees_metadata_and_error_type_never_error_text_or_foreign_paylo
         f"{console.url}{BASE}/deadletter/", params={"q": "alice@example.com"}, timeout=30
     ).text
     assert f"/deadletter/{envelope}/change/" in searched
+
+
+def _login(console: Console, username: str, password: str) -> requests.Response:
+    """One POST of the admin's login form (a fresh session, its CSRF token)."""
+    session = requests.Session()
+    session.get(f"{console.url}/admin/login/", timeout=10).raise_for_status()
+    token = session.cookies["platform_console_csrftoken"]
+    return session.post(
+        f"{console.url}/admin/login/?next=/admin/",
+        timeout=30,
+        data={"username": username, "password": password, "csrfmiddlewaretoken": token},
+        headers={"Referer": f"{console.url}/admin/login/"},
+        allow_redirects=False,
+    )
+
+
+def test_failed_logins_lock_that_user_from_that_address_in_every_console_process(
+    console: Console,
+    postgres_server: PostgresServer,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """Five wrong passwords for one user from one address lock that pair out, even with
+    the right password, for a bounded time; another user from the same address is not
+    locked. The count lives in the console's database, so a second console process
+    (several behind one proxy) refuses the locked pair too."""
+    password = "tess-Pass-for-the-console-6"
+    create_user(console.env, "tess", password, "viewer")
+    for attempt in range(5):
+        failed = _login(console, "tess", f"wrong-{attempt}")
+        assert failed.status_code == 200, (attempt, failed.status_code)  # the form again
+    locked = _login(console, "tess", password)
+    assert locked.status_code == 429
+    assert 0 < int(locked.headers["Retry-After"]) <= 15 * 60
+    assert "Too many failed logins" in locked.text and password not in locked.text
+    assert _login(console, *OPERATOR).status_code == 302  # another user, same address
+    assert "event=console.login_locked" in console.log()
+    assert password not in console.log() and "wrong-0" not in console.log()
+
+    with running_console(
+        console_database(postgres_server), redis_server.url, tmp_path / "second.log", users=False
+    ) as second:
+        assert _login(second, "tess", password).status_code == 429
