@@ -42,6 +42,10 @@ from typing import Any
 
 from django.conf import settings  # type: ignore[import-untyped]
 from django.contrib.auth import get_user_model  # type: ignore[import-untyped]
+from django.contrib.auth.signals import (  # type: ignore[import-untyped]
+    user_logged_in,
+    user_login_failed,
+)
 from django.db import IntegrityError, router, transaction  # type: ignore[import-untyped]
 from django.http import HttpRequest, HttpResponse  # type: ignore[import-untyped]
 from django.urls import NoReverseMatch, reverse  # type: ignore[import-untyped]
@@ -177,6 +181,24 @@ class _Store:
         self.model.objects.using(self.db).filter(key=key).delete()
 
 
+_OUTCOME = "_platform_console_login_outcome"
+_FAILED = "failed"
+_SUCCEEDED = "succeeded"
+
+
+def _note_failure(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
+    """``authenticate`` refused the credentials of a login this middleware watches (the
+    signals, not the response, tell: a user already logged in who posts a wrong password
+    for another name gets the form back like anyone, and is counted like anyone)."""
+    if request is not None and hasattr(request, _OUTCOME):
+        setattr(request, _OUTCOME, _FAILED)
+
+
+def _note_success(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
+    if request is not None and hasattr(request, _OUTCOME):
+        setattr(request, _OUTCOME, _SUCCEEDED)
+
+
 def _known_user(name: str) -> bool:
     model: Any = get_user_model()
     return bool(model._default_manager.filter(**{model.USERNAME_FIELD: name}).exists())
@@ -188,6 +210,8 @@ class LoginThrottleMiddleware:
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
+        user_login_failed.connect(_note_failure, dispatch_uid=f"{__name__}.failed")
+        user_logged_in.connect(_note_success, dispatch_uid=f"{__name__}.succeeded")
         self.policy = policy_from_settings()
         self._store: _Store | None = None
 
@@ -208,11 +232,12 @@ class LoginThrottleMiddleware:
         until = self.store.locked_until([pair, everyone], now)
         if until is not None:
             return self._refused(address, until, now)
+        setattr(request, _OUTCOME, None)
         response = self.get_response(request)
-        user = getattr(request, "user", None)
-        if user is not None and user.is_authenticated:
+        outcome = getattr(request, _OUTCOME, None)
+        if outcome == _SUCCEEDED:
             self.store.clear(pair)
-        elif response.status_code == 200:  # the login form again: the credentials failed
+        elif outcome == _FAILED:
             limits = [(pair, self.policy.failures), (everyone, self.policy.failures_per_address)]
             locked = self.store.record_failure(limits, now, self.policy)
             if locked is not None:

@@ -470,9 +470,11 @@ def test_a_viewer_sees_metadata_and_error_type_never_error_text_or_foreign_paylo
     assert f"/deadletter/{envelope}/change/" in searched
 
 
-def _login(console: Console, username: str, password: str) -> requests.Response:
-    """One POST of the admin's login form (a fresh session, its CSRF token)."""
-    session = requests.Session()
+def _login(
+    console: Console, username: str, password: str, session: requests.Session | None = None
+) -> requests.Response:
+    """One POST of the admin's login form (a fresh session unless given, its CSRF token)."""
+    session = session or requests.Session()
     session.get(f"{console.url}/admin/login/", timeout=10).raise_for_status()
     token = session.cookies["platform_console_csrftoken"]
     return session.post(
@@ -496,8 +498,10 @@ def test_failed_logins_lock_that_user_from_that_address_in_every_console_process
     (several behind one proxy) refuses the locked pair too."""
     password = "tess-Pass-for-the-console-6"
     create_user(console.env, "tess", password, "viewer")
+    logged_in = logged_in_session(console, *VIEWER)  # a session is no way around it
     for attempt in range(5):
-        failed = _login(console, "tess", f"wrong-{attempt}")
+        session = logged_in if attempt % 2 else None
+        failed = _login(console, "tess", f"wrong-{attempt}", session)
         assert failed.status_code == 200, (attempt, failed.status_code)  # the form again
     locked = _login(console, "tess", password)
     assert locked.status_code == 429
