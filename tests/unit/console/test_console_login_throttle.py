@@ -39,7 +39,7 @@ def test_a_passed_window_starts_again_so_a_lock_never_grows() -> None:
     [{"failures": 0}, {"failures_per_address": 0}, {"lockout": timedelta(0)}],
 )
 def test_a_policy_without_a_positive_limit_or_lockout_is_refused(kwargs: dict[str, object]) -> None:
-    with pytest.raises(ValueError, match="at least 1|positive"):
+    with pytest.raises(ValueError, match=r"at least 1|positive"):
         Policy(**kwargs)  # type: ignore[arg-type]
 
 
