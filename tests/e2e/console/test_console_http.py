@@ -457,6 +457,16 @@ def test_a_viewer_sees_metadata_and_error_type_never_error_text_or_foreign_paylo
         f"{console.url}{BASE}/deadletter/", params={"q": "users.signup"}, timeout=30
     ).text
     assert f"/deadletter/{envelope}/change/" in by_kind  # metadata is still searchable
+    for lookup in ("last_error__icontains", "payload__icontains"):  # nor a URL lookup
+        probed = viewer.get(
+            f"{console.url}{BASE}/deadletter/", params={lookup: "alice"}, timeout=30
+        )
+        assert probed.status_code == 403, lookup
+        assert f"/deadletter/{envelope}/change/" not in probed.text, lookup
+    by_tenant = viewer.get(
+        f"{console.url}{BASE}/deadletter/", params={"tenant_id__startswith": "ac"}, timeout=30
+    )
+    assert f"/deadletter/{envelope}/change/" in by_tenant.text  # metadata lookups stay
 
     # ... and the permission shows all of it
     operator_pages = pages(operator)
@@ -468,6 +478,10 @@ def test_a_viewer_sees_metadata_and_error_type_never_error_text_or_foreign_paylo
         f"{console.url}{BASE}/deadletter/", params={"q": "alice@example.com"}, timeout=30
     ).text
     assert f"/deadletter/{envelope}/change/" in searched
+    probed = operator.get(
+        f"{console.url}{BASE}/deadletter/", params={"last_error__icontains": "alice"}, timeout=30
+    )
+    assert f"/deadletter/{envelope}/change/" in probed.text
 
 
 def _login(
