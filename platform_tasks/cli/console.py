@@ -2,7 +2,8 @@
 
 ``platform-tasks console`` prepares the console (schema ``console`` and Django's tables in
 it, the role groups, the admin user from ``PLATFORM_CONSOLE_ADMIN_PASSWORD``) and serves
-it with waitress on 127.0.0.1:8000 (``--host``, ``--port``).
+it with waitress on 127.0.0.1:8000 (``--host``, ``--port``). Beyond loopback it starts
+only with ``--behind-tls-proxy`` (:mod:`platform_tasks.contrib.django.exposure`).
 ``platform-tasks console create-user NAME --role viewer|operator|admin`` adds or resets a
 user (password from ``PLATFORM_CONSOLE_PASSWORD`` or a hidden prompt). Passwords are
 never printed or logged.
@@ -17,7 +18,13 @@ from typing import Any
 
 import click
 
-from platform_tasks.errors import PlatformError
+from platform_tasks.contrib.django.exposure import (
+    BEHIND_TLS_PROXY_ENV,
+    Exposure,
+    check_exposure,
+    origin_hosts,
+)
+from platform_tasks.errors import PlatformError, SettingsError
 from platform_tasks.settings import without_secrets
 
 SETTINGS_MODULE = "platform_tasks.contrib.django.settings"
@@ -26,12 +33,18 @@ ADMIN_USER_ENV = "PLATFORM_CONSOLE_ADMIN_USER"
 PASSWORD_ENV = "PLATFORM_CONSOLE_PASSWORD"
 
 
-def _setup(host: str | None = None) -> None:
-    """Django set up with the bundled settings (``--host`` added to the allowed hosts)."""
-    if host and "PLATFORM_CONSOLE_ALLOWED_HOSTS" not in os.environ and not _wildcard(host):
-        from platform_tasks.contrib.django.settings_values import with_host
+def _setup(host: str | None = None, exposure: Exposure | None = None) -> None:
+    """Django set up with the bundled settings (``--host`` and the proxy's origins added
+    to the allowed hosts)."""
+    if host and "PLATFORM_CONSOLE_ALLOWED_HOSTS" not in os.environ:
+        from platform_tasks.contrib.django.settings_values import LOOPBACK_HOSTS, with_host
 
-        os.environ["PLATFORM_CONSOLE_ALLOWED_HOSTS"] = ",".join(with_host(host))
+        names = list(LOOPBACK_HOSTS) if _wildcard(host) else with_host(host)
+        if exposure is not None and exposure.behind_tls_proxy:
+            names += [n for n in origin_hosts(list(exposure.trusted_origins)) if n not in names]
+        os.environ["PLATFORM_CONSOLE_ALLOWED_HOSTS"] = ",".join(names)
+    if exposure is not None and exposure.behind_tls_proxy:
+        os.environ[BEHIND_TLS_PROXY_ENV] = "1"
     os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE
     try:
         import django  # type: ignore[import-untyped]
@@ -104,18 +117,32 @@ def _save_user(username: str, password: str, role: str) -> bool:
     type=click.IntRange(1, 64),
     help="Requests served at once.",
 )
+@click.option(
+    "--behind-tls-proxy",
+    is_flag=True,
+    default=False,
+    help="A TLS-terminating proxy is in front (or PLATFORM_CONSOLE_BEHIND_TLS_PROXY=1): "
+    "needed to listen beyond loopback; makes the cookies Secure and needs "
+    "PLATFORM_CONSOLE_CSRF_TRUSTED_ORIGINS=https://... .",
+)
 @click.pass_context
-def console(ctx: click.Context, host: str, port: int, threads: int) -> None:
+def console(ctx: click.Context, host: str, port: int, threads: int, behind_tls_proxy: bool) -> None:
     """Serve the operations console (dead letters, bulk replay/discard, cancel, pause,
     the operations log) at http://HOST:PORT/ with the bundled settings.
 
     Needs PLATFORM_DATABASE_URL (migrated with 'platform-tasks migrate'), and the Redis
     and broker settings the workers use. With PLATFORM_CONSOLE_ADMIN_PASSWORD set, the
     admin user (PLATFORM_CONSOLE_ADMIN_USER, default 'admin') is created or its password
-    reset at start."""
+    reset at start. It serves plain HTTP: beyond loopback (--host 0.0.0.0) it starts only
+    with --behind-tls-proxy and PLATFORM_CONSOLE_CSRF_TRUSTED_ORIGINS naming the proxy's
+    https:// origin."""
     if ctx.invoked_subcommand is not None:
         return
-    _setup(host)
+    try:
+        exposure = check_exposure(host, os.environ, behind_tls_proxy=behind_tls_proxy)
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from None
+    _setup(host, exposure)
     _prepare()
     password = os.environ.get(ADMIN_PASSWORD_ENV)
     if password:
@@ -125,7 +152,7 @@ def console(ctx: click.Context, host: str, port: int, threads: int) -> None:
     from platform_tasks.contrib.django.server import serve
 
     try:
-        serve(host, port, threads=threads)
+        serve(host, port, threads=threads, behind_tls_proxy=exposure.behind_tls_proxy)
     except OSError as exc:  # the address is taken or cannot be bound
         raise click.ClickException(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}"

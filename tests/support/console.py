@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,10 +76,12 @@ def insert_dead_letter(
     error: str = "ValueError: card declined",
     error_type: str = "ValueError",
     data: Any = None,
+    payload: Any = None,
 ) -> int:
-    """One pending dead letter with an envelope payload, as a consumer writes it."""
+    """One pending dead letter with an envelope payload, as a consumer writes it (or with
+    ``payload`` as it is: a message that was not an envelope)."""
     job_id = uuid7()
-    payload = {
+    envelope = {
         "job_id": str(job_id),
         "tenant_id": tenant,
         "correlation_id": f"corr-{job_id}",
@@ -98,10 +100,10 @@ def insert_dead_letter(
                     queue,
                     kind,
                     tenant,
-                    json.dumps(payload),
+                    json.dumps(envelope if payload is None else payload),
                     error,
                     error_type,
-                    payload["correlation_id"],
+                    envelope["correlation_id"],
                 ),
             )
             (row_id,) = cur.fetchone()  # type: ignore[misc]
@@ -137,17 +139,32 @@ def create_user(env: Mapping[str, str], username: str, password: str, role: str)
     return done.stdout + done.stderr
 
 
+def console_env(
+    database_url: str, redis_url: str, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment ``platform-tasks console`` is started with."""
+    return {**_env_for(database_url, redis_url), **(extra or {})}
+
+
 @contextmanager
 def running_console(
-    database_url: str, redis_url: str, log_path: Path, extra: Mapping[str, str] | None = None
+    database_url: str,
+    redis_url: str,
+    log_path: Path,
+    extra: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
+    *,
+    users: bool = True,
 ) -> Iterator[Console]:
-    """The console started with the README's command, an operator and a viewer created."""
-    env = {**_env_for(database_url, redis_url), **(extra or {})}
-    create_user(env, *OPERATOR, "operator")
-    create_user(env, *VIEWER, "viewer")
+    """The console started with the README's command (and ``args``), an operator and a
+    viewer created (unless ``users`` is false: another console on the same database)."""
+    env = console_env(database_url, redis_url, extra)
+    if users:
+        create_user(env, *OPERATOR, "operator")
+        create_user(env, *VIEWER, "viewer")
     port = free_port()
     process = CeleryProcess(
-        [CLI, "console", "--port", str(port)],
+        [CLI, "console", "--port", str(port), *args],
         env={**env, "PLATFORM_CONSOLE_ADMIN_PASSWORD": ADMIN_PASSWORD},
         cwd=REPO_ROOT,
         log_path=log_path,
@@ -155,7 +172,7 @@ def running_console(
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(
-            lambda: _answers(url) or not process.running,
+            lambda: answers(url) or not process.running,
             timeout=90,
             message="the console to answer",
         )
@@ -165,7 +182,7 @@ def running_console(
         process.stop(timeout=15)
 
 
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
     with suppress(requests.RequestException):
         return requests.get(f"{url}/admin/login/", timeout=2).status_code == 200
     return False

@@ -3,8 +3,10 @@
 Everything here only reads (the models are unmanaged and nobody may add, change or
 delete a row through the admin); actions are the confirmation pages of
 :mod:`platform_tasks.contrib.django.views`, reached by buttons shown only to users with
-the action's permission. Stored text (errors, payloads, tenant names) is rendered
-through Django's escaping (``format_html``), never marked safe as it is.
+the action's permission. What a dead letter carries (its payload beyond the envelope's
+metadata, its error text, a search over that text) needs ``view_dead_letter_payload``:
+everyone else sees the error type. Stored text (errors, payloads, tenant names) is
+rendered through Django's escaping (``format_html``), never marked safe as it is.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from django.contrib import admin  # type: ignore[import-untyped]
 from django.core.exceptions import PermissionDenied  # type: ignore[import-untyped]
 from django.http import HttpRequest, HttpResponse  # type: ignore[import-untyped]
 from django.urls import path  # type: ignore[import-untyped]
-from django.utils.html import format_html  # type: ignore[import-untyped]
 
 from platform_tasks.contrib.django import permissions, views
 from platform_tasks.contrib.django.apps import APP_LABEL
@@ -28,7 +29,7 @@ from platform_tasks.contrib.django.filters import (
     TenantFilter,
 )
 from platform_tasks.contrib.django.models import DeadLetter, Operation, Queue
-from platform_tasks.contrib.django.payloads import payload_html
+from platform_tasks.contrib.django.payloads import error_html, payload_html
 
 __all__ = ["DeadLetterAdmin", "OperationAdmin", "QueueAdmin"]
 
@@ -49,6 +50,10 @@ class _ReadOnly(admin.ModelAdmin):  # type: ignore[misc]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+def _sees_data(request: HttpRequest) -> bool:
+    return permissions.has(request.user, permissions.VIEW_PAYLOAD)
 
 
 @admin.register(DeadLetter)
@@ -74,6 +79,32 @@ class DeadLetterAdmin(_ReadOnly):
         "created_at",
     )
     search_fields = ("last_error", "error_type", "kind", "tenant_id", "correlation_id")
+    TEXT_FIELDS = frozenset({"last_error", "error_start"})
+    """Columns and search fields over the error text: customer data (a database error
+    quotes the refused value), for users with ``view_dead_letter_payload`` only."""
+    METADATA_FIELDS = frozenset(
+        {
+            "id",
+            "job_id",
+            "queue",
+            "kind",
+            "tenant_id",
+            "attempts",
+            "error_type",
+            "reason",
+            "status",
+            "correlation_id",
+            "created_at",
+            "updated_at",
+            "replay_count",
+            "replayed_at",
+            "discarded_at",
+        }
+    )
+    """The columns everyone may filter on in the list's URL. Django's admin lets a URL
+    filter on any column (``?last_error__icontains=alice``, ``?payload__data__card__
+    startswith=4``): an oracle for what the page hides, so a user without
+    ``view_dead_letter_payload`` may filter on these only."""
     show_full_result_count = False  # a count(*) over millions of rows per page view
     list_per_page = 50
     fields = (
@@ -88,7 +119,7 @@ class DeadLetterAdmin(_ReadOnly):
         "attempts",
         "reason",
         "error_type",
-        "error_full",
+        "error",
         "payload",
         "replay_count",
         "replayed_at",
@@ -111,7 +142,11 @@ class DeadLetterAdmin(_ReadOnly):
 
     @admin.display(description="error (full)")  # type: ignore[untyped-decorator]
     def error_full(self, obj: DeadLetter) -> str:
-        return str(format_html('<pre class="platform-error">{}</pre>', obj.last_error or ""))
+        return error_html(obj.last_error, show_error=True)
+
+    @admin.display(description="error (full)")  # type: ignore[untyped-decorator]
+    def error_hidden(self, obj: DeadLetter) -> str:
+        return error_html(obj.last_error, show_error=False)
 
     @admin.display(description="payload")  # type: ignore[untyped-decorator]
     def payload_with_data(self, obj: DeadLetter) -> str:
@@ -123,12 +158,21 @@ class DeadLetterAdmin(_ReadOnly):
 
     def _fields_for(self, request: HttpRequest) -> tuple[str, ...]:
         # Chosen per request (admin instances are shared by the server's threads).
-        shown = (
-            "payload_with_data"
-            if permissions.has(request.user, permissions.VIEW_PAYLOAD)
-            else "payload_without_data"
-        )
-        return tuple(shown if name == "payload" else name for name in self.fields)
+        if _sees_data(request):
+            chosen = {"payload": "payload_with_data", "error": "error_full"}
+        else:
+            chosen = {"payload": "payload_without_data", "error": "error_hidden"}
+        return tuple(chosen.get(name, name) for name in self.fields)
+
+    def get_list_display(self, request: HttpRequest) -> tuple[str, ...]:
+        if _sees_data(request):
+            return tuple(self.list_display)
+        return tuple(name for name in self.list_display if name not in self.TEXT_FIELDS)
+
+    def get_search_fields(self, request: HttpRequest) -> tuple[str, ...]:
+        if _sees_data(request):
+            return tuple(self.search_fields)
+        return tuple(name for name in self.search_fields if name not in self.TEXT_FIELDS)
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         return self._fields_for(request)
@@ -136,7 +180,20 @@ class DeadLetterAdmin(_ReadOnly):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         return self._fields_for(request)
 
+    def _check_lookups(self, request: HttpRequest) -> None:
+        if _sees_data(request):
+            return
+        columns = {field.name for field in self.model._meta.get_fields()}
+        for key in request.GET:
+            column = key.split("__", 1)[0]
+            if column in columns and column not in self.METADATA_FIELDS:
+                raise PermissionDenied(
+                    f"filtering on {column} needs the permission "
+                    f"{APP_LABEL}.{permissions.VIEW_PAYLOAD}"
+                )
+
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        self._check_lookups(request)
         query = request.GET.copy()
         for key in ("o", "p", "e"):
             query.pop(key, None)

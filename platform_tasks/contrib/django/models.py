@@ -8,6 +8,10 @@ Django as ``"core"."dead_letters"``), so the console's own tables can live in an
 schema through ``search_path`` without hiding these.
 
 ``Queue`` has no table: it anchors the queues page and the queue permissions in the admin.
+
+``LoginFailures`` is the one managed model: the login throttle's counts, kept with the
+console's own tables (schema ``console``, or a mounted project's ``default`` database)
+so that every console process sees the same counts.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from django.db import models  # type: ignore[import-untyped]
 
 from platform_tasks.contrib.django import permissions
 
-__all__ = ["DeadLetter", "Operation", "Queue"]
+__all__ = ["DeadLetter", "LoginFailures", "Operation", "Queue"]
 
 STATUS_CHOICES = [
     ("pending_review", "pending review"),
@@ -108,3 +112,24 @@ class Queue(models.Model):  # type: ignore[misc]
 
     def __str__(self) -> str:
         return str(self.name)
+
+
+class LoginFailures(models.Model):  # type: ignore[misc]
+    """Failed logins of one throttle key (a client address, or an address and a user name)
+    in the current window; see :mod:`platform_tasks.contrib.django.login_throttle`.
+
+    ``key`` is a SHA-256 of the address and the name typed: a password typed into the
+    user name field is never stored."""
+
+    key = models.CharField(primary_key=True, max_length=80)
+    failures = models.IntegerField()
+    window_started = models.DateTimeField(db_index=True)
+    locked_until = models.DateTimeField(null=True)
+
+    class Meta:
+        verbose_name = "login failures"
+        verbose_name_plural = "login failures"
+        default_permissions = ()
+
+    def __str__(self) -> str:
+        return f"{self.failures} failed logins since {self.window_started}"

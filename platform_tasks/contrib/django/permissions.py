@@ -24,7 +24,9 @@ __all__ = [
 ]
 
 VIEW_PAYLOAD = "view_dead_letter_payload"
-"""See a dead letter's payload ``data`` (customer data); without it the data is hidden."""
+"""See what a dead letter carries (customer data): its payload beyond the envelope's
+metadata and its error text, and search that text. Without it a user sees the envelope's
+identifiers and the error type."""
 REPLAY_DEAD_LETTERS = "replay_dead_letters"
 DISCARD_DEAD_LETTERS = "discard_dead_letters"
 CANCEL_JOBS = "cancel_jobs"

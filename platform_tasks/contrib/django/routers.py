@@ -7,8 +7,9 @@ otherwise) and add this router::
     DATABASES = {"default": {...}, "platform": {... the platform's PostgreSQL ...}}
     DATABASE_ROUTERS = ["platform_tasks.contrib.django.routers.PlatformConsoleRouter"]
 
-The console's models (over schema ``core``) are then read and written there; every
-other app (auth, sessions, content types, permissions) stays where it was. No app is
+The console's models over schema ``core`` are then read and written there; every other
+app (auth, sessions, content types, permissions) and the console's login-throttle table
+stay where they were. No app is
 ever migrated into the platform database (even ``migrate --database platform`` leaves
 only Django's own bookkeeping table ``django_migrations`` there): its schema belongs to
 ``platform-tasks migrate``.
@@ -33,14 +34,20 @@ def platform_alias() -> str:
     return "platform" if "platform" in settings.DATABASES else "default"
 
 
+def _over_core(model: Any) -> bool:
+    """The console's unmanaged models read schema ``core``; its one managed model (the
+    login throttle's counts) stays with the project's auth tables."""
+    return bool(model._meta.app_label == APP_LABEL and not model._meta.managed)
+
+
 class PlatformConsoleRouter:
     """Console models to the platform database; no Django migration ever runs there."""
 
     def db_for_read(self, model: Any, **hints: Any) -> str | None:
-        return platform_alias() if model._meta.app_label == APP_LABEL else None
+        return platform_alias() if _over_core(model) else None
 
     def db_for_write(self, model: Any, **hints: Any) -> str | None:
-        return platform_alias() if model._meta.app_label == APP_LABEL else None
+        return platform_alias() if _over_core(model) else None
 
     def allow_relation(self, obj1: Any, obj2: Any, **hints: Any) -> bool | None:
         return None

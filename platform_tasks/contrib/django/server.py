@@ -22,6 +22,7 @@ from django.core.management import call_command  # type: ignore[import-untyped]
 from django.db import connection, transaction  # type: ignore[import-untyped]
 
 from platform_tasks.contrib.django.apps import APP_LABEL
+from platform_tasks.contrib.django.exposure import is_loopback
 from platform_tasks.contrib.django.permissions import GROUPS
 from platform_tasks.errors import ConfigurationError
 
@@ -104,8 +105,18 @@ def set_user(username: str, password: str, role: str) -> bool:
     return bool(created)
 
 
-def serve(host: str, port: int, *, threads: int) -> None:
-    """Serve the console with waitress until interrupted."""
+PROXY_HEADERS = {"x-forwarded-for", "x-forwarded-proto"}
+"""What waitress believes from the peer behind a TLS proxy: the client's address (the
+last ``X-Forwarded-For`` entry, which the proxy appended) and the scheme (``https``)."""
+
+
+def serve(host: str, port: int, *, threads: int, behind_tls_proxy: bool = False) -> None:
+    """Serve the console with waitress until interrupted.
+
+    Behind a TLS proxy waitress takes the client's address and scheme from the proxy's
+    headers (any peer's: the port must be reachable by the proxy only, as the start's
+    warning says); otherwise it drops those headers, so a client cannot claim another
+    address to the login throttle."""
     from waitress import serve as waitress_serve  # type: ignore[import-untyped]
 
     from platform_tasks.contrib.django.wsgi import application
@@ -117,12 +128,32 @@ def serve(host: str, port: int, *, threads: int) -> None:
             extra={"event": "console.random_secret_key"},
         )
     display = f"[{host}]" if ":" in host else host
+    if not is_loopback(host):
+        logger.warning(
+            "the console listens beyond loopback on %s:%d with plain HTTP: only the TLS "
+            "proxy in front may reach this port (its cookies are Secure, so a browser "
+            "reaching it directly cannot log in)",
+            display,
+            port,
+            extra={"event": "console.plain_http_beyond_loopback", "host": host, "port": port},
+        )
     logger.info(
         "console listening on http://%s:%d/",
         display,
         port,
         extra={"event": "console.listening", "host": host, "port": port},
     )
+    proxy: dict[str, Any] = (
+        {"trusted_proxy": "*", "trusted_proxy_count": 1, "trusted_proxy_headers": PROXY_HEADERS}
+        if behind_tls_proxy
+        else {}
+    )
     waitress_serve(
-        application, host=host, port=port, threads=threads, ident="platform-tasks-console"
+        application,
+        host=host,
+        port=port,
+        threads=threads,
+        ident="platform-tasks-console",
+        clear_untrusted_proxy_headers=True,
+        **proxy,
     )

@@ -16,6 +16,12 @@ Everything comes from the environment:
 * ``PLATFORM_CONSOLE_CSRF_TRUSTED_ORIGINS``: comma-separated origins (``https://ops.example``)
   when a TLS proxy sits in front; ``PLATFORM_CONSOLE_SECURE_COOKIES=1`` marks the session
   and CSRF cookies secure (set it behind HTTPS).
+* ``PLATFORM_CONSOLE_BEHIND_TLS_PROXY=1`` (``--behind-tls-proxy``): a TLS-terminating proxy
+  is in front; the cookies are then always secure
+  (:mod:`platform_tasks.contrib.django.exposure`).
+* ``PLATFORM_CONSOLE_LOGIN_FAILURES`` (5), ``PLATFORM_CONSOLE_LOGIN_FAILURES_PER_ADDRESS``
+  (20), ``PLATFORM_CONSOLE_LOGIN_LOCKOUT_SECONDS`` (900): the login throttle
+  (:mod:`platform_tasks.contrib.django.login_throttle`).
 """
 
 from __future__ import annotations
@@ -23,10 +29,16 @@ from __future__ import annotations
 import os
 import secrets
 
+from platform_tasks.contrib.django.exposure import (
+    BEHIND_TLS_PROXY_ENV,
+    SECURE_COOKIES_ENV,
+    flag,
+)
 from platform_tasks.contrib.django.settings_values import (
     LOOPBACK_HOSTS,
     console_schema,
     database_from_url,
+    positive_int,
 )
 
 
@@ -45,7 +57,20 @@ SECRET_KEY = os.environ.get("PLATFORM_CONSOLE_SECRET_KEY") or secrets.token_urls
 DEBUG = False
 ALLOWED_HOSTS = _list("PLATFORM_CONSOLE_ALLOWED_HOSTS", LOOPBACK_HOSTS)
 CSRF_TRUSTED_ORIGINS = _list("PLATFORM_CONSOLE_CSRF_TRUSTED_ORIGINS", [])
-_SECURE = os.environ.get("PLATFORM_CONSOLE_SECURE_COOKIES", "").lower() in ("1", "true", "yes")
+_SECURE = bool(flag(os.environ, BEHIND_TLS_PROXY_ENV) or flag(os.environ, SECURE_COOKIES_ENV))
+PLATFORM_CONSOLE_LOGIN_FAILURES = positive_int(
+    "PLATFORM_CONSOLE_LOGIN_FAILURES", os.environ.get("PLATFORM_CONSOLE_LOGIN_FAILURES"), 5
+)
+PLATFORM_CONSOLE_LOGIN_FAILURES_PER_ADDRESS = positive_int(
+    "PLATFORM_CONSOLE_LOGIN_FAILURES_PER_ADDRESS",
+    os.environ.get("PLATFORM_CONSOLE_LOGIN_FAILURES_PER_ADDRESS"),
+    20,
+)
+PLATFORM_CONSOLE_LOGIN_LOCKOUT_SECONDS = positive_int(
+    "PLATFORM_CONSOLE_LOGIN_LOCKOUT_SECONDS",
+    os.environ.get("PLATFORM_CONSOLE_LOGIN_LOCKOUT_SECONDS"),
+    900,
+)
 SESSION_COOKIE_SECURE = _SECURE
 CSRF_COOKIE_SECURE = _SECURE
 SESSION_COOKIE_NAME = "platform_console_session"
@@ -70,6 +95,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "platform_tasks.contrib.django.login_throttle.LoginThrottleMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]

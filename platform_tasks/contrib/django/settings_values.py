@@ -1,6 +1,6 @@
 """Values of the standalone settings, computed without importing Django or reading the
 environment (so ``platform-tasks console`` can use them before Django is set up): the
-console's schema, its database entry, the host names it answers to."""
+console's schema, its database entry, the host names it answers to, its counts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,13 @@ import re
 from platform_tasks.contrib.django_database import database_from_url as platform_database
 from platform_tasks.errors import SettingsError
 
-__all__ = ["LOOPBACK_HOSTS", "console_schema", "database_from_url", "with_host"]
+__all__ = [
+    "LOOPBACK_HOSTS",
+    "console_schema",
+    "database_from_url",
+    "positive_int",
+    "with_host",
+]
 
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1"]
 
@@ -50,3 +56,17 @@ def database_from_url(url: str | None, schema: str) -> dict[str, object]:
         "application_name": "platform-tasks console",
     }
     return entry
+
+
+def positive_int(name: str, value: str | None, default: int) -> int:
+    """A positive whole number from variable ``name`` (``default`` when unset or empty)."""
+    raw = (value or "").strip()
+    if not raw:
+        return default
+    try:
+        number = int(raw)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise SettingsError([(name, f"must be a whole number of at least 1 (got {raw!r})")])
+    return number

@@ -95,6 +95,8 @@ def bulk_dead_letters(admin_site: Any, request: HttpRequest, action: str) -> Htt
         title=f"{action.capitalize()} dead letters",
         action=action,
         can_act=permissions.has(request.user, codename),
+        # the error text is customer data (a database error quotes the refused value)
+        show_errors=permissions.has(request.user, permissions.VIEW_PAYLOAD),
         changelist_query=request.GET.urlencode(),
     )
     try:

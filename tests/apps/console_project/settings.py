@@ -38,8 +38,10 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "platform_tasks.contrib.django.login_throttle.LoginThrottleMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
+PLATFORM_CONSOLE_LOGIN_FAILURES = 2
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",

@@ -2,7 +2,8 @@
 ``INSTALLED_APPS`` plus the router, the project's own database as ``default`` and the
 platform's as ``platform``. ``manage.py migrate`` puts nothing in the platform database,
 the list reads ``core`` there, and a confirmed bulk replay (Django's test client with
-CSRF checks on) is an operation in the platform's log under the project user's name.
+CSRF checks on) is an operation in the platform's log under the project user's name;
+the login throttle, added to the project's middleware, counts in the project's database.
 
 Runs in fresh interpreters (Django settings are process-wide) against the suite's
 PostgreSQL, in databases of its own.
@@ -55,6 +56,12 @@ done = client.post("/admin/platform_console/deadletter/bulk/replay/",
                    {"tenant_id": "acme", "csrfmiddlewaretoken": token})
 out["replay"] = done.status_code
 out["location"] = done.headers.get("Location", "")
+User.objects.create_user("ann", password="ann-Pass-for-the-console-7", is_staff=True)
+logins = Client()
+out["logins"] = [
+    logins.post("/admin/login/", {"username": "ann", "password": password}).status_code
+    for password in ("wrong-1", "wrong-2", "ann-Pass-for-the-console-7")
+]
 print(json.dumps(out))
 """
 
@@ -135,6 +142,9 @@ def test_mounted_console_reads_and_acts_on_the_platform_database(
     assert out["preview"] == "1"
     assert out["no_token"] == 403
     assert out["replay"] == 302 and "/admin/platform_console/operation/" in out["location"]
+    # the login throttle keeps its counts with the project's auth tables, not in core
+    assert out["logins"] == [200, 200, 429]
+    assert query(host_url, "SELECT count(*) FROM platform_console_loginfailures") == [(2,)]
     assert query(platform_url, "SELECT kind, actor, done FROM core.operations") == [
         ("replay", "root", 1)
     ]

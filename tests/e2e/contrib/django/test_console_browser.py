@@ -121,7 +121,13 @@ def test_viewer_sees_no_action_and_a_forged_post_is_refused(
     postgres_server: PostgresServer, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     database_url = console_database(postgres_server)
-    row = insert_dead_letter(database_url, tenant="acme", data={"secret": "4242-4242"})
+    row = insert_dead_letter(
+        database_url,
+        tenant="acme",
+        data={"secret": "4242-4242"},
+        error="IntegrityError: duplicate key\nDETAIL:  Key (email)=(dora@example.com) exists.",
+        error_type="IntegrityError",
+    )
 
     with (
         running_console(database_url, redis_server.url, tmp_path / "console.log") as console,
@@ -132,10 +138,21 @@ def test_viewer_sees_no_action_and_a_forged_post_is_refused(
         assert _column(web, "tenant_id") == ["acme"]
         assert not web.find_elements(By.ID, "bulk-replay")
         assert not web.find_elements(By.ID, "bulk-discard")
+        assert _column(web, "error_type") == ["IntegrityError"]
+        assert "dora@example.com" not in web.find_element(By.ID, "result_list").text
+        # the search box looks in metadata only: the error text is no oracle
+        box = web.find_element(By.ID, "searchbar")
+        box.send_keys("dora@example.com")
+        box.submit()
+        WebDriverWait(web, 30).until(lambda w: "q=dora" in w.current_url)
+        assert _column(web, "tenant_id") == []
 
         web.get(f"{console.url}/admin/platform_console/deadletter/{row}/change/")
         payload = web.find_element(By.CSS_SELECTOR, "pre.platform-payload").text
         assert "4242-4242" not in payload and "view_dead_letter_payload" in payload
+        assert _field(web, "error_type") == "IntegrityError"
+        assert not web.find_elements(By.CSS_SELECTOR, "pre.platform-error")
+        assert "dora@example.com" not in web.find_element(By.ID, "content").text
         assert not web.find_elements(By.CSS_SELECTOR, "input[type=submit]")
 
         web.get(f"{console.url}/admin/platform_console/deadletter/bulk/replay/?tenant_id=acme")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -210,10 +211,11 @@ def test_payload_data_needs_its_permission_and_stored_text_is_escaped(
     ).text
     assert "4111-1111" not in seen_by_viewer and "view_dead_letter_payload" in seen_by_viewer
     assert "4111-1111" in seen_by_operator
-    for page in (seen_by_viewer, seen_by_operator):
-        assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
-    listed = viewer.get(f"{console.url}{BASE}/deadletter/", timeout=30).text
-    assert "<img src=x" not in listed
+    assert "<img src=x" not in seen_by_operator
+    assert "&lt;img src=x onerror=alert(1)&gt;" in seen_by_operator
+    assert "<img src=x" not in seen_by_viewer and "onerror" not in seen_by_viewer
+    listed = operator.get(f"{console.url}{BASE}/deadletter/", timeout=30).text
+    assert "<img src=x" not in listed and "&lt;img src=x onerror=alert(1)&gt;" in listed
 
 
 def test_console_tables_live_in_schema_console_and_passwords_stay_secret(
@@ -377,3 +379,153 @@ def test_nothing_matching_offers_no_button(console: Console, database_url: str) 
         f"{console.url}{BASE}/deadletter/bulk/replay/", params={"tenant_id": "nobody"}, timeout=30
     ).text
     assert 'id="nothing-matches"' in page and 'id="confirm"' not in page
+
+
+UNIQUE_VIOLATION = (
+    "psycopg2.errors.UniqueViolation: duplicate key value violates unique constraint "
+    '"users_email_key"\nDETAIL:  Key (email)=(alice@example.com) already exists.\n\n'
+    "Traceback (most recent call last):\n"
+    '  File "app/signup.py", line 12, in handle\n'
+    "    cur.execute(INSERT_USER, (email,))\n"
+    "psycopg2.errors.UniqueViolation: duplicate key value violates unique constraint "
+    '"users_email_key"\nDETAIL:  Key (email)=(alice@example.com) already exists.'
+)
+CUSTOMER_DATA = ("alice@example.com", "bob@example.com", "carol@example.com", "4111-1111")
+
+
+def test_a_viewer_sees_metadata_and_error_type_never_error_text_or_foreign_payloads(
+    console: Console, database_url: str
+) -> None:
+    """Customer data hides in more than the envelope's ``data``: the error text (a unique
+    violation's DETAIL quotes the value), a search over that text (an oracle: does any
+    error mention alice?), and payloads that are not envelopes (Celery's ``args``, any
+    other keys). A viewer sees the envelope's metadata and the error type only."""
+    error_type = "psycopg2.errors.UniqueViolation"
+    envelope = insert_dead_letter(
+        database_url,
+        tenant="acme",
+        kind="users.signup",
+        error=UNIQUE_VIOLATION,
+        error_type=error_type,
+        data={"card": "4111-1111"},
+    )
+    celery_args = insert_dead_letter(
+        database_url,
+        tenant="acme",
+        error=UNIQUE_VIOLATION,
+        error_type=error_type,
+        payload={"args": ["bob@example.com"], "kwargs": {"plan": "pro"}},
+    )
+    foreign = insert_dead_letter(
+        database_url,
+        tenant="acme",
+        error=UNIQUE_VIOLATION,
+        error_type=error_type,
+        payload={"kind": "crm.sync", "customer": {"email": "carol@example.com"}},
+    )
+    viewer = logged_in_session(console, *VIEWER)
+    operator = logged_in_session(console, *OPERATOR)
+
+    def pages(session: requests.Session) -> dict[str, str]:
+        seen = {
+            f"row {row}": session.get(
+                f"{console.url}{BASE}/deadletter/{row}/change/", timeout=30
+            ).text
+            for row in (envelope, celery_args, foreign)
+        }
+        seen["list"] = session.get(f"{console.url}{BASE}/deadletter/", timeout=30).text
+        seen["preview"] = session.get(
+            f"{console.url}{BASE}/deadletter/bulk/replay/",
+            params={"tenant_id": "acme"},
+            timeout=30,
+        ).text
+        return seen
+
+    for name, page in pages(viewer).items():
+        for secret in CUSTOMER_DATA:
+            assert secret not in page, f"the viewer's {name} page shows {secret}"
+        assert error_type in page, f"the viewer's {name} page lacks the error type"
+    envelope_page = viewer.get(f"{console.url}{BASE}/deadletter/{envelope}/change/", timeout=30)
+    assert "corr-" in envelope_page.text and "users.signup" in envelope_page.text
+
+    # the search does not look into the error text for a viewer ...
+    searched = viewer.get(
+        f"{console.url}{BASE}/deadletter/", params={"q": "alice@example.com"}, timeout=30
+    ).text
+    assert f"/deadletter/{envelope}/change/" not in searched
+    by_kind = viewer.get(
+        f"{console.url}{BASE}/deadletter/", params={"q": "users.signup"}, timeout=30
+    ).text
+    assert f"/deadletter/{envelope}/change/" in by_kind  # metadata is still searchable
+    for lookup in ("last_error__icontains", "payload__icontains"):  # nor a URL lookup
+        probed = viewer.get(
+            f"{console.url}{BASE}/deadletter/", params={lookup: "alice"}, timeout=30
+        )
+        assert probed.status_code == 403, lookup
+        assert f"/deadletter/{envelope}/change/" not in probed.text, lookup
+    by_tenant = viewer.get(
+        f"{console.url}{BASE}/deadletter/", params={"tenant_id__startswith": "ac"}, timeout=30
+    )
+    assert f"/deadletter/{envelope}/change/" in by_tenant.text  # metadata lookups stay
+
+    # ... and the permission shows all of it
+    operator_pages = pages(operator)
+    assert "alice@example.com" in operator_pages[f"row {envelope}"]
+    assert "bob@example.com" in operator_pages[f"row {celery_args}"]
+    assert "carol@example.com" in operator_pages[f"row {foreign}"]
+    assert "duplicate key value violates" in operator_pages["preview"]
+    searched = operator.get(
+        f"{console.url}{BASE}/deadletter/", params={"q": "alice@example.com"}, timeout=30
+    ).text
+    assert f"/deadletter/{envelope}/change/" in searched
+    probed = operator.get(
+        f"{console.url}{BASE}/deadletter/", params={"last_error__icontains": "alice"}, timeout=30
+    )
+    assert f"/deadletter/{envelope}/change/" in probed.text
+
+
+def _login(
+    console: Console, username: str, password: str, session: requests.Session | None = None
+) -> requests.Response:
+    """One POST of the admin's login form (a fresh session unless given, its CSRF token)."""
+    session = session or requests.Session()
+    session.get(f"{console.url}/admin/login/", timeout=10).raise_for_status()
+    token = session.cookies["platform_console_csrftoken"]
+    return session.post(
+        f"{console.url}/admin/login/?next=/admin/",
+        timeout=30,
+        data={"username": username, "password": password, "csrfmiddlewaretoken": token},
+        headers={"Referer": f"{console.url}/admin/login/"},
+        allow_redirects=False,
+    )
+
+
+def test_failed_logins_lock_that_user_from_that_address_in_every_console_process(
+    console: Console,
+    postgres_server: PostgresServer,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """Five wrong passwords for one user from one address lock that pair out, even with
+    the right password, for a bounded time; another user from the same address is not
+    locked. The count lives in the console's database, so a second console process
+    (several behind one proxy) refuses the locked pair too."""
+    password = "tess-Pass-for-the-console-6"
+    create_user(console.env, "tess", password, "viewer")
+    logged_in = logged_in_session(console, *VIEWER)  # a session is no way around it
+    for attempt in range(5):
+        session = logged_in if attempt % 2 else None
+        failed = _login(console, "tess", f"wrong-{attempt}", session)
+        assert failed.status_code == 200, (attempt, failed.status_code)  # the form again
+    locked = _login(console, "tess", password)
+    assert locked.status_code == 429
+    assert 0 < int(locked.headers["Retry-After"]) <= 15 * 60
+    assert "Too many failed logins" in locked.text and password not in locked.text
+    assert _login(console, *OPERATOR).status_code == 302  # another user, same address
+    assert "event=console.login_locked" in console.log()
+    assert password not in console.log() and "wrong-0" not in console.log()
+
+    with running_console(
+        console_database(postgres_server), redis_server.url, tmp_path / "second.log", users=False
+    ) as second:
+        assert _login(second, "tess", password).status_code == 429
