@@ -24,6 +24,7 @@ from psycopg2.extensions import cursor as Cursor
 from platform_tasks.dead_letters.dead_letter import ESCAPED_KEY, PENDING_REVIEW, DeadLetter
 from platform_tasks.envelope import parse_envelope
 from platform_tasks.errors import EnvelopeError, ReplayError
+from platform_tasks.observability.trace_context import without_publish_time
 from platform_tasks.postgres.queries import load_queries
 
 logger = logging.getLogger(__name__)
@@ -281,9 +282,12 @@ def replay_dead_letters(
 
 
 def _republish(publish: Publish, queue: str, payload: Any, headers: Any) -> object:
-    """Publish a row again with the trace context and custom headers it was stored with."""
+    """Publish a row again with the trace context and custom headers it was stored with.
+
+    Not with its publish time: a replay is a new publish, so a cancel rule made before
+    it (the incident's "cancel, fix, replay") does not take it."""
     if isinstance(headers, dict) and headers:
-        return publish(queue, payload, {"headers": headers})
+        return publish(queue, payload, {"headers": without_publish_time(headers)})
     return publish(queue, payload)
 
 

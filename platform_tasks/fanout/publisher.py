@@ -36,7 +36,11 @@ from platform_tasks.envelope import Envelope
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.backpressure import QueueBound
 from platform_tasks.keys import TENANT_HEADER
-from platform_tasks.observability.trace_context import PUBLISHED_AT_HEADER, outgoing_headers
+from platform_tasks.observability.trace_context import (
+    PUBLISH_TIME_HEADER,
+    PUBLISHED_AT_HEADER,
+    outgoing_headers,
+)
 from platform_tasks.publishing.queue_port import ATTEMPT_HEADER
 from platform_tasks.publishing.wire import WireBuilder, WireMessage
 
@@ -111,8 +115,9 @@ class _Template:
             raise ValueError("task id not found where Celery puts it")
         again = json_loads(self.render(envelope))
         again["properties"]["delivery_tag"] = props.get("delivery_tag")
-        if PUBLISHED_AT_HEADER in headers:
-            again["headers"][PUBLISHED_AT_HEADER] = headers[PUBLISHED_AT_HEADER]
+        for stamped in (PUBLISHED_AT_HEADER, PUBLISH_TIME_HEADER):
+            if stamped in headers:
+                again["headers"][stamped] = headers[stamped]
         if again != message:
             raise ValueError("the rendered template differs from the message send_task built")
 
@@ -134,8 +139,11 @@ class _Template:
         for key in self.repr_props:
             props[key] = argsrepr
         props["delivery_tag"] = str(uuid.uuid4())
+        now = time.time()
         if PUBLISHED_AT_HEADER in headers:  # each child's own ready time, for queue latency
-            headers[PUBLISHED_AT_HEADER] = time.time()
+            headers[PUBLISHED_AT_HEADER] = now
+        if PUBLISH_TIME_HEADER in headers:  # and its own publish time, for cancel rules
+            headers[PUBLISH_TIME_HEADER] = now
         _, _, payload = kombu_dumps([[envelope.to_message()], {}, self.embed], serializer="json")
         raw = payload.encode() if isinstance(payload, str) else payload
         message["body"] = base64.b64encode(raw).decode()
