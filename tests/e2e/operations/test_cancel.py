@@ -27,6 +27,9 @@ from tests.support.operations import (
 from tests.support.processes import CeleryProcess, celery_processes, worker_argv
 
 
+UNIQUE = {"unique_key": "sync:gone", "unique_for": timedelta(hours=1)}
+
+
 @pytest.fixture
 def shell(redis_url: str, database_url: str) -> Shell:
     create_applied_table(database_url)
@@ -61,9 +64,11 @@ def test_cancel_by_tenant_stops_queued_and_delayed_jobs_and_accounts_for_each(
         gone += [str(port.schedule("default", envelope("gone"), later_on)) for _ in range(20)]
         stay = [str(port.publish("default", envelope("stay"))) for _ in range(30)]
         stay += [str(port.schedule("default", envelope("stay"), later_on)) for _ in range(10)]
+        # a unique job the cancel stops must free its key (else held for unique_for)
+        gone.append(str(port.publish("default", envelope("gone"), **UNIQUE)))
     finally:
         port.close()
-    assert redis_client.llen("default") == 60
+    assert redis_client.llen("default") == 61
 
     preview = shell.run("jobs", "cancel", "--tenant", "gone", "--dry-run")
     assert preview.returncode == 0, preview.stderr
@@ -86,7 +91,7 @@ def test_cancel_by_tenant_stops_queued_and_delayed_jobs_and_accounts_for_each(
             cancelled = shell.scalar(
                 "SELECT count(*) FROM core.dead_letters WHERE reason = 'cancelled'"
             )
-            return bool(applied == 41 and cancelled == 50)
+            return bool(applied == 41 and cancelled == 51)
 
         wait_until(
             settled,
@@ -97,6 +102,12 @@ def test_cancel_by_tenant_stops_queued_and_delayed_jobs_and_accounts_for_each(
         wait_until(lambda: redis_client.llen("default") == 0, timeout=60, message="an empty queue")
         applied = shell.query("SELECT job_id::text, tenant_id FROM public.ops_applied")
         assert sorted(job for job, _ in applied) == sorted([*stay, later])
+        parked = platform_queue_port(settings)  # a queue no worker consumes: it stays put
+        try:
+            again = str(parked.publish("parked", envelope("gone"), **UNIQUE))
+        finally:
+            parked.close()
+        assert again != gone[-1]  # a new job: the cancelled one's key was freed
 
         # the cause is fixed: the tenant's dead letters are replayed while the rule holds
         replay = shell.run("dead-letters", "replay", "--tenant", "gone", "--yes")
@@ -121,7 +132,7 @@ def test_cancel_by_tenant_stops_queued_and_delayed_jobs_and_accounts_for_each(
         "SELECT actor, outcome, done, filter->>'tenant_id' FROM core.operations "
         "WHERE kind = 'cancel'"
     )
-    assert logged == [("tester", "succeeded", 50, "gone")]
+    assert logged == [("tester", "succeeded", 51, "gone")]
     listed = shell.run("operations", "list")
     assert listed.returncode == 0 and "cancel" in listed.stdout and "tester" in listed.stdout
     assert redis_client.zcard(schedule) == 0
