@@ -249,7 +249,8 @@ def cancel_jobs(
     The operation's ``done`` counts every job accounted for so far; queued jobs are
     added as consumers reach them. Rerunning a cancel is harmless (each job has one row).
     Returns after :data:`PROPAGATION_SECONDS`, when every consumer has read the rule.
-    ``now`` is ignored (the cutoff is PostgreSQL's clock). Needs ``settings.database_url``
+    ``now`` is ignored (the cutoff is the platform Redis's ``TIME``, the clock publish
+    times are on; PostgreSQL's when that Redis is unreadable). Needs ``settings.database_url``
     and the broker settings (and ``settings.redis_url`` for a RabbitMQ delay store);
     ``app`` gives the broker's key prefix (``global_keyprefix``), when it sets one.
     """
@@ -261,9 +262,16 @@ def cancel_jobs(
             operation = start_operation(cur, kind="cancel", actor=who, filter=where.to_json())
             cur.execute(
                 "INSERT INTO core.cancel_rules (operation_id, tenant_id, kind, queue, cutoff, "
-                "expires_at) VALUES (%s, %s, %s, %s, now(), now() + %s) "
-                "RETURNING cutoff, expires_at",
-                (operation.id, where.tenant_id, where.kind, where.queue, rule_ttl),
+                "expires_at) VALUES (%s, %s, %s, %s, COALESCE(to_timestamp(%s), now()), "
+                "now() + %s) RETURNING cutoff, expires_at",
+                (
+                    operation.id,
+                    where.tenant_id,
+                    where.kind,
+                    where.queue,
+                    _reference_now(settings),
+                    rule_ttl,
+                ),
             )
             row = cur.fetchone()
             assert row is not None
@@ -322,6 +330,28 @@ def cancel_jobs(
         },
     )
     return CancelResult(operation, delayed, rule)
+
+
+def _reference_now(settings: PlatformSettings) -> float | None:
+    """The cutoff on the clock publish times are on (the platform Redis's ``TIME``, see
+    :mod:`~platform_tasks.publishing.reference_clock`); ``None`` (PostgreSQL's clock)
+    when that Redis cannot be read."""
+    from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
+    from platform_tasks.publishing.reference_clock import redis_time
+
+    client = build_redis(settings, timeout=2.0)
+    try:
+        return redis_time(client)
+    except REDIS_ERRORS as exc:
+        logger.warning(
+            "the cancel's cutoff is PostgreSQL's clock: the platform Redis's TIME is "
+            "unreadable (%s)",
+            type(exc).__name__,
+            extra={"event": "operations.cutoff_clock_fallback"},
+        )
+        return None
+    finally:
+        client.close()
 
 
 def _sweep(

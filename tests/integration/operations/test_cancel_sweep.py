@@ -4,12 +4,19 @@ unique publish key is free again."""
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import pytest
 import redis
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.keys import delay_keys
+from platform_tasks.observability.trace_context import publish_time_of
 from platform_tasks.operations import JobFilter, cancel_jobs
 from platform_tasks.settings import PlatformSettings
 
@@ -54,3 +61,41 @@ def test_the_sweep_matches_the_queue_under_the_brokers_key_prefix(
         app.close()
     assert result.delayed_cancelled == 1
     assert redis_client.zcard(delay_keys("test").schedule) == 1
+
+
+def _publish_times(redis_client: redis.Redis, queue: str) -> list[float | None]:
+    """The publish time of each message on ``queue``, oldest first."""
+    raws = reversed(redis_client.lrange(queue, 0, -1))  # LPUSH: the newest is first
+    return [publish_time_of(json.loads(raw)["headers"]) for raw in raws]
+
+
+@contextmanager
+def skewed_host(monkeypatch: pytest.MonkeyPatch, app: Any, skew: timedelta) -> Iterator[QueuePort]:
+    """A publisher on a host whose clock is ``skew`` off: ``time.time`` and the port's
+    clock both read it (a real host's every clock is off alike)."""
+    real = time.time
+    with monkeypatch.context() as patched:
+        patched.setattr(time, "time", lambda: real() + skew.total_seconds())
+        port = QueuePort(app, clock=lambda: datetime.fromtimestamp(time.time(), UTC))
+        try:
+            yield port
+        finally:
+            port.close()
+
+
+def test_a_publishers_clock_skew_does_not_move_its_jobs_across_the_cancel(
+    settings: PlatformSettings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = create_app("sweep_skew", settings=settings)
+    try:
+        with skewed_host(monkeypatch, app, timedelta(hours=1)) as fast:
+            fast.publish("skewed", payload("gone"))  # before the cancel, an hour fast
+        result = cancel_jobs(settings, JobFilter(tenant_id="gone"), actor="tester")
+        with skewed_host(monkeypatch, app, -timedelta(hours=1)) as slow:
+            slow.publish("skewed", payload("gone"))  # after it, an hour slow
+    finally:
+        app.close()
+    before, after = _publish_times(redis_client, "skewed")
+    rule = result.rule
+    assert rule.matches(published=before, tenant_id="gone", kind=None, queue="skewed")
+    assert not rule.matches(published=after, tenant_id="gone", kind=None, queue="skewed")
