@@ -443,10 +443,12 @@ class _Sender:
         self.publish = given
         self.opener = opener
 
-    def __call__(self, queue: str, payload: Any) -> Any:
+    def opened(self) -> Publish:
+        """The callable, opened now if not yet (outside the publish's error handling: an
+        app that cannot be loaded is the caller's error, not a failed publish)."""
         if self.publish is None:
             self.publish = self.opener()
-        return self.publish(queue, payload)
+        return self.publish
 
 
 def _replay_rows(
@@ -473,8 +475,9 @@ def _replay_rows(
             if len(run.refused) < REFUSED_KEPT:
                 run.refused.append((row_id, refusal))
             continue
+        publish = sender.opened()
         try:
-            job_id = sender(queue, payload)
+            job_id = publish(queue, payload)
         except Exception as exc:
             _mark(cur, published, now)
             stopped_at = row_id - 1 if walking else run.after_id

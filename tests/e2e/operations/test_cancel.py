@@ -26,7 +26,6 @@ from tests.support.operations import (
 )
 from tests.support.processes import CeleryProcess, celery_processes, worker_argv
 
-
 UNIQUE = {"unique_key": "sync:gone", "unique_for": timedelta(hours=1)}
 
 
