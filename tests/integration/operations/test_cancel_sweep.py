@@ -15,6 +15,8 @@ import pytest
 import redis
 
 from platform_tasks import QueuePort, create_app
+from platform_tasks.fanout import tenant_job_id
+from platform_tasks.fanout.publisher import BatchPublisher
 from platform_tasks.keys import delay_keys
 from platform_tasks.observability.trace_context import publish_time_of
 from platform_tasks.operations import JobFilter, cancel_jobs
@@ -99,3 +101,31 @@ def test_a_publishers_clock_skew_does_not_move_its_jobs_across_the_cancel(
     rule = result.rule
     assert rule.matches(published=before, tenant_id="gone", kind=None, queue="skewed")
     assert not rule.matches(published=after, tenant_id="gone", kind=None, queue="skewed")
+
+
+def test_fan_out_children_are_judged_by_their_publish_not_their_points_time(
+    settings: PlatformSettings, redis_client: redis.Redis
+) -> None:
+    """A child's id carries its point's time: a day-old point published after the cancel
+    is new work, a point a day ahead published before it is cancelled."""
+    app = create_app("sweep_fanout", settings=settings)
+    port = QueuePort(app)
+    now = datetime.now(UTC)
+
+    def child(point: datetime) -> Any:
+        job_id = tenant_job_id("nightly", point, "tests.child", "gone")
+        payload = {"job_id": str(job_id), "tenant_id": "gone", "kind": "tests.child", "data": {}}
+        return port.envelope(payload)
+
+    publisher = BatchPublisher(app, queue="fanned")
+    try:
+        publisher.publish([child(now + timedelta(days=1))])  # before the cancel
+        result = cancel_jobs(settings, JobFilter(tenant_id="gone"), actor="tester")
+        publisher.publish([child(now - timedelta(days=1))])  # after it
+    finally:
+        publisher.close()
+        port.close()
+        app.close()
+    before, after = _publish_times(redis_client, "fanned")
+    assert result.rule.matches(published=before, tenant_id="gone", kind=None, queue="fanned")
+    assert not result.rule.matches(published=after, tenant_id="gone", kind=None, queue="fanned")
