@@ -11,10 +11,12 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg2
 import pytest
 import redis
 
 from platform_tasks import QueuePort, create_app
+from platform_tasks.consumer.cancels import CancelCheck
 from platform_tasks.fanout import tenant_job_id
 from platform_tasks.fanout.publisher import BatchPublisher
 from platform_tasks.keys import delay_keys
@@ -129,3 +131,25 @@ def test_fan_out_children_are_judged_by_their_publish_not_their_points_time(
     before, after = _publish_times(redis_client, "fanned")
     assert result.rule.matches(published=before, tenant_id="gone", kind=None, queue="fanned")
     assert not result.rule.matches(published=after, tenant_id="gone", kind=None, queue="fanned")
+
+
+def test_a_rule_row_that_cannot_be_read_is_logged_and_never_a_wait(
+    settings: PlatformSettings, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rule row the consumer cannot turn into a filter (a blank tenant written by hand)
+    is a programming error, not an outage: the check answers from the rules last read."""
+    result = cancel_jobs(settings, JobFilter(tenant_id="gone"), actor="tester")
+    check = CancelCheck(clock=iter(range(0, 10_000, 10)).__next__)  # every read is stale
+    conn = psycopg2.connect(database_url)
+    try:
+        with conn, conn.cursor() as cur:
+            assert [rule.operation_id for rule in check.rules(cur)] == [result.operation.id]
+            cur.execute("UPDATE core.cancel_rules SET tenant_id = ' '")
+        with conn, conn.cursor() as cur, caplog.at_level("ERROR"):
+            rules = check.rules(cur)
+            cur.execute("SELECT 1")  # the job's transaction is still usable
+    finally:
+        conn.close()
+    assert [rule.operation_id for rule in rules] == [result.operation.id]
+    events = [getattr(record, "event", None) for record in caplog.records]
+    assert events == ["operations.cancel_rules_unreadable"]
