@@ -238,6 +238,15 @@ def _operations_table(rows: list[Operation]) -> Table:
     help="End the cancel rule of this operation early instead.",
 )
 @click.option("--rules", "show_rules", is_flag=True, help="List the cancel rules in force.")
+@click.option(
+    "--app",
+    "app_spec",
+    envvar="PLATFORM_APP",
+    default=None,
+    show_envvar=True,
+    help="The application (module:attr, imported like celery -A) whose broker options "
+    "(a global_keyprefix) the delay-store sweep must know to match --queue.",
+)
 @_actor_option
 def cancel_command(
     tenant_id: str | None,
@@ -248,6 +257,7 @@ def cancel_command(
     yes: bool,
     lift: int | None,
     show_rules: bool,
+    app_spec: str | None,
     actor: str | None,
 ) -> None:
     """Cancel waiting jobs by tenant, kind and/or queue: delayed jobs (and retries
@@ -273,8 +283,13 @@ def cancel_command(
     except ValueError:
         raise click.UsageError("give at least one of --tenant, --kind, --queue") from None
     ttl = _duration(keep) if keep else DEFAULT_RULE_TTL
+    app = None
+    if app_spec:
+        from platform_tasks.cli.dead_letters import load_app
+
+        app = load_app(app_spec)
     if dry_run or (not yes and sys.stdin.isatty()):
-        preview = preview_cancel(settings, where)
+        preview = preview_cancel(settings, where, app=app)
         depths = ", ".join(
             f"{q}: {'?' if d is None else d}" for q, d in preview.queue_depths.items()
         )
@@ -291,7 +306,7 @@ def cancel_command(
         if not click.confirm("cancel them?", default=False):
             raise click.Abort()
     try:
-        result = cancel_jobs(settings, where, actor=actor, rule_ttl=ttl)
+        result = cancel_jobs(settings, where, actor=actor, rule_ttl=ttl, app=app)
     except Exception as exc:
         raise _fail(exc, settings) from None
     click.echo(

@@ -19,16 +19,17 @@ import contextvars
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg2.errors
 from psycopg2.extensions import cursor as Cursor
 from psycopg2.extras import Json
+
+from platform_tasks.observability.trace_context import publish_time_of
 
 if TYPE_CHECKING:
     from platform_tasks.consumer.verdicts import Duplicate
@@ -37,7 +38,6 @@ __all__ = [
     "RULES_MAX_AGE_SECONDS",
     "CancelCheck",
     "Rule",
-    "job_time",
     "record_cancelled",
     "running_job",
 ]
@@ -76,25 +76,21 @@ class Rule:
     expires_at: datetime
 
     def matches(
-        self, *, job_id: Any, tenant_id: str | None, kind: str | None, queue: str | None
+        self,
+        *,
+        published: float | None,
+        tenant_id: str | None,
+        kind: str | None,
+        queue: str | None,
     ) -> bool:
         """The job is one this rule means: the filter matches and it was published at or
-        before the cutoff (its uuid7's time; a job id of another version always counts)."""
+        before the cutoff. ``published`` is the Unix time the message carries
+        (:data:`~platform_tasks.observability.trace_context.PUBLISH_TIME_HEADER`); a
+        message without one (published before the header existed) counts as published
+        before. Never raises: a rule check must not turn into a wait."""
         if not self.filter.matches(tenant_id=tenant_id, kind=kind, queue=queue):
             return False
-        published = job_time(job_id)
-        return published is None or published <= self.cutoff
-
-
-def job_time(job_id: Any) -> datetime | None:
-    """When a uuid7 job id was made (its 48-bit millisecond prefix); ``None`` otherwise."""
-    try:
-        value = job_id if isinstance(job_id, uuid.UUID) else uuid.UUID(str(job_id))
-    except ValueError:
-        return None
-    if value.version != 7:
-        return None
-    return datetime.fromtimestamp((value.int >> 80) / 1000, UTC)
+        return published is None or published <= self.cutoff.timestamp()
 
 
 def read_rules(cur: Cursor) -> list[Rule]:
@@ -144,6 +140,20 @@ class CancelCheck:
                     extra={"event": "operations.cancel_rules_missing"},
                 )
             rules = []
+        except (psycopg2.OperationalError, psycopg2.InterfaceError):
+            raise  # an outage: the delivery waits for the database
+        except Exception as exc:
+            # not an outage (a bad rule row, a bug): waiting would hold this process for
+            # the rule's lifetime, so act on the rules last read and say so loudly
+            if isinstance(exc, psycopg2.Error):
+                cur.execute("ROLLBACK TO SAVEPOINT platform_cancel_rules")
+            logger.error(
+                "could not read the cancel rules (%s); acting on the rules last read",
+                type(exc).__name__,
+                exc_info=True,
+                extra={"event": "operations.cancel_rules_unreadable"},
+            )
+            rules = self.cached()
         cur.execute("RELEASE SAVEPOINT platform_cancel_rules")
         return rules
 
@@ -155,13 +165,13 @@ class CancelCheck:
         self,
         cur: Cursor,
         *,
-        job_id: Any,
+        published: float | None,
         tenant_id: str | None,
         kind: str | None,
         queue: str | None,
     ) -> Rule | None:
         for rule in self.rules(cur):
-            if rule.matches(job_id=job_id, tenant_id=tenant_id, kind=kind, queue=queue):
+            if rule.matches(published=published, tenant_id=tenant_id, kind=kind, queue=queue):
                 return rule
         return None
 
@@ -210,6 +220,7 @@ class RunningJob:
     tenant_id: str | None
     kind: str | None
     queue: str | None
+    published: float | None
     check: CancelCheck
     cursor: Cursor
 
@@ -220,13 +231,18 @@ current_job: contextvars.ContextVar[RunningJob | None] = contextvars.ContextVar(
 
 
 @contextmanager
-def running_job(
-    check: CancelCheck, cursor: Cursor, envelope: Any, queue: str | None
-) -> Iterator[None]:
+def running_job(check: CancelCheck, cursor: Cursor, envelope: Any, delivery: Any) -> Iterator[None]:
     """Around a handler's run: lets it ask :func:`is_cancelled` about itself."""
-    token = current_job.set(
-        RunningJob(envelope.job_id, envelope.tenant_id, envelope.kind, queue, check, cursor)
+    job = RunningJob(
+        envelope.job_id,
+        envelope.tenant_id,
+        envelope.kind,
+        delivery.queue,
+        publish_time_of(delivery.headers),
+        check,
+        cursor,
     )
+    token = current_job.set(job)
     try:
         yield
     finally:
@@ -243,7 +259,7 @@ def cancel_delivery(check: CancelCheck, tx: Any, envelope: Any, delivery: Any) -
     queue = delivery.queue
     rule = check.matching(
         tx.cursor,
-        job_id=envelope.job_id,
+        published=publish_time_of(delivery.headers),
         tenant_id=envelope.tenant_id,
         kind=envelope.kind,
         queue=queue,

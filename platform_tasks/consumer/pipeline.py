@@ -90,7 +90,7 @@ from platform_tasks.errors import (
     Throttled,
 )
 from platform_tasks.keys import delivery_keys
-from platform_tasks.limits.admission import NOTHING_HELD, admit
+from platform_tasks.limits.admission import NOTHING_HELD, admit, release_unique
 from platform_tasks.limits.unique import UNIQUE_HEADER
 from platform_tasks.observability.alerts import configure_alerts
 from platform_tasks.observability.context import current_correlation_id
@@ -201,7 +201,7 @@ class DeliveryPipeline:
                 self.hooks.emit("on_waiting", delivery, verdict.cause)
                 if backoff is None:
                     backoff = self._backoff()
-                backoff.wait(verdict.cause)
+                backoff.wait(verdict.cause, outage=verdict.outage)
             return self.settle(task, delivery, envelope, verdict)
         finally:
             current_correlation_id.reset(token)
@@ -262,7 +262,7 @@ class DeliveryPipeline:
             error: Exception | None = None
             try:
                 held = admit(task, envelope, delivery.unique_key)  # its limits, or wait
-                with running_job(self.cancels, tx.cursor, envelope, delivery.queue):
+                with running_job(self.cancels, tx.cursor, envelope, delivery):
                     result = task.execute(envelope, tx.cursor)
             except Throttled as exc:
                 tx.rollback()
@@ -295,7 +295,7 @@ class DeliveryPipeline:
             self.database.discard()
             if counted:
                 self._undo_count(delivery, job)
-            return Wait(describe(exc))
+            return Wait(describe(exc), outage=isinstance(exc, INFRASTRUCTURE_ERRORS))
         finally:
             if tx is not None:
                 tx.end()
@@ -437,6 +437,8 @@ class DeliveryPipeline:
             return verdict.result
         if isinstance(verdict, Duplicate):
             assert envelope is not None
+            if delivery.unique_key is not None and verdict.reason != "applied":
+                release_unique(self.app, delivery.unique_key, str(envelope.job_id))
             self.hooks.emit("on_duplicate", delivery, envelope, verdict)
             return None
         if isinstance(verdict, RetryAt | ThrottledUntil):
@@ -451,6 +453,9 @@ class DeliveryPipeline:
                 what = f"throttled ({verdict.reason})"
             raise Retry(f"{what}; attempt {attempt} at {verdict.at.isoformat()}", when=verdict.at)
         if isinstance(verdict, GaveUp):
+            if delivery.unique_key is not None and verdict.record.job_id is not None:
+                # a job dead-lettered before it started still held its key
+                release_unique(self.app, delivery.unique_key, str(verdict.record.job_id))
             return self._settle_dead_letter(delivery, envelope, verdict)
         raise AssertionError(f"unsettled verdict {verdict!r}")  # Wait never reaches here
 

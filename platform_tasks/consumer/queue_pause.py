@@ -137,6 +137,8 @@ class QueuePauseStep(bootsteps.StartStopStep):  # type: ignore[misc]
         self.act(c, reader.latest)
 
     def act(self, c: Any, paused: frozenset[str]) -> None:
+        # queues added while the worker runs (``celery control add_consumer``) count too
+        self.consumed |= set(c.app.amqp.queues.consume_from)
         current = holds(c)
         for queue in sorted(self.consumed):
             mine = PAUSE_REASON in current.get(queue, ())

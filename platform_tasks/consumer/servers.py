@@ -52,12 +52,21 @@ class Backoff:
         self.sleep = sleep
         self.delay = FIRST_WAIT_SECONDS
 
-    def wait(self, cause: str) -> None:
-        logger.warning(
-            "database or Redis unavailable (%s); waiting",
-            cause,
-            extra={"event": "consumer.waiting_for_servers", "cause": cause},
-        )
+    def wait(self, cause: str, *, outage: bool = True) -> None:
+        """Pause before the next try; ``outage`` false logs a failed step, not an outage
+        (a programming error must never read as "database or Redis unavailable")."""
+        if outage:
+            logger.warning(
+                "database or Redis unavailable (%s); waiting",
+                cause,
+                extra={"event": "consumer.waiting_for_servers", "cause": cause},
+            )
+        else:
+            logger.error(
+                "a consumer step failed (%s); waiting before trying again",
+                cause,
+                extra={"event": "consumer.waiting_after_error", "cause": cause},
+            )
         self.sleep(self.delay)
         self.delay = min(self.delay * 2, LONGEST_WAIT_SECONDS)
 
@@ -82,4 +91,4 @@ def until_done(step: Callable[[], T], what: str, sleep: Callable[[float], None] 
                     exc_info=True,
                     extra={"event": "consumer.settle_failed", "step": what},
                 )
-            backoff.wait(f"{what}: {describe(exc)}")
+            backoff.wait(f"{what}: {describe(exc)}", outage=isinstance(exc, INFRASTRUCTURE_ERRORS))

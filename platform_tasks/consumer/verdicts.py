@@ -75,9 +75,12 @@ class GaveUp:
 
 @dataclass(frozen=True)
 class Wait:
-    """PostgreSQL or Redis is unavailable: roll back, keep the message, start over later."""
+    """PostgreSQL or Redis is unavailable (or, ``outage`` false, a platform step failed
+    for another reason): roll back, keep the message, start over later."""
 
     cause: str
+    outage: bool = True
+    """Whether the cause is an outage; else the wait is logged as the failure it is."""
 
 
 Verdict = Applied | Duplicate | RetryAt | ThrottledUntil | GaveUp | Wait

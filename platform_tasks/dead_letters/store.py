@@ -25,6 +25,7 @@ from platform_tasks.dead_letters.dead_letter import ESCAPED_KEY, PENDING_REVIEW,
 from platform_tasks.envelope import parse_envelope
 from platform_tasks.errors import EnvelopeError, ReplayError
 from platform_tasks.observability.reserved_headers import without_reserved
+from platform_tasks.observability.trace_context import without_publish_time
 from platform_tasks.postgres.queries import load_queries
 
 logger = logging.getLogger(__name__)
@@ -284,11 +285,14 @@ def replay_dead_letters(
 def _republish(publish: Publish, queue: str, payload: Any, headers: Any) -> object:
     """Publish a row again with the trace context and custom headers it was stored with
     (less any name Celery or the platform uses, kept by a row stored before such names
-    were refused: it would replace their own header)."""
+    were refused: it would replace their own header).
+
+    Not with its publish time: a replay is a new publish, so a cancel rule made before
+    it (the incident's "cancel, fix, replay") does not take it."""
     if isinstance(headers, dict):
         headers = without_reserved(headers)
     if isinstance(headers, dict) and headers:
-        return publish(queue, payload, {"headers": headers})
+        return publish(queue, payload, {"headers": without_publish_time(headers)})
     return publish(queue, payload)
 
 

@@ -21,6 +21,7 @@ from platform_tasks.fanout.backpressure import QueueBound
 from platform_tasks.fanout.publisher import send_task_options
 from platform_tasks.publishing.amqp_wire import AmqpMessageBuilder
 from platform_tasks.publishing.confirmed_publisher import ConfirmedPublisher
+from platform_tasks.publishing.reference_clock import shared_clock
 
 if TYPE_CHECKING:
     from platform_tasks.app import PlatformCelery
@@ -42,6 +43,7 @@ class AmqpBatchPublisher:
         self.queue = queue
         self.bound = bound
         self._messages = AmqpMessageBuilder(app)
+        self._reference = shared_clock(app.platform_settings)
         self._publisher = ConfirmedPublisher(app, confirm_timeout=confirm_timeout)
         try:
             self._publisher.ensure_connected()
@@ -53,8 +55,9 @@ class AmqpBatchPublisher:
         """Publish every envelope; return once RabbitMQ confirmed each of them."""
         if not envelopes:
             return
+        stamp = self._reference.now()  # the batch's publish time
         messages = [
-            self._messages.build(envelope.kind, **send_task_options(self.queue, envelope))
+            self._messages.build(envelope.kind, **send_task_options(self.queue, envelope, stamp))
             for envelope in envelopes
         ]
         if self.bound is not None:

@@ -36,8 +36,13 @@ from platform_tasks.envelope import Envelope
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.backpressure import QueueBound
 from platform_tasks.keys import TENANT_HEADER
-from platform_tasks.observability.trace_context import PUBLISHED_AT_HEADER, outgoing_headers
+from platform_tasks.observability.trace_context import (
+    PUBLISH_TIME_HEADER,
+    PUBLISHED_AT_HEADER,
+    outgoing_headers,
+)
 from platform_tasks.publishing.queue_port import ATTEMPT_HEADER
+from platform_tasks.publishing.reference_clock import shared_clock
 from platform_tasks.publishing.wire import WireBuilder, WireMessage
 
 if TYPE_CHECKING:
@@ -48,8 +53,11 @@ __all__ = ["BatchPublisher", "TenantPublisher"]
 logger = logging.getLogger("platform_tasks.fanout")
 
 
-def send_task_options(queue: str, envelope: Envelope[Any]) -> dict[str, Any]:
-    """The ``send_task`` arguments ``QueuePort.publish`` uses for ``envelope``."""
+def send_task_options(
+    queue: str, envelope: Envelope[Any], publish_time: float | None = None
+) -> dict[str, Any]:
+    """The ``send_task`` arguments ``QueuePort.publish`` uses for ``envelope``;
+    ``publish_time`` on the reference clock (:mod:`~platform_tasks.publishing.reference_clock`)."""
     return {
         "args": [envelope.to_message()],
         "task_id": str(envelope.job_id),
@@ -57,7 +65,7 @@ def send_task_options(queue: str, envelope: Envelope[Any]) -> dict[str, Any]:
         "argsrepr": _argsrepr(envelope),
         "kwargsrepr": "{}",
         "headers": {
-            **outgoing_headers({}, published_at=time.time()),
+            **outgoing_headers({}, published_at=time.time(), publish_time=publish_time),
             ATTEMPT_HEADER: 1,
             TENANT_HEADER: envelope.tenant_id,
         },
@@ -109,14 +117,16 @@ class _Template:
         self.repr_props = [key for key, value in props.items() if value == argsrepr]
         if "id" not in self.id_headers or "correlation_id" not in self.id_props:
             raise ValueError("task id not found where Celery puts it")
-        again = json_loads(self.render(envelope))
+        stamped = headers.get(PUBLISH_TIME_HEADER)
+        again = json_loads(self.render(envelope, stamped if isinstance(stamped, float) else None))
         again["properties"]["delivery_tag"] = props.get("delivery_tag")
-        if PUBLISHED_AT_HEADER in headers:
-            again["headers"][PUBLISHED_AT_HEADER] = headers[PUBLISHED_AT_HEADER]
+        for stamped in (PUBLISHED_AT_HEADER, PUBLISH_TIME_HEADER):
+            if stamped in headers:
+                again["headers"][stamped] = headers[stamped]
         if again != message:
             raise ValueError("the rendered template differs from the message send_task built")
 
-    def render(self, envelope: Envelope[Any]) -> str:
+    def render(self, envelope: Envelope[Any], publish_time: float | None = None) -> str:
         job_id = str(envelope.job_id)
         argsrepr = _argsrepr(envelope)
         message = dict(self.message)
@@ -134,8 +144,11 @@ class _Template:
         for key in self.repr_props:
             props[key] = argsrepr
         props["delivery_tag"] = str(uuid.uuid4())
+        now = time.time()
         if PUBLISHED_AT_HEADER in headers:  # each child's own ready time, for queue latency
-            headers[PUBLISHED_AT_HEADER] = time.time()
+            headers[PUBLISHED_AT_HEADER] = now
+        if PUBLISH_TIME_HEADER in headers:  # and its own publish time, for cancel rules
+            headers[PUBLISH_TIME_HEADER] = now if publish_time is None else publish_time
         _, _, payload = kombu_dumps([[envelope.to_message()], {}, self.embed], serializer="json")
         raw = payload.encode() if isinstance(payload, str) else payload
         message["body"] = base64.b64encode(raw).decode()
@@ -168,10 +181,13 @@ class BatchPublisher:
         self._client = redis.Redis(connection_pool=pool)
         self._template: _Template | None = None
         self._fallback = False
+        self._reference = shared_clock(app.platform_settings)
         self.round_trips = 0
 
-    def _wire_of(self, envelope: Envelope[Any]) -> WireMessage:
-        return self._wire.build(envelope.kind, **send_task_options(self.queue, envelope))
+    def _wire_of(self, envelope: Envelope[Any], publish_time: float) -> WireMessage:
+        return self._wire.build(
+            envelope.kind, **send_task_options(self.queue, envelope, publish_time)
+        )
 
     def publish(self, envelopes: Sequence[Envelope[Any]]) -> None:
         """Put every envelope on the queue with one ``LPUSH`` per target list."""
@@ -179,8 +195,9 @@ class BatchPublisher:
             return
         by_list: dict[str, list[str]] = {}
         start = 0
+        stamp = self._reference.now()  # the batch's publish time
         if self._template is None and not self._fallback:
-            built = self._wire_of(envelopes[0])
+            built = self._wire_of(envelopes[0], stamp)
             by_list.setdefault(built.list_key, []).append(built.wire)
             start = 1
             try:
@@ -196,10 +213,10 @@ class BatchPublisher:
         for envelope in envelopes[start:]:
             if self._template is not None:
                 by_list.setdefault(self._template.list_key, []).append(
-                    self._template.render(envelope)
+                    self._template.render(envelope, stamp)
                 )
             else:
-                built = self._wire_of(envelope)
+                built = self._wire_of(envelope, stamp)
                 by_list.setdefault(built.list_key, []).append(built.wire)
         if self.bound is not None:
             keys = list(by_list)

@@ -231,6 +231,14 @@ def _take_throttle(
         waited += taken.wait_ms
 
 
+def release_unique(app: PlatformCelery, unique_key: str, job: str) -> None:
+    """Release ``job``'s unique publish key when the job will never start (cancelled,
+    dead-lettered before it ran): otherwise the key stays locked for its ``unique_for``
+    and every publish of it meanwhile returns a job that will not run. Best effort;
+    a later job's lock is kept."""
+    _release_unique(runtime_for(app), unique_key, job)
+
+
 def _release_unique(runtime: LimitsRuntime, unique_key: str, job: str) -> None:
     """Best effort: a lock not released here ends at its ``unique_for``."""
     try:

@@ -11,7 +11,8 @@ replaced (its data may already be on the queue under that id): the publish store
 
 The lock is released when the job starts (the consumer, after the job passed its limits
 and before the handler runs) or when ``unique_for`` ends, whichever comes first: a publish
-made after the job started is new work and runs again. ``unique_for`` bounds how long a
+made after the job started is new work and runs again. A job that will never start
+(cancelled, dead-lettered before it ran) releases it at once. ``unique_for`` bounds how long a
 lost job (its message purged) can hold the key.
 
 Best effort, stated honestly: the lock and an immediate publish are two steps (a crash

@@ -21,6 +21,8 @@ nothing else happens.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -35,24 +37,37 @@ from platform_tasks.observability.reserved_headers import (
 __all__ = [
     "CARRIED_HEADER",
     "PUBLISHED_AT_HEADER",
+    "PUBLISH_TIME_HEADER",
     "TRACE_HEADERS",
     "ambient_trace_headers",
     "carried_headers",
     "current_trace_headers",
     "outgoing_headers",
+    "publish_time_of",
     "running_with",
     "trace_of",
+    "without_publish_time",
 ]
 
 TRACE_HEADERS = ("traceparent", "tracestate", "sentry-trace", "baggage")
 """W3C trace context and Sentry's trace headers, carried on whenever a message has them."""
+
+PUBLISH_TIME_HEADER = "platform_publish_time"
+"""Unix seconds at which a publisher handed the job to the platform: ``publish``,
+``schedule``, a fan-out's child, a dead letter's replay. Unlike
+:data:`PUBLISHED_AT_HEADER` it is carried unchanged through the delay store, retries and
+throttles, and a replay sets a new one. A cancel rule judges "published before the
+cancel" by it (job ids carry no reliable time: blast chunk ids are hashes, fan-out
+children's carry the point's time)."""
 
 SENTRY_HEADERS = ("sentry-trace", "baggage")
 NESTED_HEADER = "headers"
 """Where Sentry's Celery integration reads its trace on the worker: a ``headers`` mapping
 inside the message headers (it writes both places, working around celery#4875)."""
 
-_RESERVED = frozenset({CARRIED_HEADER, PUBLISHED_AT_HEADER, NESTED_HEADER, *TRACE_HEADERS})
+_RESERVED = frozenset(
+    {CARRIED_HEADER, PUBLISHED_AT_HEADER, PUBLISH_TIME_HEADER, NESTED_HEADER, *TRACE_HEADERS}
+)
 
 current_trace_headers: ContextVar[Mapping[str, str] | None] = ContextVar(
     "platform_current_trace_headers", default=None
@@ -111,13 +126,17 @@ def ambient_trace_headers() -> dict[str, str]:
     return dict(running) if running else {}
 
 
-def outgoing_headers(custom: Mapping[str, Any], *, published_at: float) -> dict[str, Any]:
-    """The headers of a new message: ``custom``, their names, trace context, ready time.
+def outgoing_headers(
+    custom: Mapping[str, Any], *, published_at: float, publish_time: float | None = None
+) -> dict[str, Any]:
+    """The headers of a new message: ``custom``, their names, trace context, ready time,
+    publish time.
 
     Trace headers given in ``custom`` win (a retry, a replay carrying its original
     trace); otherwise the ambient context's are added. An instrumentation that injects
     its own at publish (``opentelemetry-instrumentation-celery``) replaces them with a
-    child of the same trace.
+    child of the same trace. A :data:`PUBLISH_TIME_HEADER` in ``custom`` (a retry's)
+    is kept; otherwise ``publish_time`` (default: now) is the job's publish time.
     """
     headers = dict(custom)
     names = sorted(name for name in custom if name not in _RESERVED)
@@ -131,7 +150,30 @@ def outgoing_headers(custom: Mapping[str, Any], *, published_at: float) -> dict[
         nested = headers.get(NESTED_HEADER)
         headers[NESTED_HEADER] = {**(nested if isinstance(nested, Mapping) else {}), **sentry}
     headers[PUBLISHED_AT_HEADER] = published_at
+    if publish_time_of(headers) is None:
+        headers[PUBLISH_TIME_HEADER] = time.time() if publish_time is None else publish_time
     return headers
+
+
+def publish_time_of(headers: Mapping[str, Any] | None) -> float | None:
+    """The publish time a message's headers carry, or ``None`` when absent or unreadable
+    (a message from before the header existed, or one a foreign publisher made)."""
+    if not headers:
+        return None
+    value = headers.get(PUBLISH_TIME_HEADER)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    seconds = float(value)
+    return seconds if math.isfinite(seconds) and 0 < seconds < MAX_PUBLISH_TIME else None
+
+
+MAX_PUBLISH_TIME = 253402300799.0
+"""The last second of the year 9999: a larger value is no time (datetime cannot hold it)."""
+
+
+def without_publish_time(headers: Mapping[str, Any]) -> dict[str, Any]:
+    """``headers`` for a new publish of the same job (a replay): it gets its own time."""
+    return {name: value for name, value in headers.items() if name != PUBLISH_TIME_HEADER}
 
 
 def carried_headers(request: Any) -> dict[str, Any]:
@@ -144,6 +186,9 @@ def carried_headers(request: Any) -> dict[str, Any]:
         value = _header(request, name)
         if isinstance(value, str) and value:
             carried[name] = value
+    publish_time = publish_time_of({PUBLISH_TIME_HEADER: _header(request, PUBLISH_TIME_HEADER)})
+    if publish_time is not None:  # a retry or throttle is the same publish, not a new one
+        carried[PUBLISH_TIME_HEADER] = publish_time
     names = _header(request, CARRIED_HEADER)
     if isinstance(names, list | tuple):
         for name in names:

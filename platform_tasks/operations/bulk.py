@@ -149,6 +149,9 @@ class _Run:
     after_id: int
     max_id: int
     refused: list[tuple[int, str]] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)
+    """Matching rows another transaction held when their batch was locked (``SKIP
+    LOCKED``): revisited, waiting for their holder, once the walk is done."""
 
 
 def _check(
@@ -324,6 +327,25 @@ def _advance(cur: Cursor, run: _Run, *, done: int, failed: int, last_id: int) ->
     run.after_id = last_id
 
 
+def _note_skipped(cur: Cursor, run: _Run, locked: Sequence[int], batch_size: int) -> None:
+    """Remember the matching rows of this batch's id range that it could not lock.
+
+    Called before :func:`_advance` moves ``after_id``: the range is ``(after_id, last
+    locked id]``, or up to ``max_id`` for the last batch (fewer rows than the limit)."""
+    upto = locked[-1] if len(locked) >= batch_size else run.max_id
+    cur.execute(
+        _queries()["skipped_in_range"],
+        {**run.where.params(), "after_id": run.after_id, "upto_id": upto, "locked": list(locked)},
+    )
+    seen = set(run.skipped)  # a short last batch and the empty one after it share a range
+    run.skipped.extend(int(row[0]) for row in cur.fetchall() if int(row[0]) not in seen)
+
+
+def _take_skipped(run: _Run, batch_size: int) -> list[int]:
+    taken, run.skipped = run.skipped[:batch_size], run.skipped[batch_size:]
+    return taken
+
+
 def _batch_params(run: _Run, batch_size: int) -> dict[str, Any]:
     return {
         **run.where.params(),
@@ -384,51 +406,90 @@ def bulk_replay(
 
     try:
         with _operation(settings, conn, "replay", where, actor, operation_id) as (db, run):
-            sender = publish
+            state = _Sender(publish, opened)
             queries = _queries()
             while True:
                 with db, db.cursor() as cur:
                     cur.execute(queries["lock_batch"], _batch_params(run, batch_size))
                     rows = cur.fetchall()
+                    _note_skipped(cur, run, [int(row[0]) for row in rows], batch_size)
                     if not rows:
                         break
-                    published: list[int] = []
-                    replayed: list[ReplayedRow] = []
-                    refused: list[tuple[int, str]] = []
-                    failed = 0
-                    for row_id, queue, payload in rows:
-                        refusal = replay_refusal(
-                            queue, payload, max_bytes=settings.max_payload_bytes
-                        )
-                        if refusal:
-                            failed += 1
-                            refused.append((row_id, refusal))
-                            if len(run.refused) < REFUSED_KEPT:
-                                run.refused.append((row_id, refusal))
-                            continue
-                        if sender is None:
-                            sender = opened()
-                        try:
-                            job_id = sender(queue, payload)
-                        except Exception as exc:
-                            _mark(cur, published, now)
-                            _advance(
-                                cur, run, done=len(published), failed=failed, last_id=row_id - 1
-                            )
-                            db.commit()
-                            raise ReplayError(row_id, published, exc) from exc
-                        published.append(row_id)
-                        replayed.append(ReplayedRow(row_id, uuid.UUID(str(job_id)), queue))
-                    _mark(cur, published, now)
-                    _advance(cur, run, done=len(published), failed=failed, last_id=rows[-1][0])
-                _log_batch(run, "replay", len(published), failed, rows[0][0], rows[-1][0])
+                    done = _replay_rows(cur, db, run, rows, state, settings, now, True)
+                _log_batch(run, "replay", len(done[0]), len(done[1]), rows[0][0], rows[-1][0])
                 if on_batch is not None:
-                    on_batch(replayed, refused)
+                    on_batch(*done)
+            while run.skipped:  # rows another transaction held: wait for it, then act
+                ids = _take_skipped(run, batch_size)
+                with db, db.cursor() as cur:
+                    cur.execute(queries["lock_skipped"], {"ids": ids})
+                    rows = cur.fetchall()
+                    done = _replay_rows(cur, db, run, rows, state, settings, now, False)
+                if rows:
+                    _log_batch(run, "replay", len(done[0]), len(done[1]), rows[0][0], rows[-1][0])
+                if on_batch is not None and rows:
+                    on_batch(*done)
             operation = _finish(db, run)
     finally:
         for port in ports:
             port.close()
     return BulkResult(operation, run.resumed, run.refused)
+
+
+class _Sender:
+    """The publish callable of a replay, opened at the first row that needs it."""
+
+    def __init__(self, given: Publish | None, opener: Callable[[], Publish]) -> None:
+        self.publish = given
+        self.opener = opener
+
+    def opened(self) -> Publish:
+        """The callable, opened now if not yet (outside the publish's error handling: an
+        app that cannot be loaded is the caller's error, not a failed publish)."""
+        if self.publish is None:
+            self.publish = self.opener()
+        return self.publish
+
+
+def _replay_rows(
+    cur: Cursor,
+    db: Connection,
+    run: _Run,
+    rows: Sequence[tuple[Any, ...]],
+    sender: _Sender,
+    settings: PlatformSettings,
+    now: datetime | None,
+    walking: bool,
+) -> tuple[list[ReplayedRow], list[tuple[int, str]]]:
+    """Publish and mark the locked ``rows`` and count them in the operation;
+    ``(replayed, refused)``. ``walking``: the rows are the walk's next batch, so its
+    ``last_id`` moves past them (revisited skipped rows leave it where it is). A failed
+    publish commits what was published before it and raises :class:`ReplayError`."""
+    published: list[int] = []
+    replayed: list[ReplayedRow] = []
+    refused: list[tuple[int, str]] = []
+    for row_id, queue, payload in rows:
+        refusal = replay_refusal(queue, payload, max_bytes=settings.max_payload_bytes)
+        if refusal:
+            refused.append((row_id, refusal))
+            if len(run.refused) < REFUSED_KEPT:
+                run.refused.append((row_id, refusal))
+            continue
+        publish = sender.opened()
+        try:
+            job_id = publish(queue, payload)
+        except Exception as exc:
+            _mark(cur, published, now)
+            stopped_at = row_id - 1 if walking else run.after_id
+            _advance(cur, run, done=len(published), failed=len(refused), last_id=stopped_at)
+            db.commit()
+            raise ReplayError(row_id, published, exc) from exc
+        published.append(row_id)
+        replayed.append(ReplayedRow(row_id, uuid.UUID(str(job_id)), queue))
+    _mark(cur, published, now)
+    last_id = int(rows[-1][0]) if walking and rows else run.after_id
+    _advance(cur, run, done=len(published), failed=len(refused), last_id=last_id)
+    return replayed, refused
 
 
 def _mark(cur: Cursor, ids: Sequence[int], now: datetime | None) -> None:
@@ -492,9 +553,21 @@ def bulk_discard(
                     },
                 )
                 ids = sorted(int(row[0]) for row in cur.fetchall())
+                _note_skipped(cur, run, ids, batch_size)
                 if not ids:
                     break
                 _advance(cur, run, done=len(ids), failed=0, last_id=ids[-1])
             _log_batch(run, "discard", len(ids), 0, ids[0], ids[-1])
+        while run.skipped:  # rows another transaction held: wait for it, then act
+            held = _take_skipped(run, batch_size)
+            with db, db.cursor() as cur:
+                cur.execute(
+                    _queries()["discard_skipped"],
+                    {"ids": held, "reason": stored, "now": now or datetime.now(UTC)},
+                )
+                ids = sorted(int(row[0]) for row in cur.fetchall())
+                _advance(cur, run, done=len(ids), failed=0, last_id=run.after_id)
+            if ids:
+                _log_batch(run, "discard", len(ids), 0, ids[0], ids[-1])
         operation = _finish(db, run)
     return BulkResult(operation, run.resumed, [])

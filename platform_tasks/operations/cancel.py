@@ -5,7 +5,9 @@ A cancel is one ``core.operations`` row (kind ``cancel``) and does two things:
 1. **A cancel rule** in ``core.cancel_rules`` (the filter, the operation id, a cutoff and
    an expiry). Every consumer checks the rules before running a job
    (:mod:`platform_tasks.consumer.cancels`): a job that matches
-   and was published at or before the cutoff (its uuid7 job id's time) is not run; a
+   and was published at or before the cutoff (the publish time its message carries in
+   the ``platform_publish_time`` header; a message without one counts as published
+   before) is not run; a
    ``core.dead_letters`` row records it (status ``discarded``, reason ``cancelled``,
    ``discard_reason`` ``cancelled by operation N``) in the same transaction as the job's
    idempotency row, so a redelivery of it is a duplicate. This is how queued jobs are
@@ -27,7 +29,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from psycopg2.extensions import connection as Connection
@@ -39,6 +41,8 @@ from platform_tasks.consumer.cancels import (
     read_rules,
     record_cancelled,
 )
+from platform_tasks.limits.unique import UNIQUE_HEADER, UniqueLocks
+from platform_tasks.observability.trace_context import publish_time_of
 from platform_tasks.operations.filters import JobFilter
 from platform_tasks.operations.log import (
     Operation,
@@ -49,6 +53,9 @@ from platform_tasks.operations.log import (
     start_operation,
 )
 from platform_tasks.settings import PlatformSettings
+
+if TYPE_CHECKING:
+    from platform_tasks.app import PlatformCelery
 
 __all__ = [
     "DEFAULT_RULE_TTL",
@@ -103,6 +110,10 @@ class _Delayed:
     entry_id: str
     queue: str | None
     envelope: dict[str, Any]
+    published: float | None = None
+    """The publish time the stored message carries (``None``: none, counts as before)."""
+    unique_key: str | None = None
+    """The unique publish key the job holds, released when the job is cancelled."""
 
 
 def _delay_stores(settings: PlatformSettings) -> list[tuple[Any, Any]]:
@@ -131,33 +142,51 @@ def _body_envelope(body: Any, encoding: str | None) -> dict[str, Any] | None:
     return None
 
 
-def decode_entry(entry_id: str, raw: bytes | str) -> _Delayed | None:
-    """A delay-store entry (Redis-list or AMQP encoding) as its queue and envelope, or
-    ``None`` when it holds no readable envelope (left alone)."""
+def decode_entry(entry_id: str, raw: bytes | str, key_prefix: str = "") -> _Delayed | None:
+    """A delay-store entry (Redis-list or AMQP encoding) as its queue, envelope and
+    publish time, or ``None`` when it holds no readable envelope (left alone).
+    ``key_prefix`` is the broker's ``global_keyprefix``, taken off a Redis list's name
+    to give the queue's."""
     try:
         data = json.loads(raw)
         if "m" in data:  # {"q": list key, "m": kombu wire message}
             message = json.loads(data["m"])
             encoding = (message.get("properties") or {}).get("body_encoding")
             envelope = _body_envelope(message.get("body"), encoding)
-            queue: str | None = str(data["q"]).split("\x06\x16")[0]
+            headers = message.get("headers")
+            list_name = str(data["q"]).split("\x06\x16")[0]
+            if key_prefix and list_name.startswith(key_prefix):
+                list_name = list_name[len(key_prefix) :]
+            queue: str | None = list_name
         else:  # AMQP message: {"q", "e", "r", "b", "p"}
             envelope = _body_envelope(data.get("b"), None)
+            headers = (data.get("p") or {}).get("application_headers")
             queue = str(data.get("q") or "") or None
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
         return None
     if envelope is None:
         return None
-    return _Delayed(entry_id, queue, envelope)
+    if not isinstance(headers, dict):
+        headers = {}
+    unique = headers.get(UNIQUE_HEADER)
+    return _Delayed(
+        entry_id,
+        queue,
+        envelope,
+        publish_time_of(headers),
+        unique if isinstance(unique, str) and unique else None,
+    )
 
 
-def _matching_delayed(client: Any, keys: Any, where: JobFilter) -> Iterator[list[_Delayed]]:
+def _matching_delayed(
+    client: Any, keys: Any, where: JobFilter, key_prefix: str = ""
+) -> Iterator[list[_Delayed]]:
     """Batches of delay-store entries matching ``where`` (an ``HSCAN``: entries added or
     promoted meanwhile may be seen or not; the cancel rule covers those)."""
     batch: list[_Delayed] = []
     for entry_id, raw in client.hscan_iter(keys.entries, count=SWEEP_BATCH):
         entry_text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-        delayed = decode_entry(entry_text, raw)
+        delayed = decode_entry(entry_text, raw, key_prefix)
         if delayed is None:
             continue
         envelope = delayed.envelope
@@ -172,22 +201,36 @@ def _matching_delayed(client: Any, keys: Any, where: JobFilter) -> Iterator[list
         yield batch
 
 
+def _key_prefix(app: PlatformCelery | None) -> str:
+    """The broker's ``global_keyprefix`` (kombu puts it before every Redis list name)."""
+    if app is None:
+        return ""
+    options = app.conf.broker_transport_options or {}
+    return str(options.get("global_keyprefix") or "")
+
+
 def preview_cancel(
-    settings: PlatformSettings, where: JobFilter, *, queues: list[str] | None = None
+    settings: PlatformSettings,
+    where: JobFilter,
+    *,
+    queues: list[str] | None = None,
+    app: PlatformCelery | None = None,
 ) -> CancelPreview:
     """Count matching delay-store entries (a scan; nothing changes) and read the depth of
     ``queues`` (default: ``where.queue`` if set, else none). Needs the broker settings
-    (and the platform Redis for a RabbitMQ delay store)."""
+    (and the platform Redis for a RabbitMQ delay store); ``app`` gives the broker's key
+    prefix, when it sets one."""
     delayed = 0
+    prefix = _key_prefix(app)
     for client, keys in _delay_stores(settings):
         try:
-            delayed += sum(len(batch) for batch in _matching_delayed(client, keys, where))
+            delayed += sum(len(batch) for batch in _matching_delayed(client, keys, where, prefix))
         finally:
             client.close()
     names = list(queues) if queues is not None else ([where.queue] if where.queue else [])
     from platform_tasks.operations.pause import broker_depths
 
-    return CancelPreview(delayed, broker_depths(settings, names) if names else {})
+    return CancelPreview(delayed, broker_depths(settings, names, app=app) if names else {})
 
 
 def cancel_jobs(
@@ -198,6 +241,7 @@ def cancel_jobs(
     rule_ttl: timedelta = DEFAULT_RULE_TTL,
     conn: Connection | None = None,
     now: datetime | None = None,
+    app: PlatformCelery | None = None,
 ) -> CancelResult:
     """Cancel every waiting job matching ``where``: record the operation, set the rule
     (consumers stop running matching queued jobs), sweep the delay store.
@@ -205,8 +249,10 @@ def cancel_jobs(
     The operation's ``done`` counts every job accounted for so far; queued jobs are
     added as consumers reach them. Rerunning a cancel is harmless (each job has one row).
     Returns after :data:`PROPAGATION_SECONDS`, when every consumer has read the rule.
-    ``now`` is ignored (the cutoff is PostgreSQL's clock). Needs ``settings.database_url``
-    and the broker settings (and ``settings.redis_url`` for a RabbitMQ delay store).
+    ``now`` is ignored (the cutoff is the platform Redis's ``TIME``, the clock publish
+    times are on; PostgreSQL's when that Redis is unreadable). Needs ``settings.database_url``
+    and the broker settings (and ``settings.redis_url`` for a RabbitMQ delay store);
+    ``app`` gives the broker's key prefix (``global_keyprefix``), when it sets one.
     """
     if rule_ttl <= timedelta(0):
         raise ValueError(f"rule_ttl must be positive, got {rule_ttl}")
@@ -216,9 +262,16 @@ def cancel_jobs(
             operation = start_operation(cur, kind="cancel", actor=who, filter=where.to_json())
             cur.execute(
                 "INSERT INTO core.cancel_rules (operation_id, tenant_id, kind, queue, cutoff, "
-                "expires_at) VALUES (%s, %s, %s, %s, now(), now() + %s) "
-                "RETURNING cutoff, expires_at",
-                (operation.id, where.tenant_id, where.kind, where.queue, rule_ttl),
+                "expires_at) VALUES (%s, %s, %s, %s, COALESCE(to_timestamp(%s), now()), "
+                "now() + %s) RETURNING cutoff, expires_at",
+                (
+                    operation.id,
+                    where.tenant_id,
+                    where.kind,
+                    where.queue,
+                    _reference_now(settings),
+                    rule_ttl,
+                ),
             )
             row = cur.fetchone()
             assert row is not None
@@ -242,7 +295,7 @@ def cancel_jobs(
         try:
             for client, keys in _delay_stores(settings):
                 try:
-                    delayed += _sweep(db, client, keys, where, rule)
+                    delayed += _sweep(db, client, keys, where, rule, _key_prefix(app))
                 finally:
                     client.close()
             left = PROPAGATION_SECONDS - (time.monotonic() - started)
@@ -279,7 +332,31 @@ def cancel_jobs(
     return CancelResult(operation, delayed, rule)
 
 
-def _sweep(db: Connection, client: Any, keys: Any, where: JobFilter, rule: Rule) -> int:
+def _reference_now(settings: PlatformSettings) -> float | None:
+    """The cutoff on the clock publish times are on (the platform Redis's ``TIME``, see
+    :mod:`~platform_tasks.publishing.reference_clock`); ``None`` (PostgreSQL's clock)
+    when that Redis cannot be read."""
+    from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
+    from platform_tasks.publishing.reference_clock import redis_time
+
+    client = build_redis(settings, timeout=2.0)
+    try:
+        return redis_time(client)
+    except REDIS_ERRORS as exc:
+        logger.warning(
+            "the cancel's cutoff is PostgreSQL's clock: the platform Redis's TIME is "
+            "unreadable (%s)",
+            type(exc).__name__,
+            extra={"event": "operations.cutoff_clock_fallback"},
+        )
+        return None
+    finally:
+        client.close()
+
+
+def _sweep(
+    db: Connection, client: Any, keys: Any, where: JobFilter, rule: Rule, key_prefix: str
+) -> int:
     """Record then remove the matching delay-store entries; how many were recorded.
 
     The row is committed before the entry is removed, so a crash in between leaves an
@@ -289,13 +366,14 @@ def _sweep(db: Connection, client: Any, keys: Any, where: JobFilter, rule: Rule)
     from platform_tasks.publishing.delay_store import DelayStore
 
     store = DelayStore(client, keys)
+    locks: UniqueLocks | None = None
     cancelled = 0
-    for batch in _matching_delayed(client, keys, where):
+    for batch in _matching_delayed(client, keys, where, key_prefix):
         eligible = [
             item
             for item in batch
             if rule.matches(
-                job_id=item.envelope.get("job_id"),
+                published=item.published,
                 tenant_id=item.envelope.get("tenant_id"),
                 kind=item.envelope.get("kind"),
                 queue=item.queue,
@@ -319,6 +397,10 @@ def _sweep(db: Connection, client: Any, keys: Any, where: JobFilter, rule: Rule)
                 cancelled += row is not None
         store.remove([item.entry_id for item in eligible])
         store.forget_returns([item.entry_id for item in eligible])
+        for item in eligible:  # a cancelled job never starts: its unique key is free
+            if item.unique_key is not None:
+                locks = locks or UniqueLocks(client, keys)
+                locks.release(item.unique_key, str(item.envelope.get("job_id")))
     return cancelled
 
 
@@ -376,6 +458,8 @@ def is_cancelled() -> bool:
     ):
         rules = job.check.rules(job.cursor)
     return any(
-        rule.matches(job_id=job.job_id, tenant_id=job.tenant_id, kind=job.kind, queue=job.queue)
+        rule.matches(
+            published=job.published, tenant_id=job.tenant_id, kind=job.kind, queue=job.queue
+        )
         for rule in rules
     )

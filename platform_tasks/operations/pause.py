@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,7 @@ from platform_tasks.operations.log import (
     Operation,
     connect,
     default_actor,
-    fetch_operation,
+    finish_operation,
     start_operation,
 )
 from platform_tasks.settings import PlatformSettings
@@ -70,6 +70,50 @@ def _check_queue(queue: str) -> str:
     return queue
 
 
+def _flag_operation(
+    settings: PlatformSettings,
+    kind: str,
+    queue: str,
+    actor: str,
+    conn: Connection | None,
+    act: Callable[[Any, int], bool],
+    unchanged: str,
+) -> tuple[Operation, bool]:
+    """Record a ``pause``/``resume`` operation around ``act(client, operation_id)``.
+
+    The row commits (``running``) before the flag changes, and is finished after it: a
+    flag never changes without its row, and a failure to reach Redis leaves a ``failed``
+    row, not a logged pause that never was. ``act`` says whether it changed the flag;
+    ``unchanged`` is the detail when it did not."""
+    client = _redis(settings)
+    try:
+        with connect(settings, conn) as db:
+            with db, db.cursor() as cur:
+                operation = start_operation(
+                    cur, kind=kind, actor=actor, filter={"queue": queue}, matched=1
+                )
+            try:
+                changed = act(client, operation.id)
+            except BaseException as exc:
+                db.rollback()
+                with db, db.cursor() as cur:
+                    finish_operation(
+                        cur, operation.id, outcome="failed", detail=f"{type(exc).__name__}: {exc}"
+                    )
+                raise
+            with db, db.cursor() as cur:
+                cur.execute(
+                    "UPDATE core.operations SET done = %s WHERE id = %s",
+                    (1 if changed else 0, operation.id),
+                )
+                operation = finish_operation(
+                    cur, operation.id, outcome="succeeded", detail=None if changed else unchanged
+                )
+    finally:
+        client.close()
+    return operation, changed
+
+
 def pause_queue(
     settings: PlatformSettings,
     queue: str,
@@ -82,29 +126,16 @@ def pause_queue(
     ``settings.database_url`` and ``settings.redis_url``."""
     _check_queue(queue)
     who = actor or default_actor()
-    client = _redis(settings)
-    try:
-        with connect(settings, conn) as db, db, db.cursor() as cur:
-            # the row commits only once the flag is set: no logged pause that never was
-            operation = start_operation(
-                cur,
-                kind="pause",
-                actor=who,
-                filter={"queue": queue},
-                outcome="succeeded",
-                matched=1,
-            )
-            flag = json.dumps(
-                {"operation_id": operation.id, "actor": who, "since": datetime.now(UTC).isoformat()}
-            )
-            first = bool(client.hsetnx(operation_keys(settings.profile).paused, queue, flag))
-            cur.execute(
-                "UPDATE core.operations SET done = %s, detail = %s WHERE id = %s",
-                (1 if first else 0, None if first else "already paused", operation.id),
-            )
-            operation = fetch_operation(cur, operation.id) or operation
-    finally:
-        client.close()
+
+    def set_flag(client: Any, operation_id: int) -> bool:
+        flag = json.dumps(
+            {"operation_id": operation_id, "actor": who, "since": datetime.now(UTC).isoformat()}
+        )
+        return bool(client.hsetnx(operation_keys(settings.profile).paused, queue, flag))
+
+    operation, first = _flag_operation(
+        settings, "pause", queue, who, conn, set_flag, "already paused"
+    )
     logger.info(
         "queue %s paused by %s (operation %s)%s",
         queue,
@@ -133,25 +164,13 @@ def resume_queue(
     (``done=1``, or ``done=0`` and ``detail`` saying it was not paused)."""
     _check_queue(queue)
     who = actor or default_actor()
-    client = _redis(settings)
-    try:
-        with connect(settings, conn) as db, db, db.cursor() as cur:
-            operation = start_operation(
-                cur,
-                kind="resume",
-                actor=who,
-                filter={"queue": queue},
-                outcome="succeeded",
-                matched=1,
-            )
-            removed = bool(client.hdel(operation_keys(settings.profile).paused, queue))
-            cur.execute(
-                "UPDATE core.operations SET done = %s, detail = %s WHERE id = %s",
-                (1 if removed else 0, None if removed else "was not paused", operation.id),
-            )
-            operation = fetch_operation(cur, operation.id) or operation
-    finally:
-        client.close()
+
+    def clear_flag(client: Any, operation_id: int) -> bool:
+        return bool(client.hdel(operation_keys(settings.profile).paused, queue))
+
+    operation, removed = _flag_operation(
+        settings, "resume", queue, who, conn, clear_flag, "was not paused"
+    )
     logger.info(
         "queue %s resumed by %s (operation %s)%s",
         queue,

@@ -29,6 +29,7 @@ from platform_tasks.observability.trace_context import outgoing_headers
 from platform_tasks.publishing.amqp_wire import AmqpMessageBuilder
 from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.publishing.native_delays import NativeDelays
+from platform_tasks.publishing.reference_clock import ReferenceClock
 from platform_tasks.publishing.wire import WireBuilder
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ class QueuePort:
         self.app = app
         self.settings = app.platform_settings
         self._clock = clock or (lambda: datetime.now(UTC))
+        self._reference = ReferenceClock(self.settings, local=lambda: self._clock().timestamp())
         self._wire = WireBuilder(app)
         self._owns_client = redis_client is None
         self._redis = redis_client
@@ -147,7 +149,9 @@ class QueuePort:
         if not queue:
             raise ValueError("queue must be a non-empty queue name")
         when = ready_at if ready_at is not None else self._clock()
-        headers = outgoing_headers(options.headers, published_at=when.timestamp())
+        headers = outgoing_headers(
+            options.headers, published_at=when.timestamp(), publish_time=self._reference.now()
+        )
         headers[ATTEMPT_HEADER] = options.attempt
         headers[TENANT_HEADER] = envelope.tenant_id
         send: dict[str, Any] = {
@@ -275,6 +279,7 @@ class QueuePort:
 
     def close(self) -> None:
         self._wire.close()
+        self._reference.close()
         if self._amqp_messages is not None:
             self._amqp_messages.close()
         if self._owns_client and self._redis is not None:

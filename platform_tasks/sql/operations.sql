@@ -110,3 +110,47 @@ WHERE status = 'pending_review'
   AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
   AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
 ORDER BY id;
+
+-- name: skipped_in_range
+-- Matching pending rows of a batch's id range that the batch did not lock: another
+-- transaction held them (SKIP LOCKED). Revisited once the walk is done.
+SELECT id
+FROM core.dead_letters
+WHERE status = 'pending_review'
+  AND id > %(after_id)s
+  AND id <= %(upto_id)s
+  AND id <> ALL(%(locked)s::bigint[])
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(error_type)s::text IS NULL OR error_type = %(error_type)s)
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+ORDER BY id;
+
+-- name: lock_skipped
+-- Rows skipped while another transaction held them, locked waiting for it: a row it
+-- committed is no longer pending and drops out; a row it rolled back is this one's.
+SELECT id, queue, payload
+FROM core.dead_letters
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'pending_review'
+ORDER BY id
+FOR UPDATE;
+
+-- name: discard_skipped
+-- The discard of rows skipped while another transaction held them (waits for it).
+WITH batch AS (
+    SELECT id
+    FROM core.dead_letters
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'pending_review'
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE core.dead_letters AS d
+SET status = 'discarded',
+    discard_reason = %(reason)s,
+    discarded_at = %(now)s,
+    updated_at = %(now)s
+FROM batch
+WHERE d.id = batch.id
+RETURNING d.id;

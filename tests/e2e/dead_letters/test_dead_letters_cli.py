@@ -452,6 +452,7 @@ def _comparable(raw: bytes) -> dict[str, Any]:
     message["properties"].pop("reply_to")  # the publishing app instance's reply queue
     message["headers"].pop("origin")  # the publishing process: gen<pid>@host
     message["headers"].pop("platform_published_at")  # the moment of each publish
+    message["headers"].pop("platform_publish_time")  # likewise, on the reference clock
     return dict(message)
 
 

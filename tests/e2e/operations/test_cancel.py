@@ -1,6 +1,8 @@
 """Cancel by tenant end to end: queued and delayed jobs of the tenant never run, each one
-gets its accounting row; other tenants' jobs and jobs published after the cancel run; a
-running job sees ``is_cancelled()``. Real CLI, PostgreSQL, Redis broker and workers."""
+gets its accounting row; other tenants' jobs and jobs published after the cancel run; the
+tenant's dead letters replayed while the cancel is in force run (the incident sequence:
+cancel, fix the cause, replay); a running job sees ``is_cancelled()``. Real CLI,
+PostgreSQL, Redis broker and workers."""
 
 from __future__ import annotations
 
@@ -18,10 +20,13 @@ from tests.support.operations import (
     APP,
     REPO_ROOT,
     Shell,
+    add_dead_letters,
     create_applied_table,
     envelope,
 )
 from tests.support.processes import CeleryProcess, celery_processes, worker_argv
+
+UNIQUE = {"unique_key": "sync:gone", "unique_for": timedelta(hours=1)}
 
 
 @pytest.fixture
@@ -48,6 +53,7 @@ def _workers(shell: Shell, started: list[CeleryProcess], tmp_path: Path) -> None
 def test_cancel_by_tenant_stops_queued_and_delayed_jobs_and_accounts_for_each(
     shell: Shell, settings: PlatformSettings, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
+    failed_before = add_dead_letters(shell.database_url, 5, tenant="gone")  # before the cancel
     port = platform_queue_port(settings)
     # an hour away, so a slow publish loop cannot make one due before the cancel; made due
     # below by rewriting the scores, the way time passing would
@@ -57,9 +63,11 @@ def test_cancel_by_tenant_stops_queued_and_delayed_jobs_and_accounts_for_each(
         gone += [str(port.schedule("default", envelope("gone"), later_on)) for _ in range(20)]
         stay = [str(port.publish("default", envelope("stay"))) for _ in range(30)]
         stay += [str(port.schedule("default", envelope("stay"), later_on)) for _ in range(10)]
+        # a unique job the cancel stops must free its key (else held for unique_for)
+        gone.append(str(port.publish("default", envelope("gone"), **UNIQUE)))
     finally:
         port.close()
-    assert redis_client.llen("default") == 60
+    assert redis_client.llen("default") == 61
 
     preview = shell.run("jobs", "cancel", "--tenant", "gone", "--dry-run")
     assert preview.returncode == 0, preview.stderr
@@ -82,7 +90,7 @@ def test_cancel_by_tenant_stops_queued_and_delayed_jobs_and_accounts_for_each(
             cancelled = shell.scalar(
                 "SELECT count(*) FROM core.dead_letters WHERE reason = 'cancelled'"
             )
-            return bool(applied == 41 and cancelled == 50)
+            return bool(applied == 41 and cancelled == 51)
 
         wait_until(
             settled,
@@ -91,17 +99,39 @@ def test_cancel_by_tenant_stops_queued_and_delayed_jobs_and_accounts_for_each(
             message="the other tenant's jobs to run and the cancelled ones to be counted",
         )
         wait_until(lambda: redis_client.llen("default") == 0, timeout=60, message="an empty queue")
+        applied = shell.query("SELECT job_id::text, tenant_id FROM public.ops_applied")
+        assert sorted(job for job, _ in applied) == sorted([*stay, later])
+        parked = platform_queue_port(settings)  # a queue no worker consumes: it stays put
+        try:
+            again = str(parked.publish("parked", envelope("gone"), **UNIQUE))
+        finally:
+            parked.close()
+        assert again != gone[-1]  # a new job: the cancelled one's key was freed
+
+        # the cause is fixed: the tenant's dead letters are replayed while the rule holds
+        replay = shell.run("dead-letters", "replay", "--tenant", "gone", "--yes")
+        assert replay.returncode == 0, replay.stderr
+        wait_until(
+            lambda: shell.scalar("SELECT count(*) FROM public.ops_applied") == 46,
+            timeout=120,
+            interval=0.25,
+            message="the replayed dead letters to run",
+        )
     applied = shell.query("SELECT job_id::text, tenant_id FROM public.ops_applied")
-    assert sorted(job for job, _ in applied) == sorted([*stay, later])
+    assert sorted(job for job, _ in applied) == sorted([*stay, later, *failed_before])
     rows = shell.query(
-        "SELECT job_id::text, status, discard_reason, tenant_id FROM core.dead_letters"
+        "SELECT job_id::text, status, discard_reason, tenant_id FROM core.dead_letters "
+        "WHERE reason = 'cancelled'"
     )
     assert sorted(job for job, *_ in rows) == sorted(gone)  # one row per cancelled job
     assert {tuple(rest) for _, *rest in rows} == {
         ("discarded", f"cancelled by operation {operation_id}", "gone")
     }
-    logged = shell.query("SELECT actor, outcome, done, filter->>'tenant_id' FROM core.operations")
-    assert logged == [("tester", "succeeded", 50, "gone")]
+    logged = shell.query(
+        "SELECT actor, outcome, done, filter->>'tenant_id' FROM core.operations "
+        "WHERE kind = 'cancel'"
+    )
+    assert logged == [("tester", "succeeded", 51, "gone")]
     listed = shell.run("operations", "list")
     assert listed.returncode == 0 and "cancel" in listed.stdout and "tester" in listed.stdout
     assert redis_client.zcard(schedule) == 0

@@ -14,7 +14,11 @@ import redis
 from platform_tasks import PlatformTask
 from platform_tasks.errors import Throttled
 from platform_tasks.keys import delay_keys
-from platform_tasks.observability.trace_context import CARRIED_HEADER, outgoing_headers
+from platform_tasks.observability.trace_context import (
+    CARRIED_HEADER,
+    PUBLISH_TIME_HEADER,
+    outgoing_headers,
+)
 from tests.integration.consumer.conftest import MAX_ATTEMPTS, QUEUE, Harness
 from tests.integration.consumer.test_idempotency import envelope
 
@@ -26,10 +30,14 @@ SENT = {
     "baggage": "sentry-trace_id=abc",
     "x-order-source": "web",
 }
+PUBLISHED = 1_700_000_000.25
+"""The publish time the message carries: a retry or throttle keeps it (same publish)."""
 
 
 def _apply(task: Any, payload: dict[str, Any], attempt: int) -> Any:
-    headers = outgoing_headers(SENT, published_at=datetime.now(UTC).timestamp())
+    headers = outgoing_headers(
+        SENT, published_at=datetime.now(UTC).timestamp(), publish_time=PUBLISHED
+    )
     return task.apply(
         args=(payload,), routing_key=QUEUE, headers={**headers, "platform_attempt": attempt}
     )
@@ -45,6 +53,7 @@ def _assert_carried(headers: dict[str, Any]) -> None:
     for name, value in SENT.items():
         assert headers[name] == value, name
     assert headers[CARRIED_HEADER] == ["x-order-source"]
+    assert headers[PUBLISH_TIME_HEADER] == PUBLISHED
 
 
 def test_a_retry_carries_trace_and_custom_headers(
@@ -82,4 +91,5 @@ def test_a_dead_letter_keeps_trace_and_custom_headers(harness: Harness) -> None:
     ((headers,),) = harness.rows(
         "SELECT headers FROM core.dead_letters WHERE job_id = %s", payload["job_id"]
     )
+    assert headers.pop(PUBLISH_TIME_HEADER) == PUBLISHED  # dropped by a replay
     assert headers == SENT

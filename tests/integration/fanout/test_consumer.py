@@ -21,7 +21,7 @@ from platform_tasks.fanout import fan_out, tenant_job_id
 from platform_tasks.fanout.publisher import BatchPublisher
 from platform_tasks.fanout.sources import check_tenants_query
 from platform_tasks.jobs.runner import JobContext
-from platform_tasks.observability.trace_context import PUBLISHED_AT_HEADER
+from platform_tasks.observability.trace_context import PUBLISH_TIME_HEADER, PUBLISHED_AT_HEADER
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing import create_test_app
 
@@ -87,6 +87,8 @@ def test_batched_messages_are_what_queue_port_publish_sends(
         # the batched one is no later than the reference published after it
         published = message["headers"].pop(PUBLISHED_AT_HEADER)
         assert 0 < published <= reference["headers"].pop(PUBLISHED_AT_HEADER)
+        publish_time = message["headers"].pop(PUBLISH_TIME_HEADER)
+        assert 0 < publish_time <= reference["headers"].pop(PUBLISH_TIME_HEADER)
         for part in ("headers", "content-type", "content-encoding"):
             assert message[part] == reference[part], part
         props = dict(message["properties"])

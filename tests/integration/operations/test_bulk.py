@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import psycopg2
@@ -16,6 +17,7 @@ from platform_tasks.operations import (
     preview_dead_letters,
 )
 from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
 from tests.support.operations import add_dead_letters
 
 
@@ -97,3 +99,67 @@ def test_unreplayable_rows_stay_pending_and_count_as_failed(
     assert (op.outcome, op.matched, op.done, op.failed) == ("partial", 6, 5, 1)
     assert len(published) == 5 and len(result.refused) == 1
     assert "not a readable envelope" in result.refused[0][1]
+
+
+def _row_held_until_rolled_back(database_url: str, job_id: str) -> Any:
+    """A connection holding the row of ``job_id`` locked (as a replay by id does while it
+    publishes); rolled back by the caller, which leaves the row pending."""
+    holder = psycopg2.connect(database_url)
+    with holder.cursor() as cur:
+        cur.execute("SELECT id FROM core.dead_letters WHERE job_id = %s FOR UPDATE", (job_id,))
+    return holder
+
+
+def _lock_waiters(database_url: str) -> int:
+    conn = psycopg2.connect(database_url)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("kind", ["discard", "replay"])
+def test_rows_skipped_while_another_transaction_held_them_are_acted_on(
+    settings: PlatformSettings, database_url: str, kind: str
+) -> None:
+    jobs = add_dead_letters(database_url, 12, tenant="held")
+    holder = _row_held_until_rolled_back(database_url, jobs[5])
+    published: list[str] = []
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        where = OperationFilter(tenant_id="held")
+        if kind == "discard":
+            outcome["result"] = bulk_discard(settings, where, reason="r", batch_size=4)
+        else:
+            outcome["result"] = bulk_replay(
+                settings,
+                where,
+                batch_size=4,
+                publish=lambda queue, payload: (
+                    published.append(payload["job_id"]) or payload["job_id"]
+                ),
+            )
+
+    worker = threading.Thread(target=run)
+    try:
+        worker.start()
+        # the operation either waits for the held row or (the defect) finishes without it
+        wait_until(
+            lambda: not worker.is_alive() or _lock_waiters(database_url) > 0,
+            timeout=30,
+            message="the operation to finish or to wait for the held row",
+        )
+    finally:
+        holder.rollback()  # the holder gave up: the row is pending again
+        holder.close()
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    op = outcome["result"].operation
+    assert (op.outcome, op.matched, op.done, op.failed) == ("succeeded", 12, 12, 0)
+    pending = [row for row in _statuses(database_url) if row[2] == "pending_review"]
+    assert pending == []
+    if kind == "replay":
+        assert sorted(published) == sorted(jobs)

@@ -7,6 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import psycopg2
+import pytest
+
 from platform_tasks.app import create_app
 from platform_tasks.consumer.queue_gate import hold, release
 from platform_tasks.consumer.queue_pause import QueuePauseStep
@@ -92,3 +95,48 @@ def test_marketing_yield_and_operator_pause_do_not_undo_each_other(
         assert c.asked == [("cancel", "default"), ("add", "default")]
     finally:
         step.stop(c)
+
+
+def test_a_queue_added_while_the_worker_runs_is_paused_too(settings: PlatformSettings) -> None:
+    app = create_app("pause_step_app", settings=settings)
+    c = ConsumerStandIn(app)
+    step = QueuePauseStep(c)
+    step.start(c)
+    try:
+        pause_queue(settings, "reports", actor="ops")
+        app.amqp.queues.select_add("reports")  # what Celery's add_consumer does
+        _look(step, c)
+        assert c.asked == [("cancel", "reports")]
+    finally:
+        step.stop(c)
+        resume_queue(settings, "reports", actor="ops")
+
+
+def test_a_pause_whose_row_cannot_commit_sets_no_flag(
+    settings: PlatformSettings, database_url: str
+) -> None:
+    """The operations row commits before the flag is set: a commit that fails (here a
+    deferred check refusing the row) leaves no pause that the log does not show."""
+    conn = psycopg2.connect(database_url)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(REFUSE_DOOMED)
+        with pytest.raises(psycopg2.Error, match="refused"):
+            pause_queue(settings, "doomed", actor="ops")
+        assert [p.queue for p in paused_queues(settings)] == []
+    finally:
+        with conn, conn.cursor() as cur:
+            cur.execute("DROP TRIGGER IF EXISTS refuse_doomed ON core.operations")
+            cur.execute("DROP FUNCTION IF EXISTS public.refuse_doomed()")
+        conn.close()
+
+
+REFUSE_DOOMED = """
+CREATE OR REPLACE FUNCTION public.refuse_doomed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'operation on queue doomed refused';
+END $$;
+CREATE CONSTRAINT TRIGGER refuse_doomed AFTER INSERT ON core.operations
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN (NEW.filter->>'queue' = 'doomed') EXECUTE FUNCTION public.refuse_doomed();
+"""

@@ -9,6 +9,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from platform_tasks.brokers.queue_latency import message_ready_at
 from platform_tasks.observability.trace_context import (
     CARRIED_HEADER,
+    PUBLISH_TIME_HEADER,
     PUBLISHED_AT_HEADER,
     carried_headers,
     outgoing_headers,
@@ -20,7 +21,9 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 def test_custom_and_trace_headers_survive_a_round_trip() -> None:
     sent = outgoing_headers(
-        {"x-source": "web", "traceparent": TRACEPARENT, "baggage": "k=v"}, published_at=12.5
+        {"x-source": "web", "traceparent": TRACEPARENT, "baggage": "k=v"},
+        published_at=12.5,
+        publish_time=10.0,
     )
     assert sent[CARRIED_HEADER] == ["x-source"]
     assert sent[PUBLISHED_AT_HEADER] == 12.5
@@ -30,6 +33,7 @@ def test_custom_and_trace_headers_survive_a_round_trip() -> None:
         "x-source": "web",
         "traceparent": TRACEPARENT,
         "baggage": "k=v",
+        PUBLISH_TIME_HEADER: 10.0,  # a retry is the same publish: it keeps its time
     }
 
 
