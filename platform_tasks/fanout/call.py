@@ -125,14 +125,7 @@ def fan_out(
     running app's queue port (bound by ``create_app``, or by ``install``); ``port``
     overrides it.
     """
-    if tiers not in (None, "due"):
-        raise ValueError(f"fan_out: tiers must be None or 'due', got {tiers!r}")
-    if not isinstance(queue, str) or not queue:
-        raise ValueError("fan_out: queue must be a non-empty queue name")
-    if data is not None and not isinstance(data, Mapping):
-        raise TypeError(f"fan_out: data must be a mapping, got {type(data).__name__}")
-    if data is not None and "scheduled_for" in data:
-        raise ValueError("fan_out: data['scheduled_for'] is set by the fan-out (the point)")
+    _check_arguments(queue, data, tiers)
     publisher = port if port is not None else bound_port()
     job_id = fan_out_job_id(ctx.name, ctx.scheduled_for, kind)
     request = {
@@ -171,3 +164,15 @@ def fan_out(
         },
     )
     return job_id
+
+
+def _check_arguments(queue: Any, data: Any, tiers: Any) -> None:
+    """Refuse what the fan-out's consumer could not use, before anything is published."""
+    if tiers not in (None, "due"):
+        raise ValueError(f"fan_out: tiers must be None or 'due', got {tiers!r}")
+    if not isinstance(queue, str) or not queue:
+        raise ValueError("fan_out: queue must be a non-empty queue name")
+    if data is not None and not isinstance(data, Mapping):
+        raise TypeError(f"fan_out: data must be a mapping, got {type(data).__name__}")
+    if data is not None and "scheduled_for" in data:
+        raise ValueError("fan_out: data['scheduled_for'] is set by the fan-out (the point)")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,7 @@ from platform_tasks.fanout.ids import tenant_job_id
 from platform_tasks.fanout.progress import Progress, ProgressStore
 from platform_tasks.fanout.publisher import BatchPublisher, TenantPublisher
 from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FanOutRequest
-from platform_tasks.fanout.sources import TenantSource, check_tenants_query
+from platform_tasks.fanout.sources import Tenant, TenantSource, check_tenants_query
 from platform_tasks.fanout.tiers import due_tiers
 from platform_tasks.postgres.database import require_database_url
 from platform_tasks.settings import PlatformSettings
@@ -109,70 +110,15 @@ def run_fan_out(
             envelope.job_id, job=request.job, point=request.point, kind=request.kind
         )
         if progress.finished:
-            logger.info(
-                "fan-out %s of %s at %s already published %d tenant(s)",
-                envelope.job_id,
-                request.job,
-                request.point.isoformat(),
-                progress.published,
-                extra={
-                    "event": "fanout.already_finished",
-                    **fields,
-                    "published": progress.published,
-                },
-            )
+            _log_already_finished(envelope, progress, fields)
             metrics.RUNS.labels(outcome="already_finished", **labels).inc()
             return FanOutResult(0, progress.published, progress.last_tenant_id, 0, True)
-        logger.info(
-            "fan-out %s of %s at %s to %s started%s",
-            envelope.job_id,
-            request.job,
-            request.point.isoformat(),
-            request.kind,
-            f" (resuming after tenant {progress.last_tenant_id!r})"
-            if progress.last_tenant_id
-            else "",
-            extra={
-                "event": "fanout.started",
-                **fields,
-                "tiers": list(tiers or ()) or None,
-                "resumed_after": progress.last_tenant_id,
-                "published_before": progress.published,
-            },
-        )
+        _log_started(envelope, progress, tiers, fields)
         try:
-            result = _publish_all(
-                app,
-                envelope,
-                request,
-                tiers,
-                store,
-                progress,
-                settings,
-                bound,
-                database_url,
-                fields,
-            )
+            result = _publish_all(app, envelope, tiers, store, progress, settings, bound, fields)
         except QueueFull as full:
             metrics.RUNS.labels(outcome="queue_full", **labels).inc()
-            logger.info(
-                "fan-out %s of %s paused: queue %s holds %d message(s) (bound %d); it resumes "
-                "at its marker in %.0f s",
-                envelope.job_id,
-                request.job,
-                full.queue,
-                full.depth,
-                full.bound,
-                RETRY_AFTER_SECONDS,
-                extra={
-                    "event": "fanout.queue_full",
-                    **fields,
-                    "depth": full.depth,
-                    "bound": full.bound,
-                },
-            )
-            retry_at = datetime.now(UTC) + timedelta(seconds=RETRY_AFTER_SECONDS)
-            raise Throttled(retry_at, "fanout_queue_full") from None
+            raise _paused(envelope, full, fields) from None
         except Exception:
             metrics.RUNS.labels(outcome="failed", **labels).inc()
             logger.warning(
@@ -188,6 +134,75 @@ def run_fan_out(
     duration = time.monotonic() - started
     metrics.DURATION.labels(**labels).observe(duration)
     metrics.RUNS.labels(outcome="finished", **labels).inc()
+    _log_finished(envelope, result, duration, fields)
+    return result
+
+
+def _log_already_finished(
+    envelope: Envelope[FanOutRequest], progress: Progress, fields: dict[str, Any]
+) -> None:
+    request = envelope.data
+    logger.info(
+        "fan-out %s of %s at %s already published %d tenant(s)",
+        envelope.job_id,
+        request.job,
+        request.point.isoformat(),
+        progress.published,
+        extra={"event": "fanout.already_finished", **fields, "published": progress.published},
+    )
+
+
+def _log_started(
+    envelope: Envelope[FanOutRequest],
+    progress: Progress,
+    tiers: tuple[str, ...] | None,
+    fields: dict[str, Any],
+) -> None:
+    request = envelope.data
+    resuming = progress.last_tenant_id
+    logger.info(
+        "fan-out %s of %s at %s to %s started%s",
+        envelope.job_id,
+        request.job,
+        request.point.isoformat(),
+        request.kind,
+        f" (resuming after tenant {resuming!r})" if resuming else "",
+        extra={
+            "event": "fanout.started",
+            **fields,
+            "tiers": list(tiers or ()) or None,
+            "resumed_after": resuming,
+            "published_before": progress.published,
+        },
+    )
+
+
+def _paused(
+    envelope: Envelope[FanOutRequest], full: QueueFull, fields: dict[str, Any]
+) -> Throttled:
+    """The wait of a fan-out whose target queue stays full: it resumes at its marker."""
+    logger.info(
+        "fan-out %s of %s paused: queue %s holds %d message(s) (bound %d); it resumes "
+        "at its marker in %.0f s",
+        envelope.job_id,
+        envelope.data.job,
+        full.queue,
+        full.depth,
+        full.bound,
+        RETRY_AFTER_SECONDS,
+        extra={"event": "fanout.queue_full", **fields, "depth": full.depth, "bound": full.bound},
+    )
+    retry_at = datetime.now(UTC) + timedelta(seconds=RETRY_AFTER_SECONDS)
+    return Throttled(retry_at, "fanout_queue_full")
+
+
+def _log_finished(
+    envelope: Envelope[FanOutRequest],
+    result: FanOutResult,
+    duration: float,
+    fields: dict[str, Any],
+) -> None:
+    request = envelope.data
     logger.info(
         "fan-out %s of %s at %s published %d tenant(s) in %.2f s (%d in total)",
         envelope.job_id,
@@ -206,25 +221,22 @@ def run_fan_out(
             "duration_seconds": round(duration, 3),
         },
     )
-    return result
 
 
 def _publish_all(
     app: PlatformCelery,
     envelope: Envelope[FanOutRequest],
-    request: FanOutRequest,
     tiers: tuple[str, ...] | None,
     store: ProgressStore,
     progress: Progress,
     settings: PlatformSettings,
     bound: QueueBound,
-    database_url: str,
     fields: dict[str, Any],
 ) -> FanOutResult:
-    source = TenantSource(database_url, settings.tenants_query)
+    request = envelope.data
+    source = TenantSource(require_database_url(settings), settings.tenants_query)
     data = dict(request.data)
     data["scheduled_for"] = request.point.isoformat().replace("+00:00", "Z")
-    correlation_id = envelope.correlation_id
     published_now = invalid = 0
     total = progress.published
     next_log = PROGRESS_LOG_EVERY
@@ -234,30 +246,8 @@ def _publish_all(
         for batch in source.stream(
             after=progress.last_tenant_id, tiers=tiers, batch_size=settings.fanout_batch_size
         ):
-            envelopes = []
-            for tenant in batch:
-                payload = {
-                    "job_id": str(
-                        tenant_job_id(request.job, request.point, request.kind, tenant.tenant_id)
-                    ),
-                    "tenant_id": tenant.tenant_id,
-                    "correlation_id": correlation_id,
-                    "kind": request.kind,
-                    "data": data,
-                }
-                try:
-                    envelopes.append(
-                        parse_envelope(payload, dict, max_bytes=settings.max_payload_bytes)
-                    )
-                except EnvelopeError as exc:
-                    invalid += 1
-                    logger.error(
-                        "tenant %r left out of fan-out %s: %s",
-                        tenant.tenant_id[:128],
-                        envelope.job_id,
-                        exc,
-                        extra={"event": "fanout.tenant_invalid", **fields},
-                    )
+            envelopes, left_out = _tenant_envelopes(envelope, batch, data, settings, fields)
+            invalid += left_out
             publisher.publish(envelopes)
             published_now += len(envelopes)
             total += len(envelopes)
@@ -279,6 +269,42 @@ def _publish_all(
     finally:
         publisher.close()
     return FanOutResult(published_now, total, progress.last_tenant_id, invalid)
+
+
+def _tenant_envelopes(
+    envelope: Envelope[FanOutRequest],
+    batch: Sequence[Tenant],
+    data: dict[str, Any],
+    settings: PlatformSettings,
+    fields: dict[str, Any],
+) -> tuple[list[Envelope[Any]], int]:
+    """The batch's envelopes, and how many tenants were left out (an id that is no valid
+    envelope tenant: logged, never published)."""
+    request = envelope.data
+    envelopes: list[Envelope[Any]] = []
+    invalid = 0
+    for tenant in batch:
+        payload = {
+            "job_id": str(
+                tenant_job_id(request.job, request.point, request.kind, tenant.tenant_id)
+            ),
+            "tenant_id": tenant.tenant_id,
+            "correlation_id": envelope.correlation_id,
+            "kind": request.kind,
+            "data": data,
+        }
+        try:
+            envelopes.append(parse_envelope(payload, dict, max_bytes=settings.max_payload_bytes))
+        except EnvelopeError as exc:
+            invalid += 1
+            logger.error(
+                "tenant %r left out of fan-out %s: %s",
+                tenant.tenant_id[:128],
+                envelope.job_id,
+                exc,
+                extra={"event": "fanout.tenant_invalid", **fields},
+            )
+    return envelopes, invalid
 
 
 class TenantsQueryCheckStep(bootsteps.Step):  # type: ignore[misc]
