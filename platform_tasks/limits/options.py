@@ -139,6 +139,34 @@ def limit_spec(cls: type[Any], task: str) -> LimitSpec:
     """
     values = {name: getattr(cls, name, None) for name in LIMIT_OPTIONS}
     cap = values["max_concurrency"]
+    _check_pairs(values, task)
+
+    def key(option: str) -> KeyFunction | None:
+        value = values[option]
+        return None if value is None else _key_function(value, task=task, option=option)
+
+    def seconds(option: str, default: timedelta) -> timedelta:
+        value = values[option]
+        return default if value is None else _seconds(value, task=task, option=option)
+
+    def rate(option: str) -> RateLimit | None:
+        value = values[option]
+        return None if value is None else parse_rate(value, task=task, option=option)
+
+    return LimitSpec(
+        concurrency_key=key("concurrency_key") if cap is not None else None,
+        max_concurrency=cap,
+        lease_ttl=seconds("concurrency_lease_ttl", DEFAULT_LEASE_TTL),
+        cap_retry=seconds("concurrency_retry", DEFAULT_CAP_RETRY),
+        throttle_key=key("throttle_key"),
+        throttle=rate("throttle"),
+        throttle_total=rate("throttle_total"),
+    )
+
+
+def _check_pairs(values: dict[str, Any], task: str) -> None:
+    """The options that only make sense together are given together, and a cap is valid."""
+    cap = values["max_concurrency"]
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise ConfigurationError(
             f"task {task!r}: max_concurrency must be a whole number of at least 1, got {cap!r}"
@@ -160,41 +188,6 @@ def limit_spec(cls: type[Any], task: str) -> LimitSpec:
             f"task {task!r}: {missing} is missing; a per-key throttle needs both "
             "throttle_key=<function of the envelope> and throttle=Rate(...) or '10/s'"
         )
-    return LimitSpec(
-        concurrency_key=(
-            None
-            if cap is None
-            else _key_function(values["concurrency_key"], task=task, option="concurrency_key")
-        ),
-        max_concurrency=cap,
-        lease_ttl=(
-            DEFAULT_LEASE_TTL
-            if values["concurrency_lease_ttl"] is None
-            else _seconds(
-                values["concurrency_lease_ttl"], task=task, option="concurrency_lease_ttl"
-            )
-        ),
-        cap_retry=(
-            DEFAULT_CAP_RETRY
-            if values["concurrency_retry"] is None
-            else _seconds(values["concurrency_retry"], task=task, option="concurrency_retry")
-        ),
-        throttle_key=(
-            None
-            if values["throttle_key"] is None
-            else _key_function(values["throttle_key"], task=task, option="throttle_key")
-        ),
-        throttle=(
-            None
-            if values["throttle"] is None
-            else parse_rate(values["throttle"], task=task, option="throttle")
-        ),
-        throttle_total=(
-            None
-            if values["throttle_total"] is None
-            else parse_rate(values["throttle_total"], task=task, option="throttle_total")
-        ),
-    )
 
 
 def key_text(function: KeyFunction, envelope: Any) -> str | None:

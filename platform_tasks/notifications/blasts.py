@@ -177,13 +177,7 @@ def publish_blast(
     once every chunk is published; while ``max_in_flight`` of this blast's jobs are
     published and not yet applied or dead-lettered, it waits (``None``: no bound).
     """
-    if not 1 <= chunk_size <= MAX_CHUNK:
-        raise ValueError(f"chunk_size must be 1 to {MAX_CHUNK}, got {chunk_size}")
-    if not isinstance(campaign_id, str) or not campaign_id:
-        # the consumer claims recipients only under a string campaign_id
-        raise ValueError(f"campaign_id must be a non-empty string, got {campaign_id!r}")
-    if max_in_flight is not None and max_in_flight < 1:
-        raise ValueError(f"max_in_flight must be at least 1 or None, got {max_in_flight}")
+    _check_arguments(campaign_id, chunk_size, max_in_flight)
     queue = notification_queue(channel, MARKETING, channels=port.settings.notification_channels)
     base = dict(data or {})
     job_ids: list[uuid.UUID] = []
@@ -208,16 +202,30 @@ def publish_blast(
     finally:
         in_flight.close()
     if in_flight.waited_seconds:
-        logger.info(
-            "blast published: %d jobs, %.1f s waited for room",
-            len(job_ids),
-            in_flight.waited_seconds,
-            extra={
-                "event": "notifications.blast_published",
-                "tenant_id": tenant_id,
-                "campaign_id": campaign_id,
-                "jobs": len(job_ids),
-                "waited_seconds": round(in_flight.waited_seconds, 3),
-            },
-        )
+        _log_waited(tenant_id, campaign_id, len(job_ids), in_flight.waited_seconds)
     return job_ids
+
+
+def _check_arguments(campaign_id: Any, chunk_size: int, max_in_flight: int | None) -> None:
+    if not 1 <= chunk_size <= MAX_CHUNK:
+        raise ValueError(f"chunk_size must be 1 to {MAX_CHUNK}, got {chunk_size}")
+    if not isinstance(campaign_id, str) or not campaign_id:
+        # the consumer claims recipients only under a string campaign_id
+        raise ValueError(f"campaign_id must be a non-empty string, got {campaign_id!r}")
+    if max_in_flight is not None and max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be at least 1 or None, got {max_in_flight}")
+
+
+def _log_waited(tenant_id: str, campaign_id: str, jobs: int, waited: float) -> None:
+    logger.info(
+        "blast published: %d jobs, %.1f s waited for room",
+        jobs,
+        waited,
+        extra={
+            "event": "notifications.blast_published",
+            "tenant_id": tenant_id,
+            "campaign_id": campaign_id,
+            "jobs": jobs,
+            "waited_seconds": round(waited, 3),
+        },
+    )
