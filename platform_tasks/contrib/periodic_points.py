@@ -22,6 +22,7 @@ A point's period ends at the next point; it may be admitted until then, never af
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -162,25 +163,7 @@ def points_for(task: Any) -> TaskPoints:
                 raise fail(f"interval {interval.every} {interval.period} is under one second")
             return TaskPoints("interval", interval_ms=math.ceil(every / _ONE_MS), **window)
         if task.crontab is not None:
-            crontab = task.crontab
-            zone = str(crontab.timezone)
-            try:
-                ZoneInfo(zone)
-            except (ValueError, KeyError) as exc:
-                raise fail(f"crontab timezone {zone!r} is not a known IANA zone") from exc
-            cron = " ".join(
-                str(part)
-                for part in (
-                    crontab.minute,
-                    crontab.hour,
-                    crontab.day_of_month,
-                    crontab.month_of_year,
-                    crontab.day_of_week,
-                )
-            )
-            if not croniter.is_valid(cron):
-                raise fail(f"crontab {cron!r} is not a valid schedule")
-            return TaskPoints("crontab", cron=cron, zone=zone, **window)
+            return _crontab_points(task.crontab, fail, window)
         if task.clocked is not None:
             if not task.one_off:
                 raise fail("a clocked schedule must be one_off (it has a single point)")
@@ -203,3 +186,25 @@ def points_for(task: Any) -> TaskPoints:
     except Exception as exc:  # e.g. a timezone the model field itself cannot load
         raise fail(f"its schedule cannot be read: {exc}") from exc
     raise fail("it has no schedule (interval, crontab, solar or clocked)")
+
+
+def _crontab_points(
+    crontab: Any, fail: Callable[[str], PeriodicTaskError], window: dict[str, Any]
+) -> TaskPoints:
+    """A ``CrontabSchedule``'s points: its five fields as one cron line, in its zone."""
+    zone = str(crontab.timezone)
+    try:
+        ZoneInfo(zone)
+    except (ValueError, KeyError) as exc:
+        raise fail(f"crontab timezone {zone!r} is not a known IANA zone") from exc
+    fields = (
+        crontab.minute,
+        crontab.hour,
+        crontab.day_of_month,
+        crontab.month_of_year,
+        crontab.day_of_week,
+    )
+    cron = " ".join(str(part) for part in fields)
+    if not croniter.is_valid(cron):
+        raise fail(f"crontab {cron!r} is not a valid schedule")
+    return TaskPoints("crontab", cron=cron, zone=zone, **window)

@@ -81,28 +81,34 @@ def project_state(
         return ProjectState(ProjectStateName.NO_JOBS, [reason])
 
     if active:
-        labels = sorted(_label(job) for job in active)
-        names = ", ".join(labels[:_NAMED_ACTIVE])
-        if len(labels) > _NAMED_ACTIVE:
-            names += f", and {len(labels) - _NAMED_ACTIVE} more (every job is listed under jobs)"
-        found = f"{len(active)} active definition(s): {names}"
-        if not switch.known:
-            lead = f"jobs_enabled is not statically known: {switch.source}"
-            return ProjectState(ProjectStateName.UNKNOWN, [lead, found, *gaps])
-        lead = f"jobs_enabled is true ({switch.source})"
-        redis = config.redis_url
-        if redis.value is not None:
-            state, redis_reason = ProjectStateName.ACTIVE, f"Redis configured by {redis.source}"
-        elif not redis.known:
-            state = ProjectStateName.UNKNOWN
-            redis_reason = f"Redis configuration is not statically known: {redis.source}"
-        else:
-            state = ProjectStateName.ACTIVE_WITHOUT_REDIS
-            redis_reason = f"no Redis configured: {redis.source} and PLATFORM_REDIS_URL is not set"
-        return ProjectState(state, [lead, found, redis_reason, *gaps])
+        return _active_state(config, active, gaps)
 
     if gaps:
         return ProjectState(ProjectStateName.UNKNOWN, gaps)
     return ProjectState(
         ProjectStateName.ALL_DISABLED, [f"all {len(jobs)} definition(s) have enabled=False"]
     )
+
+
+def _active_state(config: DocsConfig, active: list[JobEvidence], gaps: list[str]) -> ProjectState:
+    """The state of a project with active definitions: it hangs on the switch and Redis."""
+    switch = config.jobs_enabled
+    labels = sorted(_label(job) for job in active)
+    names = ", ".join(labels[:_NAMED_ACTIVE])
+    if len(labels) > _NAMED_ACTIVE:
+        names += f", and {len(labels) - _NAMED_ACTIVE} more (every job is listed under jobs)"
+    found = f"{len(active)} active definition(s): {names}"
+    if not switch.known:
+        lead = f"jobs_enabled is not statically known: {switch.source}"
+        return ProjectState(ProjectStateName.UNKNOWN, [lead, found, *gaps])
+    lead = f"jobs_enabled is true ({switch.source})"
+    redis = config.redis_url
+    if redis.value is not None:
+        state, redis_reason = ProjectStateName.ACTIVE, f"Redis configured by {redis.source}"
+    elif not redis.known:
+        state = ProjectStateName.UNKNOWN
+        redis_reason = f"Redis configuration is not statically known: {redis.source}"
+    else:
+        state = ProjectStateName.ACTIVE_WITHOUT_REDIS
+        redis_reason = f"no Redis configured: {redis.source} and PLATFORM_REDIS_URL is not set"
+    return ProjectState(state, [lead, found, redis_reason, *gaps])
