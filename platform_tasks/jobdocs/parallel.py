@@ -115,33 +115,22 @@ def analyse_in_processes(
     read back): work that must happen once, in one place."""
     size = _batch_size(len(files))
     batches = -(-len(files) // size)
+
+    def prepared(number: int) -> list[Result]:
+        results = analyse(files[number * size : (number + 1) * size])
+        prepare(results)
+        return results
+
     queue, queue_write = os.pipe()
     os.write(queue_write, b"".join(n.to_bytes(_RECORD, "little") for n in range(batches)))
     os.close(queue_write)
-    children: list[tuple[int, _ChildResults[Result]]] = []
-    for _ in range(workers - 1):
-        child = _ChildResults[Result]()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child, reported through its file
-            status = 1
-            try:
-                while record := os.read(queue, _RECORD):
-                    number = int.from_bytes(record, "little")
-                    results = analyse(files[number * size : (number + 1) * size])
-                    prepare(results)
-                    child.write(number, results)
-                status = 0
-            finally:
-                os._exit(status)
-        children.append((pid, child))
+    children = [_start_child(queue, prepared) for _ in range(workers - 1)]
     done: dict[int, list[Result]] = {}
     try:
         while record := os.read(queue, _RECORD):
             number = int.from_bytes(record, "little")
-            results = analyse(files[number * size : (number + 1) * size])
-            prepare(results)
-            finish(results)
-            done[number] = results
+            done[number] = prepared(number)
+            finish(done[number])
             for _, child in children:
                 if child.incremental:
                     child.collect(done, finish)
@@ -157,10 +146,27 @@ def analyse_in_processes(
         os.close(child.fd)
     ordered: list[Result] = []
     for number in range(batches):
-        if number not in done:
-            results = analyse(files[number * size : (number + 1) * size])
-            prepare(results)
-            finish(results)
-            done[number] = results
+        if number not in done:  # a batch a failed child had taken: analysed here
+            done[number] = prepared(number)
+            finish(done[number])
         ordered.extend(done[number])
     return ordered
+
+
+def _start_child(
+    queue: int, prepared: Callable[[int], list[Result]]
+) -> tuple[int, _ChildResults[Result]]:
+    """Fork a child that analyses batches off ``queue`` until it is empty, writing each
+    batch's results to its file; return its pid and that file's reader."""
+    child = _ChildResults[Result]()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child, reported through its file
+        status = 1
+        try:
+            while record := os.read(queue, _RECORD):
+                number = int.from_bytes(record, "little")
+                child.write(number, prepared(number))
+            status = 0
+        finally:
+            os._exit(status)
+    return pid, child
