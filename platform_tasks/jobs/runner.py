@@ -150,30 +150,9 @@ def run_point(
         _log_run("jobs.run_unknown", job, point_ms, RunOutcome.SKIPPED_UNKNOWN_JOB, logging.ERROR)
         _release(leases, job, token)
         return RunOutcome.SKIPPED_UNKNOWN_JOB
-    try:
-        start, _ = leases.renew(
-            job,
-            token=token,
-            lease_ttl_ms=lease_ttl_ms,
-            deadline_ms=period_end_ms,
-            reacquire=True,
-            now_ms=now_ms,
-        )
-    except REDIS_ERRORS as exc:
-        logger.warning(
-            "start check of %s failed: %s",
-            job,
-            exc,
-            extra={"event": "jobs.start_check_error", "job": job},
-        )
-        _log_run("jobs.run_skipped", job, point_ms, RunOutcome.SKIPPED_REDIS_ERROR)
-        return RunOutcome.SKIPPED_REDIS_ERROR
-    if start is LeaseOutcome.LATE:
-        _log_run("jobs.run_skipped", job, point_ms, RunOutcome.SKIPPED_LATE)
-        return RunOutcome.SKIPPED_LATE
-    if start is LeaseOutcome.LOST:
-        _log_run("jobs.run_skipped", job, point_ms, RunOutcome.SKIPPED_LEASE_LOST)
-        return RunOutcome.SKIPPED_LEASE_LOST
+    refused = _start_check(leases, job, point_ms, period_end_ms, token, lease_ttl_ms, now_ms)
+    if refused is not None:
+        return refused
     run = _Run(job=job, token=token, cancel=threading.Event())
     registry.add(run)
     renewer = _Renewer(leases, run, lease_ttl_ms)
@@ -207,6 +186,47 @@ def run_point(
     monitoring.run_finished(check_in, succeeded=outcome is RunOutcome.SUCCEEDED)
     _log_run("jobs.run_finished", job, point_ms, outcome)
     return outcome
+
+
+def _start_check(
+    leases: JobLeases,
+    job: str,
+    point_ms: int,
+    period_end_ms: int,
+    token: str,
+    lease_ttl_ms: int,
+    now_ms: int | None,
+) -> RunOutcome | None:
+    """Renew the lease for the run's start: the outcome of a start refused, else ``None``.
+
+    A point whose period ended (late) or whose lease another holder took (lost) is skipped;
+    so is one whose check Redis could not answer: a job never runs without coordination.
+    """
+    try:
+        start, _ = leases.renew(
+            job,
+            token=token,
+            lease_ttl_ms=lease_ttl_ms,
+            deadline_ms=period_end_ms,
+            reacquire=True,
+            now_ms=now_ms,
+        )
+    except REDIS_ERRORS as exc:
+        logger.warning(
+            "start check of %s failed: %s",
+            job,
+            exc,
+            extra={"event": "jobs.start_check_error", "job": job},
+        )
+        _log_run("jobs.run_skipped", job, point_ms, RunOutcome.SKIPPED_REDIS_ERROR)
+        return RunOutcome.SKIPPED_REDIS_ERROR
+    if start is LeaseOutcome.LATE:
+        _log_run("jobs.run_skipped", job, point_ms, RunOutcome.SKIPPED_LATE)
+        return RunOutcome.SKIPPED_LATE
+    if start is LeaseOutcome.LOST:
+        _log_run("jobs.run_skipped", job, point_ms, RunOutcome.SKIPPED_LEASE_LOST)
+        return RunOutcome.SKIPPED_LEASE_LOST
+    return None
 
 
 def _release(leases: JobLeases, job: str, token: str) -> None:
