@@ -91,19 +91,10 @@ class Throttles:
         ``wait_in_place_ms``: a refusal by the first level (the total, else the key) whose
         turn among the callers waiting in place comes within this long is returned with
         ``in_place`` set, and the caller is not queued behind the delay store's."""
-        if total is not None:
-            first, first_rate = throttle_total_bucket(self.profile, task), total
-            second = (
-                throttle_key_bucket(self.profile, task, key)
-                if (key is not None and rate is not None)
-                else None
-            )
-            second_rate = rate if second is not None else None
-        elif key is not None and rate is not None:
-            first, first_rate = throttle_key_bucket(self.profile, task, key), rate
-            second, second_rate = None, None
-        else:
+        levels = self._levels(task, key, rate, total)
+        if levels is None:
             return GRANTED
+        first, first_rate, second, second_rate = levels
         keys = [first] if second is None else [first, second]
         # ARGV: now, prate, requests, trate, messages, pcap, tcap, headroom, queue, quiet
         args = [
@@ -132,14 +123,38 @@ class Throttles:
             verdict = int(pipelined(self.client, build, [self._take])[0])
         else:
             verdict = int(self._take(keys=keys, args=args))
-        if verdict == 0:
-            return GRANTED
-        reason = verdict & 7
-        if reason == _IN_PLACE:
-            level = "throttle" if second is None and total is None else "throttle_total"
-            return ThrottleDecision(False, verdict >> 3, level, in_place=True)
-        if second is None:
-            return ThrottleDecision(
-                False, verdict >> 3, "throttle" if total is None else "throttle_total"
+        return _decision(verdict, two_levels=second is not None, total=total is not None)
+
+    def _levels(
+        self, task: str, key: str | None, rate: RateLimit | None, total: RateLimit | None
+    ) -> tuple[str, RateLimit, str | None, RateLimit | None] | None:
+        """The buckets to take from, first level first, with their rates; ``None`` when the
+        task has no throttle that applies to this job."""
+        key_bucket = (
+            throttle_key_bucket(self.profile, task, key)
+            if key is not None and rate is not None
+            else None
+        )
+        if total is not None:
+            return (
+                throttle_total_bucket(self.profile, task),
+                total,
+                key_bucket,
+                rate if key_bucket else None,
             )
-        return ThrottleDecision(False, verdict >> 3, _REASONS.get(reason, "throttle"))
+        if key_bucket is not None and rate is not None:
+            return key_bucket, rate, None, None
+        return None
+
+
+def _decision(verdict: int, *, two_levels: bool, total: bool) -> ThrottleDecision:
+    """The take script's verdict (0, or the wait in ms shifted over the reason's 3 bits)."""
+    if verdict == 0:
+        return GRANTED
+    reason = verdict & 7
+    if reason == _IN_PLACE:
+        level = "throttle" if not two_levels and not total else "throttle_total"
+        return ThrottleDecision(False, verdict >> 3, level, in_place=True)
+    if not two_levels:
+        return ThrottleDecision(False, verdict >> 3, "throttle" if not total else "throttle_total")
+    return ThrottleDecision(False, verdict >> 3, _REASONS.get(reason, "throttle"))

@@ -167,36 +167,21 @@ class RateLimiter:
         now = b"" if self._clock_ms is None else str(self._clock_ms())
         extra = (str(wait_in_place_ms).encode(),) if wait_in_place_ms > 0 else ()
         # EVALSHA straight from the client: this is every send's one round trip
+        keys = (bucket,) if tenant_prefix is None else (bucket, tenant_prefix + tenant)
         try:
-            if tenant_prefix is None:
-                verdict = self._execute(
-                    "EVALSHA",
-                    self._take.sha,
-                    1,
-                    bucket,
-                    now,
-                    fixed[0],
-                    b"1" if requests == 1 else requests,
-                    fixed[1],
-                    b"1" if messages == 1 else messages,
-                    *fixed[2:],
-                    *extra,
-                )
-            else:
-                verdict = self._execute(
-                    "EVALSHA",
-                    self._take.sha,
-                    2,
-                    bucket,
-                    tenant_prefix + tenant,
-                    now,
-                    fixed[0],
-                    b"1" if requests == 1 else requests,
-                    fixed[1],
-                    b"1" if messages == 1 else messages,
-                    *fixed[2:],
-                    *extra,
-                )
+            verdict = self._execute(
+                "EVALSHA",
+                self._take.sha,
+                len(keys),
+                *keys,
+                now,
+                fixed[0],
+                b"1" if requests == 1 else requests,
+                fixed[1],
+                b"1" if messages == 1 else messages,
+                *fixed[2:],
+                *extra,
+            )
         except NoScriptError:  # a restarted or flushed Redis: load it and ask again
             self._take.sha = self.client.script_load(self._take.script)
             return self.take(
