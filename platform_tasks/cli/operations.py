@@ -28,6 +28,7 @@ from platform_tasks.operations.cancel import (
 from platform_tasks.operations.filters import JobFilter
 from platform_tasks.operations.log import KINDS, Operation, list_operations
 from platform_tasks.operations.pause import pause_queue, queue_overview, resume_queue
+from platform_tasks.settings import PlatformSettings
 
 NOTHING_MATCHED = 1
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -266,17 +267,7 @@ def cancel_command(
     after the cancel run normally. A running job sees is_cancelled() turn true."""
     settings = database_settings()
     if show_rules or lift is not None:
-        if show_rules:
-            for rule in cancel_rules(settings):
-                click.echo(
-                    f"operation {rule.operation_id}: {printable(rule.filter.describe())} "
-                    f"published up to {_when(rule.cutoff)}, until {_when(rule.expires_at)}"
-                )
-        if lift is not None and not lift_cancel(settings, lift):
-            click.echo(f"no cancel rule of operation {lift} is in force", err=True)
-            sys.exit(NOTHING_MATCHED)
-        if lift is not None:
-            click.echo(f"lifted the cancel rule of operation {lift}")
+        _rules(settings, show=show_rules, lift=lift)
         return
     try:
         where = JobFilter(tenant_id=tenant_id, kind=kind, queue=queue)
@@ -289,18 +280,7 @@ def cancel_command(
 
         app = load_app(app_spec)
     if dry_run or (not yes and sys.stdin.isatty()):
-        preview = preview_cancel(settings, where, app=app)
-        depths = ", ".join(
-            f"{q}: {'?' if d is None else d}" for q, d in preview.queue_depths.items()
-        )
-        click.echo(
-            f"{preview.delayed} delayed job(s) match {printable(where.describe())}"
-            + (
-                f"; queued ({printable(depths)}) are checked as workers take them"
-                if depths
-                else "; queued jobs are checked as workers take them"
-            )
-        )
+        _show_preview(settings, where, app)
         if dry_run:
             return
         if not click.confirm("cancel them?", default=False):
@@ -313,4 +293,33 @@ def cancel_command(
         f"operation {result.operation.id}: cancelled {result.delayed_cancelled} delayed "
         f"job(s); queued jobs matching {printable(where.describe())} published up to now "
         f"are cancelled as workers take them, until {_when(result.rule.expires_at)}"
+    )
+
+
+def _rules(settings: PlatformSettings, *, show: bool, lift: int | None) -> None:
+    """``--rules`` lists the cancel rules in force; ``--lift N`` ends one (exit 1: none)."""
+    if show:
+        for rule in cancel_rules(settings):
+            click.echo(
+                f"operation {rule.operation_id}: {printable(rule.filter.describe())} "
+                f"published up to {_when(rule.cutoff)}, until {_when(rule.expires_at)}"
+            )
+    if lift is not None and not lift_cancel(settings, lift):
+        click.echo(f"no cancel rule of operation {lift} is in force", err=True)
+        sys.exit(NOTHING_MATCHED)
+    if lift is not None:
+        click.echo(f"lifted the cancel rule of operation {lift}")
+
+
+def _show_preview(settings: PlatformSettings, where: JobFilter, app: Any) -> None:
+    """What a cancel would take: the delayed jobs now, the queued ones as workers take them."""
+    preview = preview_cancel(settings, where, app=app)
+    depths = ", ".join(f"{q}: {'?' if d is None else d}" for q, d in preview.queue_depths.items())
+    click.echo(
+        f"{preview.delayed} delayed job(s) match {printable(where.describe())}"
+        + (
+            f"; queued ({printable(depths)}) are checked as workers take them"
+            if depths
+            else "; queued jobs are checked as workers take them"
+        )
     )
