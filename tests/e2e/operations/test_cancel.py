@@ -136,6 +136,17 @@ def test_cancel_by_tenant_stops_queued_and_delayed_jobs_and_accounts_for_each(
     assert listed.returncode == 0 and "cancel" in listed.stdout and "tester" in listed.stdout
     assert redis_client.zcard(schedule) == 0
 
+    rules = shell.run("jobs", "cancel", "--rules")
+    assert rules.returncode == 0, rules.stderr
+    assert f"operation {operation_id}: tenant_id=gone published up to" in rules.stdout
+    lifted = shell.run("jobs", "cancel", "--lift", str(operation_id))
+    assert lifted.returncode == 0 and f"lifted the cancel rule of operation {operation_id}" in (
+        lifted.stdout
+    )
+    assert shell.run("jobs", "cancel", "--rules").stdout.strip() == ""
+    again = shell.run("jobs", "cancel", "--lift", str(operation_id))
+    assert again.returncode == 1 and "no cancel rule of operation" in again.stderr
+
 
 def test_running_job_sees_the_cancel_flag(
     shell: Shell, settings: PlatformSettings, redis_client: redis.Redis, tmp_path: Path
