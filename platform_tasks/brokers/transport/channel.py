@@ -442,8 +442,8 @@ class Channel(RedisChannel):  # type: ignore[misc]
             # Every list is empty: before waiting, look for lanes other workers filled.
             try:
                 adopted = self.adopt_stranded_lanes()
-            except self.connection_errors:
-                adopted = False
+            except (*self.connection_errors, redis.ResponseError):
+                adopted = False  # looked for again at the next empty fetch or timer tick
             self._wait_next = not adopted
             raise Empty()
         queue, priority = self._fetch_lists[index - 1]
