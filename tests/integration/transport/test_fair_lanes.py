@@ -333,7 +333,7 @@ def test_a_sort_batch_of_8000_from_one_tenant_is_sorted(
 
 
 def test_a_requeued_job_is_next_of_its_tenant_not_behind_its_backlog(
-    connect: ConnectionFactory,
+    connect: ConnectionFactory, redis_client: redis.Redis
 ) -> None:
     conn = connect(fair_queues=["fairq"])
     _publish(conn, ["A", "A", "A", "B"])
@@ -342,6 +342,9 @@ def test_a_requeued_job_is_next_of_its_tenant_not_behind_its_backlog(
     assert first.decode() == {"n": 0, "tenant": "A"}
 
     first.reject(requeue=True)
+
+    assert fair_lanes.waiting_by_tenant(redis_client, ["fairq"], 10) == {"A": 3, "B": 1}
+    assert fair_lanes.waiting_in_lanes(redis_client, ["fairq"]) == 4
 
     rest = [(m.decode()["tenant"], m.decode()["n"]) for m in _take(conn)]
     assert rest == [("B", 3), ("A", 0), ("A", 1), ("A", 2)]
