@@ -281,7 +281,10 @@ class FairLaneKeys:
     messages (``t`` empty: messages without a tenant, the default lane); ``ring`` the
     list of tenants whose lane holds messages, in turn order; ``turn`` how many messages
     the ring's head gave in its current turn; ``waiting`` how many messages wait in all
-    lanes, so the queue's depth is ``LLEN list_key + GET waiting`` without a scan. Keys
+    lanes, so the queue's depth is ``LLEN list_key + GET waiting`` without a scan;
+    ``lengths`` a sorted set of the ring's tenants by lane length and ``heads`` one of
+    tenants by the ready time of their lane's oldest message, kept by the scripts so the
+    queue gauges read the largest lanes and the oldest job with one command each. Keys
     derive from the list key (no hash tag: kombu's Redis transport is single-node).
     """
 
@@ -298,6 +301,14 @@ class FairLaneKeys:
     @property
     def waiting(self) -> str:
         return f"{self.list_key}{FAIR_SEPARATOR}fair.v1.waiting"
+
+    @property
+    def lengths(self) -> str:
+        return f"{self.list_key}{FAIR_SEPARATOR}fair.v1.lengths"
+
+    @property
+    def heads(self) -> str:
+        return f"{self.list_key}{FAIR_SEPARATOR}fair.v1.heads"
 
     @property
     def lane_prefix(self) -> str:

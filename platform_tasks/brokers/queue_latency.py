@@ -7,8 +7,10 @@
   now minus the ready time its message carries (``platform_published_at``, set at
   publish, and for a scheduled job or a retry the time it became due); 0 for an empty
   queue. The oldest job is the one at the head of the queue, the next to be taken: on
-  Redis the tail of each priority list and tenant lane, read without taking it. Measured on Redis
-  brokers; RabbitMQ cannot show a message without delivering it, so there it is absent.
+  Redis the tail of each priority list, read without taking it, and on a fair queue the
+  oldest of its tenant lanes' heads, whose ready times the fair transport keeps in a
+  sorted set (``fair_lane_parts.lua``). Measured on Redis brokers; RabbitMQ cannot show
+  a message without delivering it, so there it is absent.
 - ``platform_dead_letters_pending{queue}`` — ``pending_review`` rows of
   ``core.dead_letters``, read at most every :data:`DEAD_LETTER_REFRESH_SECONDS`
 
@@ -45,9 +47,6 @@ __all__ = ["DEAD_LETTER_REFRESH_SECONDS", "QueueCollector", "register_queue_metr
 logger = logging.getLogger(__name__)
 
 DEAD_LETTER_REFRESH_SECONDS = 15.0
-MAX_LANES_READ = 10_000
-"""Tenant lanes of one fair list whose oldest job a scrape reads at most (one pipelined
-``LINDEX`` each): enough for every tenant with work in practice, bounded for the rest."""
 UNKNOWN = "unknown"
 _PENDING_SQL = (
     "SELECT queue, count(*) FROM core.dead_letters WHERE status = 'pending_review' GROUP BY queue"
@@ -105,9 +104,11 @@ class QueueCollector(Collector):
         time at their heads.
 
         A fair queue (``PLATFORM_FAIR_QUEUES``) keeps most of its backlog on tenant lanes,
-        not on its list: the lanes' count and the head of each lane of the ring's tenants
-        (at most :data:`MAX_LANES_READ` per list) count too, else a fair queue's length
-        and latency would read 0 while jobs wait. Two round trips whatever the queue.
+        not on its list: the lanes' count and their oldest head count too, else a fair
+        queue's length and latency would read 0 while jobs wait. The fetch script keeps
+        the ready time of every lane's head in a sorted set, so the oldest is one
+        ``ZRANGE`` whatever the number of tenants: one round trip, a few hundred bytes,
+        and at most one JSON message decoded per priority list.
         """
         keys = [channel._q_for_pri(queue, pri) for pri in channel.priority_steps]
         pipe = channel.client.pipeline(transaction=False)
@@ -116,22 +117,12 @@ class QueueCollector(Collector):
             pipe.llen(key)
             pipe.lindex(key, -1)  # consumers pop from the right: the next job out
             pipe.get(lanes.waiting)
-            pipe.lrange(lanes.ring, 0, MAX_LANES_READ - 1)
+            pipe.zrange(lanes.heads, 0, 0, withscores=True)
         replies = pipe.execute()
         length = sum(int(n) for n in replies[0::4])
         length += sum(max(0, int(n)) for n in replies[2::4] if n is not None)
-        heads = list(replies[1::4])
-        lane_keys = [
-            fair_lane_keys(key).lane(t.decode() if isinstance(t, bytes) else str(t))
-            for key, ring in zip(keys, replies[3::4], strict=True)
-            for t in ring
-        ]
-        if lane_keys:
-            pipe = channel.client.pipeline(transaction=False)
-            for lane in lane_keys:
-                pipe.lindex(lane, -1)  # a lane is taken from the right too: its oldest
-            heads.extend(pipe.execute())
-        ready = [t for t in (message_ready_at(raw) for raw in heads) if t is not None]
+        ready = [t for t in (message_ready_at(raw) for raw in replies[1::4]) if t is not None]
+        ready.extend(float(score) for oldest in replies[3::4] for _, score in oldest)
         return length, (min(ready) if ready else None)
 
     def _amqp_length(self, channel: Any, queue: str) -> int | None:

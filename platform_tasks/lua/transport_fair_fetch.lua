@@ -6,10 +6,11 @@
 -- KEYS[1]  hash:       delivery tag -> [message, exchange, routing key] (kombu's "unacked")
 -- KEYS[2]  sorted set: delivery tag -> time it was taken (kombu's "unacked_index")
 -- KEYS[3]  list:       unreadable messages an earlier version set aside (drained here)
--- KEYS[3 + 4(i-1) + 1..4] for list i, in consumption order (queues x priority steps):
+-- KEYS[3 + 6(i-1) + 1..6] for list i, in consumption order (queues x priority steps):
 --          the queue list (where every publisher pushes: the arrival list), the ring of
 --          tenants with waiting messages, the count already taken in the ring head's
---          turn, the count of messages waiting in the lanes
+--          turn, the count of messages waiting in the lanes, the lane lengths and the
+--          lane heads' ready times (fair_lane_parts.lua)
 -- ARGV[1]  how many arrivals one call sorts into lanes at most, per list
 -- ARGV[2]  'fetch' (sort, then take a message) or 'sort' (only sort: the worker's timer
 --          sorts a backlog this way between fetches, so a new tenant behind a burst
@@ -23,8 +24,8 @@
 --
 -- A fair list is consumed in two moves, both inside this one script:
 -- 1. Sort: up to ARGV[1] messages are taken from the arrival list (oldest first) and
---    pushed onto the lane of their tenant (header platform_tenant); a tenant whose lane
---    was empty joins the ring at its tail. Publishers never change: kombu, the delay
+--    pushed onto the lane of their tenant (header platform_tenant); a tenant not on the
+--    ring joins it at its tail. Publishers never change: kombu, the delay
 --    store's promotion and a stock producer all push onto the arrival list.
 -- 2. Pick: the ring's head tenant gives its oldest message. After weight messages in a
 --    row (1 by default) the head moves to the tail; a tenant whose lane is empty leaves
@@ -52,7 +53,7 @@ local function base64(data)
   return table.concat(out)
 end
 
-local lists = (#KEYS - 3) / 4
+local lists = (#KEYS - 3) / 6
 local budget = tonumber(ARGV[1])
 local mode = ARGV[2]
 local weighted = tonumber(ARGV[3])
@@ -64,7 +65,7 @@ local base = 3 + 2 * weighted
 local now = redis.call('TIME')
 local score = string.format('%.6f', tonumber(now[1]) + tonumber(now[2]) / 1000000)
 
-local function key(i, k) return KEYS[3 + 4 * (i - 1) + k] end
+local function key(i, k) return KEYS[3 + 6 * (i - 1) + k] end
 local function arg(i, k) return ARGV[base + 5 * (i - 1) + k] end
 
 local function record(i, tag, body, exchange, routing_key)
@@ -115,30 +116,19 @@ local function deliver(i, item)
   return {i, item}
 end
 
-local KEY = '"platform_tenant"'
+-- include: fair_lane_parts
 
--- The tenant of a message: its header platform_tenant, '' when it has none.
--- Sorting decodes no JSON in the common case: outside JSON strings a '"' is never
--- escaped, so the key found once, followed by a plain string value, is the header (kombu
--- writes headers before nothing else that could hold the key). When the key appears
--- twice, or its value has escapes, the message is decoded to be sure.
-local function tenant_of(item)
-  local at = string.find(item, KEY, 1, true)
-  if not at then return '' end
-  local value = string.match(item, '^%s*:%s*"([^"\\]*)"', at + #KEY)
-  if value and not string.find(item, KEY, at + #KEY, true) then return value end
-  local ok, message = pcall(cjson.decode, item)
-  if ok and type(message) == 'table' and type(message['headers']) == 'table' then
-    local tenant = message['headers']['platform_tenant']
-    if type(tenant) == 'string' then return tenant end
-  end
-  return ''
+local function lanes(i)
+  return {
+    arrivals = key(i, 1), ring = key(i, 2), turn = key(i, 3), waiting = key(i, 4),
+    lengths = key(i, 5), heads = key(i, 6), prefix = arg(i, 5),
+  }
 end
 
 local function sort(i)
-  local arrivals, ring, waiting, prefix = key(i, 1), key(i, 2), key(i, 4), arg(i, 5)
+  local q = lanes(i)
   -- The oldest arrivals are at the list's right end: LRANGE gives them newest first.
-  local items = redis.call('LRANGE', arrivals, -budget, -1)
+  local items = redis.call('LRANGE', q.arrivals, -budget, -1)
   local n = #items
   if n == 0 then return 0 end
   local order, groups = {}, {}
@@ -154,42 +144,52 @@ local function sort(i)
   end
   for _, tenant in ipairs(order) do
     local group = groups[tenant]
+    local lane = q.prefix .. tenant
     -- Oldest first, so the lane (LPUSH in, RPOP out) stays in arrival order.
-    if redis.call('LPUSH', prefix .. tenant, unpack(group)) == #group then
-      redis.call('RPUSH', ring, tenant)
+    local length = push_behind(lane, group)
+    local joined = enlist(q, tenant, length, #group)
+    if length == #group then
+      set_head(q, tenant, group[1])
+    elseif joined then
+      set_head(q, tenant, redis.call('LINDEX', lane, -1))
     end
   end
-  redis.call('LTRIM', arrivals, 0, -(n + 1))
-  redis.call('INCRBY', waiting, n)
+  redis.call('LTRIM', q.arrivals, 0, -(n + 1))
+  redis.call('INCRBY', q.waiting, n)
   return n
 end
 
 local function pick(i)
-  local ring, turn, waiting, prefix = key(i, 2), key(i, 3), key(i, 4), arg(i, 5)
-  local tenant = redis.call('LINDEX', ring, 0)
+  local q = lanes(i)
+  local tenant = redis.call('LINDEX', q.ring, 0)
   while tenant do
-    local lane = prefix .. tenant
+    local lane = q.prefix .. tenant
     local item = redis.call('RPOP', lane)
     if item then
-      if redis.call('DECR', waiting) < 0 then redis.call('SET', waiting, 0) end
+      if redis.call('DECR', q.waiting) < 0 then redis.call('SET', q.waiting, 0) end
       -- The turn count is 0 whenever the head changes, so a tenant of weight 1 (the
       -- default) needs no count: it rotates or leaves at once.
       local weight = weights[tenant] or 1
-      if redis.call('LLEN', lane) == 0 then
-        redis.call('LPOP', ring)
-        if weight > 1 then redis.call('SET', turn, 0) end
-      elseif weight <= 1 then
-        redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
-      elseif redis.call('INCR', turn) >= weight then
-        redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
-        redis.call('SET', turn, 0)
+      local left = redis.call('LLEN', lane)
+      if left == 0 then
+        retire(q, tenant)
+        if weight > 1 then redis.call('SET', q.turn, 0) end
+      else
+        redis.call('ZADD', q.lengths, left, tenant)
+        set_head(q, tenant, redis.call('LINDEX', lane, -1))
+        if weight <= 1 then
+          redis.call('LMOVE', q.ring, q.ring, 'LEFT', 'RIGHT')
+        elseif redis.call('INCR', q.turn) >= weight then
+          redis.call('LMOVE', q.ring, q.ring, 'LEFT', 'RIGHT')
+          redis.call('SET', q.turn, 0)
+        end
       end
       return item
     end
-    -- A tenant whose lane was emptied outside this script (a purge): leaves the ring.
-    redis.call('LPOP', ring)
-    redis.call('SET', turn, 0)
-    tenant = redis.call('LINDEX', ring, 0)
+    -- A tenant whose lane was emptied outside this script: leaves the ring.
+    retire(q, tenant)
+    redis.call('SET', q.turn, 0)
+    tenant = redis.call('LINDEX', q.ring, 0)
   end
   return nil
 end

@@ -46,6 +46,7 @@ from platform_tasks.keys import (
     TRANSPORT_LEGACY_QUARANTINE,
     UNREADABLE_HEADER,
     UNROUTABLE_HEADER,
+    fair_lane_keys,
 )
 
 logger = logging.getLogger("platform_tasks.transport")
@@ -107,6 +108,7 @@ class Channel(RedisChannel):  # type: ignore[misc]
         self._packed_fetches: dict[tuple[Any, ...], tuple[list[tuple[str, int]], str, Any]] = {}
         self.fair = FairLanes.from_transport_options(options)
         """Which consumed queues are taken fairly across tenants (``fair_lanes``)."""
+        self._lanes_checked = float("-inf")
         self._hot_list: tuple[str, int] | None = None
         self._wait_next = False
         self._poll_stage = FETCH
@@ -210,12 +212,35 @@ class Channel(RedisChannel):  # type: ignore[misc]
         return False
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
-        self.fair.adopt_leftovers(self.raw_client, queue, self._priority_keys(queue))
+        self.fair.adopt_leftovers(self.raw_client, {queue: self._priority_keys(queue)})
         if no_ack:
             self._noack_queues.add(queue)
         else:
             self._noack_queues.discard(queue)
         return super().basic_consume(queue, no_ack, *args, **kwargs)
+
+    def adopt_stranded_lanes(self, *, force: bool = False) -> bool:
+        """Consume fairly any queue this channel consumes without fairness whose lanes
+        hold messages; True if one was adopted now.
+
+        Checked when consuming starts, but lanes can fill later: in a rolling deploy that
+        turns fairness off, the old workers keep sorting arrivals onto lanes after the
+        new ones started on an empty queue. So the worker's timer and a fetch that finds
+        every list empty look again, at most every ``ADOPT_CHECK_INTERVAL`` seconds
+        (``force``: now, for ``basic_get``).
+        """
+        now = monotonic()
+        if not force and now - self._lanes_checked < fair_lanes.ADOPT_CHECK_INTERVAL:
+            return False
+        self._lanes_checked = now
+        plain = {
+            queue: self._priority_keys(queue)
+            for queue in self._active_queues
+            if not self._is_fair(queue) and queue not in self._expires
+        }
+        if not plain:
+            return False
+        return bool(self.fair.adopt_leftovers(self.raw_client, plain))
 
     def _basic_cancel(self, consumer_tag: str) -> Any:
         queue = self._tag_to_queue.get(consumer_tag)
@@ -414,7 +439,12 @@ class Channel(RedisChannel):  # type: ignore[misc]
     def _deliver_fetched(self, reply: Sequence[Any]) -> bool:
         index = int(reply[0])
         if index == 0:
-            self._wait_next = True
+            # Every list is empty: before waiting, look for lanes other workers filled.
+            try:
+                adopted = self.adopt_stranded_lanes()
+            except (*self.connection_errors, redis.ResponseError):
+                adopted = False  # looked for again at the next empty fetch or timer tick
+            self._wait_next = not adopted
             raise Empty()
         queue, priority = self._fetch_lists[index - 1]
         self._hot_list = (queue, priority)
@@ -433,12 +463,21 @@ class Channel(RedisChannel):  # type: ignore[misc]
     def _fetch_now(self, queue: str, *, record: bool) -> dict[str, Any] | None:
         keys, flags = self._fetch_plan([queue], record=record)
         reply = self.run_script(self._fetch_script, keys, flags)
+        if int(reply[0]) == 0 and self._adopt_for_get(queue):
+            keys, flags = self._fetch_plan([queue], record=record)
+            reply = self.run_script(self._fetch_script, keys, flags)
         self._maybe_update_queues_expire(self.sync_client, queue)
         if int(reply[0]) == 0:
             return None
         message: dict[str, Any] = loads(bytes_to_str(reply[1]))
         _log_if_unreadable(message, queue)
         return message
+
+    def _adopt_for_get(self, queue: str) -> bool:
+        """``basic_get`` found ``queue`` empty: adopt its lanes if other workers filled them."""
+        if self._is_fair(queue) or queue in self._expires:
+            return False
+        return bool(self.fair.adopt_leftovers(self.raw_client, {queue: self._priority_keys(queue)}))
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
         raw = self._fetch_now(queue, record=not no_ack)
@@ -500,8 +539,8 @@ class Channel(RedisChannel):  # type: ignore[misc]
         return size + fair_lanes.waiting_in_lanes(self.raw_client, self._priority_keys(queue))
 
     def _purge(self, queue: str) -> int:
-        size = int(super()._purge(queue))
-        return size + fair_lanes.purge_lanes(self.raw_client, self._priority_keys(queue))
+        """Empty the queue's lists and tenant lanes in one script (``purge_lanes``)."""
+        return fair_lanes.purge_lanes(self.raw_client, self._priority_keys(queue))
 
     def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
         super()._delete(queue, *args, **kwargs)
@@ -562,7 +601,10 @@ class Channel(RedisChannel):  # type: ignore[misc]
                         "routing_key": routing_key,
                     },
                 )
-            targets = [self.prefixed(self._q_for_pri(queue, priority)) for queue in queues]
+            targets = [
+                (self.prefixed(self._q_for_pri(queue, priority)), self._is_fair(queue))
+                for queue in queues
+            ]
         except self.connection_errors:
             raise
         except Exception:
@@ -580,8 +622,13 @@ class Channel(RedisChannel):  # type: ignore[misc]
                 extra={"event": "transport.restore_unroutable", "delivery_tag": tag},
             )
             return False
-        flag = "1" if leftmost else "0"
-        return bool(self.run_script("transport_restore", targets, [tag, dumps(message), flag]))
+        keys: list[str] = []
+        args = [tag, dumps(message), "1" if leftmost else "0"]
+        for list_key, fair in targets:
+            lane = fair_lane_keys(list_key)
+            keys.extend((list_key, lane.ring, lane.waiting, lane.lengths, lane.heads))
+            args.extend(("fair" if fair else "plain", lane.lane_prefix))
+        return bool(self.run_script("transport_restore", keys, args))
 
     def extend_unacked(self, tags: Sequence[str]) -> int:
         """Refresh the unacked timestamps of ``tags`` (still recorded ones only)."""

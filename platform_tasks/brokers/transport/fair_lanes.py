@@ -20,16 +20,19 @@ own list no longer holds its backlog, so tools reading ``LLEN <queue>`` (``celer
 inspect``, Flower, queue-length autoscalers) undercount, and a worker without fairness
 (an older release, ``PLATFORM_TRANSPORT=stock``) does not see the lanes. A platform
 worker consuming a queue whose ring exists consumes it fairly even when the setting no
-longer names it, so turning fairness off never strands messages in lanes.
+longer names it: it looks when it starts consuming, when it finds its lists empty and
+every :data:`ADOPT_CHECK_INTERVAL` seconds, so lanes filled by older workers after it
+started (a rolling deploy turning fairness off) are drained too.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from platform_tasks.brokers.scripts import script_source
 from platform_tasks.keys import fair_lane_keys
 from platform_tasks.settings.tenant_weights import parse_tenant_weights
 
@@ -39,6 +42,7 @@ ALL_QUEUES = "*"
 """``PLATFORM_FAIR_QUEUES=*``: every queue the worker consumes is fair."""
 
 SCRIPT = "transport_fair_fetch"
+PURGE_SCRIPT = "transport_fair_purge"
 
 DEFAULT_SORT_BATCH = 1000
 """Arrivals one fetch moves onto lanes at most (transport option ``fair_sort_batch``). A
@@ -84,14 +88,19 @@ class FairLanes:
     def is_fair(self, queue: str) -> bool:
         return ALL_QUEUES in self.queues or queue in self.queues or queue in self.adopted
 
-    def adopt_leftovers(self, client: Any, queue: str, list_keys: Iterable[str]) -> None:
-        """Consume ``queue`` fairly if its lanes hold messages though the setting does
-        not name it (fairness turned off while a backlog waited): they would wait for
-        ever otherwise."""
-        if self.is_fair(queue):
-            return
-        rings = [fair_lane_keys(key).ring for key in list_keys]
-        if client.exists(*rings):
+    def adopt_leftovers(self, client: Any, queues: Mapping[str, Sequence[str]]) -> list[str]:
+        """Consume fairly each of ``queues`` (queue name -> its list keys) that is not fair
+        but whose lanes hold messages (fairness turned off while they waited, or older
+        workers still sorting onto them): they would wait for ever otherwise. One round
+        trip; returns the queues adopted now."""
+        candidates = [queue for queue in queues if not self.is_fair(queue)]
+        if not candidates:
+            return []
+        pipe = client.pipeline(transaction=False)
+        for queue in candidates:
+            pipe.exists(*(fair_lane_keys(key).ring for key in queues[queue]))
+        adopted = [queue for queue, found in zip(candidates, pipe.execute(), strict=True) if found]
+        for queue in adopted:
             self.adopted.add(queue)
             logger.warning(
                 "queue %s has messages in tenant lanes but PLATFORM_FAIR_QUEUES does not "
@@ -99,6 +108,7 @@ class FairLanes:
                 queue,
                 extra={"event": "transport.fair_lanes_adopted", "queue": queue},
             )
+        return adopted
 
     def plan(
         self, lists: Sequence[FetchList], legacy_key: str, *, mode: str = "fetch"
@@ -110,7 +120,9 @@ class FairLanes:
             args.extend((tenant, str(weight)))
         for item in lists:
             lane = fair_lane_keys(item.list_key)
-            keys.extend((item.list_key, lane.ring, lane.turn, lane.waiting))
+            keys.extend(
+                (item.list_key, lane.ring, lane.turn, lane.waiting, lane.lengths, lane.heads)
+            )
             args.extend(
                 (
                     "1" if item.record else "0",
@@ -125,6 +137,10 @@ class FairLanes:
 
 SORT_INTERVAL = 0.1
 """Seconds between the worker's sorts of arrivals (its event loop's timer)."""
+ADOPT_CHECK_INTERVAL = 1.0
+"""Seconds between a consumer's checks for lanes on the queues it takes without fairness
+(one ``EXISTS`` per queue): the longest a message sorted there by another worker waits
+to be noticed."""
 SORT_BATCHES_PER_TICK = 5
 """Sort calls one tick makes at most while arrivals remain (each at most
 ``DEFAULT_SORT_BATCH`` per list, a few ms of Redis): a 100,000-job burst is on lanes
@@ -139,46 +155,58 @@ def waiting_in_lanes(client: Any, list_keys: Sequence[str]) -> int:
     return sum(max(0, int(v)) for v in values if v is not None)
 
 
-def lane_keys_to_delete(client: Any, list_keys: Sequence[str]) -> list[str]:
-    """Every fair key of ``list_keys`` (ring, counters, the lanes of the ring's tenants)."""
-    doomed: list[str] = []
+def purge_lanes(client: Any, list_keys: Sequence[str]) -> int:
+    """Empty ``list_keys`` and their tenant lanes in one script (``transport_fair_purge``);
+    returns how many messages they held.
+
+    One atomic step: a worker's sort running between a separate read of the ring and the
+    deletes could put a new tenant on the ring, and that tenant's lane would outlive it.
+    """
+    if not list_keys:
+        return 0
+    keys: list[str] = []
+    prefixes: list[str] = []
     for list_key in list_keys:
         lane = fair_lane_keys(list_key)
-        tenants = client.lrange(lane.ring, 0, -1)
-        doomed.extend((lane.ring, lane.turn, lane.waiting))
-        for tenant in tenants:
-            name = tenant.decode() if isinstance(tenant, bytes) else str(tenant)
-            doomed.append(lane.lane(name))
-    return doomed
-
-
-def purge_lanes(client: Any, list_keys: Sequence[str]) -> int:
-    """Delete the lanes of ``list_keys``; returns how many messages they held."""
-    size = waiting_in_lanes(client, list_keys)
-    doomed = lane_keys_to_delete(client, list_keys)
-    if doomed:
-        client.delete(*doomed)
-    return size
+        keys.extend((list_key, lane.ring, lane.turn, lane.waiting, lane.lengths, lane.heads))
+        prefixes.append(lane.lane_prefix)
+    script = client.register_script(script_source(PURGE_SCRIPT))
+    return int(script(keys=keys, args=prefixes, client=client))
 
 
 def waiting_by_tenant(client: Any, list_keys: Sequence[str], limit: int) -> dict[str, int]:
     """Messages waiting per tenant in the lanes of ``list_keys``, the ``limit`` largest.
 
-    Reads the ring (tenants with work) and one ``LLEN`` per tenant in a pipeline; the
-    answer is bounded to ``limit`` tenants so a metric built on it has bounded labels.
+    The fetch script keeps each list's lane lengths in a sorted set, so this reads the
+    ``limit`` largest of each list (one ``ZREVRANGE``) and, for a tenant found in one
+    list, its length in the others (one ``ZMSCORE``): two round trips whatever the number
+    of tenants. With several priority lists a tenant outside every list's top ``limit``
+    can be missed though its sum is larger; with one list (the usual case) it is exact.
     """
-    counts: dict[str, int] = {}
-    for list_key in list_keys:
-        lane = fair_lane_keys(list_key)
-        tenants = [
-            t.decode() if isinstance(t, bytes) else str(t) for t in client.lrange(lane.ring, 0, -1)
-        ]
-        if not tenants:
-            continue
+    if not list_keys:
+        return {}
+    sets = [fair_lane_keys(key).lengths for key in list_keys]
+    pipe = client.pipeline(transaction=False)
+    for lengths in sets:
+        pipe.zrevrange(lengths, 0, limit - 1, withscores=True)
+    tops = pipe.execute()
+    tenants = list(dict.fromkeys(_text(t) for top in tops for t, _ in top))
+    if not tenants:
+        return {}
+    counts = dict.fromkeys(tenants, 0)
+    if len(sets) == 1:
+        for tenant, size in tops[0]:
+            counts[_text(tenant)] = int(size)
+    else:
         pipe = client.pipeline(transaction=False)
-        for tenant in tenants:
-            pipe.llen(lane.lane(tenant))
-        for tenant, size in zip(tenants, pipe.execute(), strict=True):
-            counts[tenant] = counts.get(tenant, 0) + int(size)
+        for lengths in sets:
+            pipe.zmscore(lengths, tenants)
+        for scores in pipe.execute():
+            for tenant, size in zip(tenants, scores, strict=True):
+                counts[tenant] += int(size or 0)
     top = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
     return dict(top)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

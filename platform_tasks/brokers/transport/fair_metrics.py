@@ -8,9 +8,12 @@ tenant (labels no tenant id can take: parentheses are outside the tenant pattern
 queue with 100,000 tenants still gives at most ``TOP_TENANTS + 3`` series: labels stay
 bounded whatever tenants publish.
 
-Read at scrape time by the worker's main process (one ``LRANGE`` of the ring and one
-pipelined ``LLEN`` per tenant with work, per priority list), so the numbers are Redis's
-at that moment and cost nothing between scrapes.
+Read at scrape time by the worker's main process, so the numbers are Redis's at that
+moment and cost nothing between scrapes. A scrape costs a few round trips and reads
+``TOP_TENANTS`` names per priority list whatever the number of tenants: the fair
+transport keeps each list's lane lengths in a sorted set (``fair_lane_parts.lua``), so
+the largest lanes are one ``ZREVRANGE`` and the rest is the ``waiting`` counter minus
+them.
 """
 
 from __future__ import annotations
@@ -24,7 +27,11 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from platform_tasks.brokers.transport.fair_lanes import ALL_QUEUES, waiting_by_tenant
+from platform_tasks.brokers.transport.fair_lanes import (
+    ALL_QUEUES,
+    waiting_by_tenant,
+    waiting_in_lanes,
+)
 from platform_tasks.keys import FAIR_SEPARATOR
 from platform_tasks.observability.metrics import add_exposition_registrar
 
@@ -94,10 +101,12 @@ class FairQueueCollector(Collector):
 
     def waiting(self, keys: list[str]) -> list[tuple[str, int]]:
         client = self.client()
-        every = waiting_by_tenant(client, keys, limit=10**9)
-        top = list(every.items())[: self.top]
-        rest = sum(every.values()) - sum(count for _, count in top)
-        arriving = sum(int(client.llen(key)) for key in keys)
+        top = list(waiting_by_tenant(client, keys, limit=self.top).items())
+        rest = max(0, waiting_in_lanes(client, keys) - sum(count for _, count in top))
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.llen(key)
+        arriving = sum(int(n) for n in pipe.execute())
         rows = [(tenant or DEFAULT_LANE, count) for tenant, count in top]
         return [*rows, (OTHER, rest), (ARRIVING, arriving)]
 

@@ -60,11 +60,15 @@ class Transport(RedisTransport):  # type: ignore[misc]
 
     def sort_fair_arrivals(self) -> None:
         """For every channel consuming a fair queue: sort its arrivals onto tenant lanes
-        (``Channel.sort_arrivals``), so sorting a burst does not wait for jobs to end."""
+        (``Channel.sort_arrivals``), so sorting a burst does not wait for jobs to end;
+        and for every channel, adopt the lanes other workers filled on a queue it takes
+        without fairness (``Channel.adopt_stranded_lanes``, throttled), so a busy worker
+        that never finds its lists empty drains them too."""
         for channel in list(self.cycle._channels):
             if channel.closed:
                 continue
             try:
+                channel.adopt_stranded_lanes()
                 channel.sort_arrivals()
             except ResponseError as exc:
                 logger.warning(

@@ -113,33 +113,49 @@ def test_a_flooding_tenant_does_not_starve_the_others_only_with_fairness(
     print(f"A's jobs started before the last B/C job: fair {fair_a}, stock >= {stock_a}")
 
 
-def test_a_busy_worker_sorts_a_burst_while_its_jobs_run(redis_url: str, tmp_path: Path) -> None:
-    """The one process of ``-c 1`` holds a job, so the worker fetches nothing; its timer
-    still sorts the 5,000 arrivals onto lanes (a new tenant is next in turn as soon as a
-    process frees up, whatever the burst)."""
+def test_a_busy_worker_sorts_a_burst_and_a_worker_without_fairness_drains_it(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A rolling deploy that turns fairness off, on a queue that is empty when the new
+    worker starts (so it finds no lanes to adopt then).
+
+    The new worker (no ``PLATFORM_FAIR_QUEUES``, ``-c 1``) starts and holds a job. The old
+    worker (fair, ``-c 1``) starts and holds one too, so neither fetches; the old
+    worker's timer still sorts a 5,000-job burst onto lanes (a new tenant is next in turn
+    as soon as a process frees up, whatever the burst). Then the old worker is killed
+    and the new one freed: it must take the jobs the old one left on lanes.
+    """
     client = redis.Redis.from_url(redis_url)
     settings = PlatformSettings.build(redis_url=redis_url, profile="test")
     app = create_app("fair_publisher", settings=settings)
     port = QueuePort(app)
-    env = platform_env(
-        redis_url=redis_url, database_url=None, extra={"PLATFORM_FAIR_QUEUES": QUEUE}
-    )
+
+    def hold(n: int) -> None:
+        port.publish(QUEUE, {"tenant_id": "A", "kind": "tests.fair_hold", "data": {"n": n}})
+        wait_until(lambda: client.llen(STARTS_KEY) == n + 1, timeout=30, message=f"held {n}")
+
     try:
         with celery_processes() as started:
-            worker = CeleryProcess(
-                worker_argv("tests.apps.fair_app", concurrency=1),
-                env=env,
-                cwd=REPO_ROOT,
-                log_path=tmp_path / "worker.log",
-            ).start()
-            started.append(worker)
-            worker.wait_for_log("ready.")
-            port.publish(QUEUE, {"tenant_id": "A", "kind": "tests.fair_hold", "data": {"n": 0}})
-            wait_until(lambda: client.llen(STARTS_KEY) == 1, timeout=30, message="held job")
+            for name, fair in (("new", ""), ("old", QUEUE)):
+                env = platform_env(
+                    redis_url=redis_url,
+                    database_url=None,
+                    extra={"PLATFORM_FAIR_QUEUES": fair},
+                )
+                worker = CeleryProcess(
+                    worker_argv("tests.apps.fair_app", concurrency=1, hostname=f"{name}@%h"),
+                    env=env,
+                    cwd=REPO_ROOT,
+                    log_path=tmp_path / f"{name}.log",
+                ).start()
+                started.append(worker)
+                worker.wait_for_log("ready.")
+                hold(len(started) - 1)
+            old = started[1]
             publisher = BatchPublisher(app, queue=QUEUE)
             envelopes = [
-                port.envelope({"tenant_id": "A", "kind": "tests.fair_start", "data": {"n": n}})
-                for n in range(1, 5_001)
+                port.envelope({"tenant_id": "B", "kind": "tests.fair_start", "data": {"n": n}})
+                for n in range(5_000)
             ]
             publisher.publish(envelopes)
             publisher.close()
@@ -147,10 +163,17 @@ def test_a_busy_worker_sorts_a_burst_while_its_jobs_run(redis_url: str, tmp_path
             wait_until(
                 lambda: client.llen(QUEUE) == 0,
                 timeout=30,
-                message="arrivals sorted while the only process is busy",
+                message="arrivals sorted while the only processes are busy",
             )
-            assert client.llen(STARTS_KEY) == 1, "nothing else started meanwhile"
+            assert client.llen(STARTS_KEY) == 2, "nothing else started meanwhile"
+            old.kill_group()
             client.rpush("test:fair:hold", 1)
+
+            wait_until(
+                lambda: client.llen(STARTS_KEY) >= 2 + 50,
+                timeout=30,
+                message="the worker without fairness took jobs from the lanes",
+            )
     finally:
         port.close()
         client.close()

@@ -17,9 +17,11 @@ from unittest.mock import patch
 
 import pytest
 import redis
-from kombu import Producer
+from kombu import Connection, Consumer, Producer, Queue
 from kombu.asynchronous.hub import Hub
+from kombu.message import Message
 
+from platform_tasks.brokers.transport import TRANSPORT_PATH
 from tests.upstream.kombu.test_redis_brpop_qos import (  # the upstream fixture and helpers
     assert_paused,
     consuming,
@@ -118,3 +120,44 @@ def test_paused_drain_consumer_leaves_the_next_message_on_its_queue(
     received[1].ack()
     assert _broker().hlen(channel.unacked_key) == 0
     assert _broker().llen(queue.name) == 0
+
+
+def test_on_a_fair_queue_a_requeued_message_is_next_of_its_tenant() -> None:
+    """Pairs with ``test_RedisPriority::test_publish_requeue_consume`` (deselected when
+    every queue is fair, ``TEST_FAIR_QUEUES``); here the queue is fair in both runs.
+
+    Stock kombu requeues with ``LPUSH``, behind the waiting messages, so two requeued
+    messages keep their order. On a fair queue a requeued message goes to the front of
+    its tenant's lane (behind the whole lane it would wait for its tenant's entire
+    backlog), so of two requeued one after the other the second comes back first.
+    Priorities still go first.
+    """
+    url = f"redis://{os.environ['REDIS_HOST']}:{os.environ['REDIS_6379_TCP']}"
+    queue = Queue("priority_requeue_test", routing_key="priority_requeue_test", max_priority=10)
+    received: list[Message] = []
+    with Connection(
+        url, transport=TRANSPORT_PATH, transport_options={"fair_queues": ["*"]}
+    ) as conn:
+        producer = Producer(conn)
+        for body, priority in (("first", 6), ("second", 3), ("third", 6)):
+            producer.publish(
+                {"msg": body}, routing_key=queue.routing_key, declare=[queue], priority=priority
+            )
+        consumer = Consumer(
+            conn, [queue], callbacks=[lambda body, message: received.append(message)]
+        )
+        with consumer:
+            while len(received) < 3:
+                conn.drain_events(timeout=5)
+            assert [m.payload["msg"] for m in received] == ["second", "first", "third"]
+            for message in received:
+                message.requeue()
+            received.clear()
+            producer.publish(
+                {"msg": "fourth"}, routing_key=queue.routing_key, declare=[queue], priority=0
+            )
+            while len(received) < 4:
+                conn.drain_events(timeout=5)
+        assert [m.payload["msg"] for m in received] == ["fourth", "second", "third", "first"]
+        for message in received:
+            message.ack()

@@ -7,7 +7,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from kombu import Connection
+
+from platform_tasks.keys import fair_lane_keys
 
 
 def drain_until(conn: Connection, condition: Callable[[], bool], *, timeout: float = 10.0) -> None:
@@ -29,3 +32,10 @@ def collector() -> tuple[list[Any], Callable[[Any, Any], None]]:
         received.append(message)
 
     return received, on_message
+
+
+def queued(client: redis.Redis, list_key: str) -> int:
+    """Messages waiting on one queue list: on the list itself and, on a fair queue
+    (``TEST_FAIR_QUEUES``), on its tenant lanes, where a restored message goes."""
+    waiting = client.get(fair_lane_keys(list_key).waiting)
+    return int(client.llen(list_key)) + max(0, int(waiting or 0))

@@ -17,7 +17,7 @@ from kombu import Consumer, Exchange, Producer, Queue
 
 from platform_tasks.brokers.transport import TRANSPORT_PATH
 from tests.integration.brokers.transport.conftest import ConnectionFactory
-from tests.integration.brokers.transport.helpers import collector, drain_until
+from tests.integration.brokers.transport.helpers import collector, drain_until, queued
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 
@@ -114,7 +114,7 @@ def test_unacked_messages_are_restored_at_shutdown(
     drain_until(conn, lambda: len(received) == 2)
     assert redis_client.llen("jobs") == 0
     conn.release()
-    assert redis_client.llen("jobs") == 2
+    assert queued(redis_client, "jobs") == 2
     assert redis_client.hlen("unacked") == 0
 
 

@@ -10,7 +10,7 @@ from kombu import Consumer, Exchange, Producer, Queue
 
 from platform_tasks.keys import TRANSPORT_LEGACY_QUARANTINE, UNREADABLE_HEADER
 from tests.integration.brokers.transport.conftest import ConnectionFactory
-from tests.integration.brokers.transport.helpers import collector, drain_until
+from tests.integration.brokers.transport.helpers import collector, drain_until, queued
 
 
 def _queue(name: str) -> Queue:
@@ -34,7 +34,7 @@ def test_global_keyprefix_applies_to_every_key(
         assert redis_client.zscore("tenant_a:unacked_index", tag) is not None
         assert not redis_client.exists("unacked", "jobs")
         received[0].reject(requeue=True)
-        assert redis_client.llen("tenant_a:jobs") == 1
+        assert queued(redis_client, "tenant_a:jobs") == 1
         drain_until(conn, lambda: len(received) == 2)
         received[1].ack()
     unprefixed = [k for k in redis_client.keys("*") if not k.startswith(b"tenant_a:")]
@@ -79,7 +79,7 @@ def test_restored_message_goes_back_to_its_priority_list(
     with Consumer(conn, [queue], callbacks=[on_message]):
         drain_until(conn, lambda: len(received) == 1)
         received[0].reject(requeue=True)
-        assert redis_client.llen("jobs\x06\x166") == 1
+        assert queued(redis_client, "jobs\x06\x166") == 1
         drain_until(conn, lambda: len(received) == 2)
         received[1].ack()
 

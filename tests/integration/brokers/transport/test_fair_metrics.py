@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
+import redis
 from kombu import Connection, Producer
 
 from platform_tasks import create_app
@@ -70,3 +72,46 @@ def test_queue_length_and_latency_count_the_jobs_on_tenant_lanes(
     length, ready_at = collector._redis_queue(channel, "fairq")
     assert length == 3
     assert ready_at is not None and now - ready_at == pytest.approx(40.0, abs=0.01)
+
+
+def test_queue_latency_sees_the_oldest_job_whichever_of_10001_lanes_holds_it(
+    connect: ConnectionFactory, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The oldest job waits on the lane of the 10,001st tenant to arrive: a scrape that
+    reads a bounded number of lane heads off the ring misses it, one that reads the
+    heads the transport keeps does not."""
+    conn: Connection = connect(fair_queues=["fairq"])
+    channel = conn.default_channel
+    now = time.time()
+    Producer(channel).publish(
+        {"n": 0},
+        exchange=QUEUE.exchange,
+        routing_key=QUEUE.routing_key,
+        headers={TENANT_HEADER: "t0", PUBLISHED_AT_HEADER: now - 1.0},
+        declare=[QUEUE],
+    )
+    raw = redis_client.rpop("fairq")
+    assert raw is not None
+    message = json.loads(raw)
+    copies = []
+    for n in range(10_001):
+        message["headers"][TENANT_HEADER] = f"t{n}"
+        message["headers"][PUBLISHED_AT_HEADER] = now - (300.0 if n == 10_000 else 1.0)
+        copies.append(json.dumps(message))
+    for start in range(0, len(copies), 1000):
+        redis_client.lpush("fairq", *copies[start : start + 1000])
+    channel.basic_consume("fairq", False, lambda message: None, "sorter")
+    while channel.sort_arrivals():
+        continue
+    assert redis_client.llen("fairq") == 0
+
+    settings = PlatformSettings.build(redis_url=redis_url, fair_queues="fairq", profile="test")
+    collector = QueueCollector(create_app("fair_queue_gauges_wide", settings=settings))
+    length, ready_at = collector._redis_queue(channel, "fairq")
+    assert length == 10_001
+    assert ready_at is not None and now - ready_at == pytest.approx(300.0, abs=0.01)
+    waiting = FairQueueCollector(create_app("fair_metrics_wide", settings=settings), top=2)
+    samples = _samples(waiting)
+    assert samples["(other)"] == 9_999
+    assert samples["(arriving)"] == 0
+    assert sum(samples.values()) == 10_001
