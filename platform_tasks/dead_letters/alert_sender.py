@@ -53,6 +53,8 @@ logger = logging.getLogger("platform_tasks.alerts")
 CONNECT_TIMEOUT_SECONDS = 5
 STATEMENT_TIMEOUT_MS = 30_000
 """No statement of the sender waits longer on PostgreSQL (a lock, a slow disk)."""
+STOP_WAIT_SECONDS = 2.0
+"""How long a worker's shutdown waits for the sender's thread."""
 MAX_BACKOFF_SECONDS = 60.0
 """The longest wait after passes that failed on PostgreSQL itself."""
 
@@ -330,8 +332,11 @@ class AlertSenderStep(bootsteps.StartStopStep):  # type: ignore[misc]
         self.sender.start()
 
     def stop(self, worker: Any) -> None:
+        """Waits briefly: a call in flight to a hanging sink must not hold up the worker's
+        shutdown, and nothing is lost by leaving it (its lease expires and another sender,
+        or this worker's next start, makes the call again)."""
         if self.sender is not None:
-            self.sender.stop()
+            self.sender.stop(timeout=STOP_WAIT_SECONDS)
             self.sender = None
 
     def shutdown(self, worker: Any) -> None:
