@@ -3,8 +3,9 @@
 Only the alert sender calls this, from its own thread and from what
 ``core.alert_incidents`` records, never a delivery: a call that fails raises
 :class:`SinkCallFailed` and is tried again later from the table. Every call is bounded by
-``PLATFORM_ALERT_TIMEOUT_SECONDS`` (connect, send and each read), so a Better Stack that
-hangs costs the sender one timeout per call and never a job.
+``PLATFORM_ALERT_TIMEOUT_SECONDS`` (connect, send and each read, and the whole answer
+within twice that), so a Better Stack that hangs costs the sender one bounded call at a
+time and never a job.
 
 The API (https://betterstack.com/docs/uptime/api/): ``Authorization: Bearer <token>``;
 ``POST /api/v2/incidents`` with ``summary``, ``name``, ``description`` and, when set,
@@ -19,6 +20,7 @@ path and the start of Better Stack's answer.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +41,9 @@ URL_VARIABLE = f"{ENV_PREFIX}BETTERSTACK_API_URL"
 
 _ANSWER_CHARS = 200
 """How much of an error answer goes into ``last_error`` and the log."""
+
+MAX_ANSWER_BYTES = 1_000_000
+"""The most of an answer read: an incident's JSON is a few kilobytes."""
 
 
 class SinkCallFailed(Exception):
@@ -79,6 +84,7 @@ class BetterStackIncidents:
         secret = token.get_secret_value() if isinstance(token, SecretStr) else token
         self.base_url = base_url.rstrip("/")
         self.requester_email = requester_email
+        self.timeout = timeout
         self._client = httpx.Client(
             base_url=self.base_url,
             headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
@@ -159,8 +165,31 @@ class BetterStackIncidents:
         self._client.close()
 
     def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """POST ``body``; the whole call ends within about twice the timeout.
+
+        httpx bounds each phase (connect, send, each read) but not their sum, so a
+        server that trickles its answer could hold a call for ever: the answer is read
+        in chunks against a deadline, and at most :data:`MAX_ANSWER_BYTES` of it.
+        """
+        deadline = time.monotonic() + self.timeout * 2
         try:
-            return self._client.post(path, json=body)
+            with self._client.stream("POST", path, json=body) as answer:
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in answer.iter_bytes():
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > MAX_ANSWER_BYTES:
+                        raise SinkCallFailed(
+                            f"POST {path}: answer larger than {MAX_ANSWER_BYTES} bytes"
+                        )
+                    if time.monotonic() > deadline:
+                        raise SinkCallFailed(
+                            f"POST {path}: answer not complete after {self.timeout * 2:.1f}s"
+                        )
+                return httpx.Response(
+                    answer.status_code, headers=answer.headers, content=b"".join(chunks)
+                )
         except httpx.HTTPError as exc:
             raise SinkCallFailed(f"POST {path}: {_describe(exc)}") from None
 

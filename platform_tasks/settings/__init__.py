@@ -246,7 +246,8 @@ class PlatformSettings(BaseSettings):
     alert_retry_seconds: float = Field(default=30.0, gt=0, le=86_400)
     """How long after a failed call (5xx, timeout, refused token) it is tried again."""
     alert_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
-    """Bound of each phase of one call to an alert sink (connect, send, each read)."""
+    """Bound of each phase of one call to an alert sink (connect, send, each read); the
+    whole answer is cut at twice this."""
 
     @field_validator("jobs_include", "jobs_exclude", mode="before")
     @classmethod

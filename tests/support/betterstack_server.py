@@ -10,7 +10,8 @@ them. Anything else answers 404.
 
 Faults a test drives: :meth:`fail_with` answers every request with a status until
 :meth:`heal`; :meth:`hang` accepts requests and answers none until :meth:`heal` (the
-handlers then answer what they would have). Every request is recorded.
+handlers then answer what they would have); :meth:`trickle` starts every answer and
+then sends one byte of it every 50 ms until :meth:`heal`. Every request is recorded.
 
 Runs in a thread of the test process; worker processes reach it on 127.0.0.1.
 """
@@ -78,6 +79,7 @@ class BetterStackServer:
         self._next_id = 1000
         self._failing: int | None = None
         self._hanging = False
+        self._trickling = False
         self._healed = threading.Condition(self._lock)
         self.hung = 0
         """Requests that arrived while the server hung (counted as they arrive)."""
@@ -116,10 +118,16 @@ class BetterStackServer:
         with self._lock:
             self._hanging = True
 
+    def trickle(self) -> None:
+        """Start every answer, then send it a byte at a time, slowly, until :meth:`heal`."""
+        with self._lock:
+            self._trickling = True
+
     def heal(self) -> None:
         with self._lock:
             self._failing = None
             self._hanging = False
+            self._trickling = False
             self._healed.notify_all()
 
     def open_incidents(self) -> list[Incident]:
@@ -153,6 +161,10 @@ class BetterStackServer:
                 while self._hanging:
                     self._healed.wait()
             failing = self._failing
+            trickling = self._trickling
+        if trickling:
+            self._trickle(handler, request)
+            return
         if failing is not None:
             self._answer(handler, request, failing, {"errors": "Internal Server Error"})
             return
@@ -208,6 +220,24 @@ class BetterStackServer:
             else:
                 answer = (404, {"errors": "Resource not found"})
         self._answer(handler, request, *answer)
+
+    def _trickle(self, handler: BaseHTTPRequestHandler, request: Request) -> None:
+        request.status = 201
+        try:
+            handler.send_response(201)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", "1000000")
+            handler.end_headers()
+            handler.wfile.flush()
+            while True:
+                with self._lock:
+                    if not self._trickling:
+                        return
+                handler.wfile.write(b" ")
+                handler.wfile.flush()
+                time.sleep(0.05)  # the fault itself: an answer that never completes
+        except OSError:  # the client gave up: what this fault is for
+            pass
 
     def _answer(
         self, handler: BaseHTTPRequestHandler, request: Request, status: int, body: Any

@@ -364,6 +364,32 @@ def test_a_hanging_server_costs_one_bounded_call_and_blocks_no_dead_letter_write
         sender.close()
 
 
+def test_an_answer_that_never_completes_is_cut_at_twice_the_timeout(
+    redis_url: str, database_url: str, conn: Connection, server: BetterStackServer
+) -> None:
+    """httpx bounds each read, not their sum: a trickling answer must still end the call."""
+    sender = AlertSender(make_settings(redis_url, database_url, server, alert_timeout_seconds=0.5))
+    try:
+        server.trickle()
+        dead_letters(conn, 3)
+        started = time.monotonic()
+        assert sender.run_pass() == 1
+        elapsed = time.monotonic() - started
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT to_send, last_error FROM core.alert_incidents")
+            ((to_send, last_error),) = cur.fetchall()
+        assert to_send == "open" and "not complete after 1.0s" in last_error, last_error
+        assert elapsed < 10, f"the call took {elapsed:.1f}s"
+        server.heal()
+        wait_until(
+            lambda: sender.run_pass() >= 0 and len(server.all_incidents()) == 1,
+            timeout=20,
+            message="the incident opened once the server answers",
+        )
+    finally:
+        sender.close()
+
+
 def test_two_senders_open_one_incident(
     redis_url: str, database_url: str, conn: Connection, server: BetterStackServer
 ) -> None:
