@@ -64,6 +64,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     from platform_tasks.consumer.span_hooks import install as install_span_hooks
     from platform_tasks.consumer.task import install as install_platform_task
     from platform_tasks.contrib.beat_leases import install as install_beat_leases
+    from platform_tasks.dead_letters.alert_sender import install as install_alert_sender
     from platform_tasks.fanout import install_default as install_fanout
     from platform_tasks.jobs.worker import install as install_scheduled_jobs
     from platform_tasks.notifications.setup import install as install_notification_rails
@@ -89,6 +90,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
         install_task_events,
         install_notification_rails,
         install_queue_pause,
+        install_alert_sender,
     ]
 
 

@@ -4,6 +4,10 @@
   stored row it becomes; its write makes every value storable
 - ``records``      the fields of a failure (error text, raw messages) and a job's newest row
 - ``store``        listing, replaying and discarding stored dead letters
+- ``incidents``    dead letters grouped into incidents (core.alert_incidents): counted,
+  resolved when none is pending review, and what is still to be sent to a sink
+- ``alert_sender`` the worker thread that sends those incidents (Better Stack), retried
+  from the table, never from a delivery
 
 The console's Django model of the same table,
 :class:`platform_tasks.contrib.django.models.DeadLetter`, keeps that name because Django

@@ -232,6 +232,23 @@ class PlatformSettings(BaseSettings):
     resend_api_key: SecretStr | None = None
     resend_base_url: str = "https://api.resend.com"
 
+    # --- dead-letter incidents (Better Stack) -----------------------------------------
+    betterstack_api_token: SecretStr | None = None
+    """Better Stack Uptime API token: dead-letter groups open and resolve incidents."""
+    betterstack_api_url: str | None = Field(default=None, validate_default=True)
+    """Better Stack Uptime API base URL (``https://uptime.betterstack.com``); required with
+    the token and refused without it."""
+    betterstack_requester_email: str | None = None
+    """``requester_email`` of the incidents the platform opens (optional)."""
+    alert_send_interval_seconds: float = Field(default=5.0, gt=0, le=3600)
+    """How often each worker's alert sender looks for dead letters to count, groups to
+    resolve and calls to (re)try."""
+    alert_retry_seconds: float = Field(default=30.0, gt=0, le=86_400)
+    """How long after a failed call (5xx, timeout, refused token) it is tried again."""
+    alert_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
+    """Bound of each phase of one call to an alert sink (connect, send, each read); the
+    whole answer is cut at twice this."""
+
     @field_validator("jobs_include", "jobs_exclude", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
@@ -334,6 +351,33 @@ class PlatformSettings(BaseSettings):
     @classmethod
     def _http_url(cls, value: str) -> str:
         return check_base_url(value)
+
+    @field_validator("betterstack_api_token", mode="before")
+    @classmethod
+    def _empty_token(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("betterstack_api_url", mode="before")
+    @classmethod
+    def _betterstack_url(cls, value: Any, info: ValidationInfo) -> Any:
+        """Both or neither: a token without a URL would lose every incident silently, and
+        a URL without a token would be refused by Better Stack on every call."""
+        if isinstance(value, str) and not value.strip():
+            value = None
+        token = info.data.get("betterstack_api_token")
+        if value is None:
+            if token is not None:
+                raise ValueError(
+                    f"required when {ENV_PREFIX}BETTERSTACK_API_TOKEN is set "
+                    "(e.g. https://uptime.betterstack.com)"
+                )
+            return None
+        if "betterstack_api_token" in info.data and token is None:
+            raise ValueError(
+                f"set without {ENV_PREFIX}BETTERSTACK_API_TOKEN: Better Stack would refuse "
+                "every call; set both or neither"
+            )
+        return check_base_url(str(value))
 
     @field_validator("rabbitmq_delays")
     @classmethod

@@ -1,14 +1,21 @@
 -- Queries of core.dead_letters, loaded by name by platform_tasks.dead_letters.
 
 -- name: insert_dead_letter
--- One row per job that will not be retried; the caller's transaction commits it.
-INSERT INTO core.dead_letters
-    (job_id, queue, kind, tenant_id, payload, attempts, last_error, error_type, reason,
-     correlation_id, headers)
-VALUES
-    (%(job_id)s, %(queue)s, %(kind)s, %(tenant_id)s, %(payload)s, %(attempts)s,
-     %(last_error)s, %(error_type)s, %(reason)s, %(correlation_id)s, %(headers)s)
-RETURNING id;
+-- One row per job that will not be retried; the caller's transaction commits it. The
+-- same statement queues the row for the alert sender (core.alert_outbox), so a dead
+-- letter that committed is always one the sender will count into its incident.
+WITH written AS (
+    INSERT INTO core.dead_letters
+        (job_id, queue, kind, tenant_id, payload, attempts, last_error, error_type, reason,
+         correlation_id, headers)
+    VALUES
+        (%(job_id)s, %(queue)s, %(kind)s, %(tenant_id)s, %(payload)s, %(attempts)s,
+         %(last_error)s, %(error_type)s, %(reason)s, %(correlation_id)s, %(headers)s)
+    RETURNING id
+), queued AS (
+    INSERT INTO core.alert_outbox (dead_letter_id) SELECT id FROM written
+)
+SELECT id FROM written;
 
 -- name: list_dead_letters
 -- Newest first; every filter is optional (NULL means "any").

@@ -58,7 +58,12 @@ class Cursor:
         if "platform_cancel_rules" in sql or "FROM core.cancel_rules" in sql:
             self._rows: list[Any] = []  # the cancel check's read: no operator cancels here
             return
-        conn.statements.append(sql.split()[0] if not sql.startswith("BEGIN;") else "CLAIM")
+        # the dead-letter write (which also queues the row for the alert sender) is an INSERT
+        dead_letter_write = sql.startswith("WITH written AS") and "core.dead_letters" in sql
+        if dead_letter_write:
+            conn.statements.append("INSERT")
+        else:
+            conn.statements.append(sql.split()[0] if not sql.startswith("BEGIN;") else "CLAIM")
         if sql.startswith(
             (
                 "BEGIN; INSERT INTO core.processed_jobs",
@@ -85,7 +90,7 @@ class Cursor:
             conn.status = TRANSACTION_STATUS_INTRANS
         elif sql.startswith("SELECT id, status FROM core.dead_letters"):
             self._row = conn.latest_dead_letter
-        elif sql.startswith("INSERT INTO core.dead_letters"):
+        elif dead_letter_write:
             conn.dead_letters.append(params)
             self._row = (100 + len(conn.dead_letters),)
         else:
