@@ -92,14 +92,10 @@ def cancelled(pipeline: DeliveryPipeline, run: Run) -> Verdict | None:
 def read_state(pipeline: DeliveryPipeline, run: Run) -> Verdict | None:
     """Note the job's delivery state and the attempt it is on (a redelivery counted)."""
     delivery = run.delivery
-    run.state = pipeline.state.read(
-        delivery.consumer,
-        run.job,
-        redelivered=delivery.redelivered,
-        marked=run.marked,
-        skip_unmarked=pipeline.skip_unmarked_reads,
-        ttl_seconds=run.ttl_seconds,
-    )
+    if delivery.redelivered or run.marked or not pipeline.skip_unmarked_reads:
+        run.state = pipeline.state.read(
+            delivery.consumer, run.job, redelivered=delivery.redelivered, ttl=run.ttl_seconds
+        )  # else no mark: nothing of this job's is in Redis, the state stays untracked
     run.counted = delivery.redelivered
     run.attempt = attempt_number(delivery.header_attempt, run.state.spent)
     return None

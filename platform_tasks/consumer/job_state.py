@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 
 from platform_tasks.brokers.redis_client import REDIS_ERRORS
-from platform_tasks.consumer.attempts import UNTRACKED, DeliveryCounter, DeliveryState
+from platform_tasks.consumer.attempts import DeliveryCounter, DeliveryState
 from platform_tasks.consumer.marks import DeliveryMarks
 
 logger = logging.getLogger(__name__)
@@ -30,24 +30,11 @@ class JobState:
         self.marks = marks
         self.deliveries = deliveries
 
-    def read(
-        self,
-        consumer: str,
-        job: str,
-        *,
-        redelivered: bool,
-        marked: bool,
-        skip_unmarked: bool,
-        ttl_seconds: int,
-    ) -> DeliveryState:
-        """The job's state, a redelivery counted first; untracked without a mark to read."""
-        if not (redelivered or marked or not skip_unmarked):
-            return UNTRACKED  # no mark: nothing of this job's is in Redis
-        if redelivered:  # the count writes the hash
+    def read(self, consumer: str, job: str, *, redelivered: bool, ttl: int) -> DeliveryState:
+        """The job's state; a redelivery is counted first (and so marked first)."""
+        if redelivered:
             self.marks.mark(consumer, job)
-        return self.deliveries.observe(
-            consumer, job, redelivered=redelivered, ttl_seconds=ttl_seconds
-        )
+        return self.deliveries.observe(consumer, job, redelivered=redelivered, ttl_seconds=ttl)
 
     def failed(self, consumer: str, job: str, *, ttl_seconds: int) -> None:
         """Count a failed attempt; raises when PostgreSQL or Redis refuses."""

@@ -204,7 +204,7 @@ class DeliveryPipeline:
     # -- deciding ---------------------------------------------------------------------
 
     def decide(self, task: Any, envelope: Envelope[Any], delivery: Delivery) -> Verdict:
-        """One try at the delivery (steps 2-5 above); its transaction has ended on return."""
+        """One try (steps 2-5 of the module docstring); its transaction has ended on return."""
         policy = self._policy(delivery)
         run = Run(task, envelope, delivery, policy, self._ttl(policy))
         try:
