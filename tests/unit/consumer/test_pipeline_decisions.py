@@ -493,3 +493,36 @@ def test_reads_are_skipped_when_the_platform_redis_is_the_broker_or_on_rabbitmq(
             redis_url=url, redis_cluster=True, broker_url="amqp://u:p@127.0.0.1:5672/v"
         )
     )
+
+
+def test_a_gate_with_a_verdict_ends_the_delivery_before_later_gates_and_the_handler() -> None:
+    s = setup()
+    seen: list[str] = []
+
+    def answers(pipeline: Any, run: Any) -> Any:
+        seen.append("answers")
+        return Duplicate("cancelled")
+
+    def later(pipeline: Any, run: Any) -> Any:
+        seen.append("later")
+        return None
+
+    s.pipeline.gates = (answers, later)
+    verdict = s.pipeline.decide(
+        task(lambda env, tx: seen.append("handler")), envelope(), delivery()
+    )
+    assert verdict == Duplicate("cancelled") and seen == ["answers"]
+    assert s.database.conn.statements == ["CLAIM", "ROLLBACK"] and no_transaction_left(s)
+
+
+def test_a_gate_that_raises_makes_the_delivery_wait_and_never_runs_the_handler() -> None:
+    s = setup()
+    ran: list[str] = []
+
+    def broken(pipeline: Any, run: Any) -> Any:
+        raise KeyError("a bug in a pre-run check")
+
+    s.pipeline.gates = (broken,)
+    verdict = s.pipeline.decide(task(lambda env, tx: ran.append("handler")), envelope(), delivery())
+    assert isinstance(verdict, Wait) and not verdict.outage and ran == []
+    assert no_transaction_left(s) and s.database.discarded == 1
