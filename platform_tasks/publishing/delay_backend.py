@@ -88,7 +88,11 @@ class DelayBackend(Protocol):
 
 
 class _StoreDelays:
-    """What both delay stores share: the store, its client, its locks, closing them."""
+    """What both delay stores share: the store, its client, its locks, adding entries.
+
+    A store's own part is :meth:`_identified`: how a job is encoded as an entry, and the
+    entry's id.
+    """
 
     def __init__(self, location: DelayStoreLocation, client: Any | None) -> None:
         self.location = location
@@ -97,6 +101,14 @@ class _StoreDelays:
         self._store: DelayStore | None = None
         self._locks: UniqueLocks | None = None
 
+    def _identified(self, task_name: str, send: dict[str, Any]) -> tuple[str, str]:
+        """The job's entry id and its encoded entry."""
+        raise NotImplementedError
+
+    def _entry(self, task_name: str, send: dict[str, Any], run_at: datetime) -> _Entry:
+        entry_id, entry = self._identified(task_name, send)
+        return entry_id, epoch_ms(run_at), entry
+
     def store(self) -> DelayStore:
         """The delay store, on a client made at first use unless one was given."""
         if self._store is None:
@@ -104,6 +116,15 @@ class _StoreDelays:
                 self._client = self.location.connect()
             self._store = DelayStore(self._client, self.location.keys)
         return self._store
+
+    def schedule(self, task_name: str, send: dict[str, Any], run_at: datetime) -> None:
+        self.store().add_encoded(*self._entry(task_name, send, run_at))
+
+    def schedule_many(self, items: Sequence[DelayedSend]) -> None:
+        self.store().add_many_encoded([self._entry(*item) for item in items])
+
+    def encode(self, task_name: str, send: dict[str, Any]) -> str:
+        return self._identified(task_name, send)[1]
 
     def unique_locks(self) -> UniqueLocks:
         if self._locks is None:
@@ -120,7 +141,8 @@ class _StoreDelays:
 
 
 class RedisStoreDelays(_StoreDelays):
-    """Delays in the store on a Redis broker's own server, as kombu wire messages."""
+    """Delays in the store on a Redis broker's own server, as kombu wire messages under
+    their delivery tag."""
 
     def __init__(
         self, app: PlatformCelery, location: DelayStoreLocation, client: Any | None = None
@@ -128,22 +150,10 @@ class RedisStoreDelays(_StoreDelays):
         super().__init__(location, client)
         self._wire = WireBuilder(app)
 
-    def _entry(
-        self, task_name: str, send: dict[str, Any], run_at: datetime
-    ) -> tuple[str, int, str]:
+    def _identified(self, task_name: str, send: dict[str, Any]) -> tuple[str, str]:
         message = self._wire.build(task_name, **send)
         entry = json.dumps({"q": message.list_key, "m": message.wire}, separators=(",", ":"))
-        return message.delivery_tag, epoch_ms(run_at), entry
-
-    def schedule(self, task_name: str, send: dict[str, Any], run_at: datetime) -> None:
-        self.store().add_encoded(*self._entry(task_name, send, run_at))
-
-    def schedule_many(self, items: Sequence[DelayedSend]) -> None:
-        self.store().add_many_encoded([self._entry(*item) for item in items])
-
-    def encode(self, task_name: str, send: dict[str, Any]) -> str:
-        message = self._wire.build(task_name, **send)
-        return json.dumps({"q": message.list_key, "m": message.wire}, separators=(",", ":"))
+        return message.delivery_tag, entry
 
     def close(self) -> None:
         self._wire.close()
@@ -151,7 +161,7 @@ class RedisStoreDelays(_StoreDelays):
 
 
 class RabbitMQStoreDelays(_StoreDelays):
-    """Delays in the store on the platform's Redis, as AMQP messages."""
+    """Delays in the store on the platform's Redis, as AMQP messages under a fresh id."""
 
     def __init__(
         self, app: PlatformCelery, location: DelayStoreLocation, client: Any | None = None
@@ -159,26 +169,29 @@ class RabbitMQStoreDelays(_StoreDelays):
         super().__init__(location, client)
         self._messages = AmqpMessageBuilder(app)
 
-    def _entry(
-        self, task_name: str, send: dict[str, Any], run_at: datetime
-    ) -> tuple[str, int, str]:
-        return uuid.uuid4().hex, epoch_ms(run_at), self.encode(task_name, send)
-
-    def schedule(self, task_name: str, send: dict[str, Any], run_at: datetime) -> None:
-        self.store().add_encoded(*self._entry(task_name, send, run_at))
-
-    def schedule_many(self, items: Sequence[DelayedSend]) -> None:
-        self.store().add_many_encoded([self._entry(*item) for item in items])
-
-    def encode(self, task_name: str, send: dict[str, Any]) -> str:
-        return self._messages.build(task_name, **send).encode()
+    def _identified(self, task_name: str, send: dict[str, Any]) -> tuple[str, str]:
+        return uuid.uuid4().hex, self._messages.build(task_name, **send).encode()
 
     def close(self) -> None:
         self._messages.close()
         super().close()
 
 
-class NativeRabbitMQDelays:
+class _NoStore:
+    """A back end without a delay store: nothing to encode an entry for or lock beside,
+    so a unique publish is refused, naming the setting that gives a store."""
+
+    def encode(self, task_name: str, send: dict[str, Any]) -> str:
+        raise ConfigurationError(NO_STORE)
+
+    def unique_locks(self) -> UniqueLocks:
+        raise ConfigurationError(NO_STORE)
+
+    def close(self) -> None:
+        return None
+
+
+class NativeRabbitMQDelays(_NoStore):
     """Delays in RabbitMQ's own delayed-delivery queues; no store, so no unique publish."""
 
     def __init__(self, app: PlatformCelery, clock: Callable[[], datetime]) -> None:
@@ -197,24 +210,15 @@ class NativeRabbitMQDelays:
             else:
                 self._native.send(task_name, delay, **send)
 
-    def encode(self, task_name: str, send: dict[str, Any]) -> str:
-        raise ConfigurationError(NO_STORE)
 
-    def unique_locks(self) -> UniqueLocks:
-        raise ConfigurationError(NO_STORE)
-
-    def close(self) -> None:
-        return None
-
-
-class NoDelays:
-    """A broker that holds no delays (neither Redis nor RabbitMQ): scheduling is refused."""
+class NoDelays(_NoStore):
+    """A broker that holds no delays (neither Redis nor RabbitMQ): scheduling is refused
+    (a worker on it refuses to start, see ``require_redis_broker``)."""
 
     def __init__(self, app: PlatformCelery) -> None:
         scheme = app.platform_settings.effective_broker_url.split("://")[0]
         self._why = (
-            "PLATFORM_BROKER_URL: schedule() needs a broker that holds delays (Redis or "
-            f"RabbitMQ), got {scheme}"
+            f"PLATFORM_BROKER_URL: durable delays need a Redis or RabbitMQ broker, got {scheme}"
         )
 
     def schedule(self, task_name: str, send: dict[str, Any], run_at: datetime) -> None:
@@ -222,15 +226,6 @@ class NoDelays:
 
     def schedule_many(self, items: Sequence[DelayedSend]) -> None:
         raise ConfigurationError(self._why)
-
-    def encode(self, task_name: str, send: dict[str, Any]) -> str:
-        raise ConfigurationError(NO_STORE)
-
-    def unique_locks(self) -> UniqueLocks:
-        raise ConfigurationError(NO_STORE)
-
-    def close(self) -> None:
-        return None
 
 
 def delay_backend_for(
