@@ -14,6 +14,8 @@ import hashlib
 import uuid
 from datetime import datetime
 
+from platform_tasks.epoch import epoch_ms
+
 __all__ = ["derived_uuid7", "fan_out_job_id", "point_ms", "tenant_job_id"]
 
 _SEPARATOR = "\x1f"  # unit separator: cannot occur in job names, kinds or tenant ids
@@ -23,7 +25,7 @@ def point_ms(point: datetime) -> int:
     """Milliseconds since the epoch of an aware ``point``."""
     if point.tzinfo is None or point.utcoffset() is None:
         raise ValueError(f"point must be timezone-aware, got naive {point.isoformat()}")
-    return int(point.timestamp() * 1000)
+    return epoch_ms(point)
 
 
 def derived_uuid7(timestamp_ms: int, *parts: str) -> uuid.UUID:

@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
+from platform_tasks.epoch import EPOCH, epoch_ms, from_epoch_ms
 from platform_tasks.errors import JobDefinitionError
 from platform_tasks.jobs.definition import MAX_DEFAULT_LEASE, JobDefinition
 
@@ -38,22 +39,16 @@ __all__ = [
     "to_ms",
 ]
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
 # A cron expression iterates at most a day of minutes past one instant before it must
 # have produced a later point; more means the expression can never fire again.
 _MAX_CRON_STEPS = 2000
 
 
-def to_ms(instant: datetime) -> int:
-    """Milliseconds since the Unix epoch (the unit Redis scripts compare)."""
-    if instant.tzinfo is None:
-        raise ValueError("instant must be timezone-aware")
-    return (instant - EPOCH) // _ONE_MS
+to_ms = epoch_ms
+"""Milliseconds since the Unix epoch (the unit Redis scripts compare)."""
 
-
-def from_ms(ms: int) -> datetime:
-    return EPOCH + timedelta(milliseconds=ms)
+from_ms = from_epoch_ms
 
 
 def _transition_end(lower: datetime, upper: datetime, zone: ZoneInfo) -> datetime:

@@ -29,12 +29,12 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import redis
-
+from platform_tasks.brokers.delay_location import delay_store_location
 from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
+from platform_tasks.epoch import from_epoch_ms
 from platform_tasks.errors import ServersUnavailable, Throttled
 from platform_tasks.limits.concurrency import ConcurrencyLeases, Lease, LeaseRenewer
 from platform_tasks.limits.metrics import record_cap
@@ -68,7 +68,7 @@ def cap_wait_ms(retry: timedelta, draw: Callable[[], float] = random.random) -> 
 
 def due_at(now_ms: int, wait_ms: int) -> datetime:
     """The due time ``wait_ms`` after ``now_ms`` (Redis ``TIME``), as the delay store reads it."""
-    return datetime.fromtimestamp((now_ms + wait_ms) / 1000, tz=UTC)
+    return from_epoch_ms(now_ms + wait_ms)
 
 
 def redis_now_ms(client: Any) -> int:
@@ -139,19 +139,10 @@ class LimitsRuntime:
         """The unique publish locks, beside the delay store (``None``: no store, so no
         unique publish could have locked anything)."""
         if self._unique is None:
-            from platform_tasks.brokers.selection import delays_in_store
-            from platform_tasks.keys import delay_keys, rabbitmq_delay_keys
-
-            kind = delays_in_store(self.settings)
-            if kind == "redis":
-                client = redis.Redis.from_url(
-                    self.settings.effective_broker_url, socket_timeout=10, socket_connect_timeout=5
-                )
-                self._unique = UniqueLocks(client, delay_keys(self.settings.profile))
-            elif kind == "rabbitmq":
-                self._unique = UniqueLocks(
-                    self.client(), rabbitmq_delay_keys(self.settings.profile)
-                )
+            location = delay_store_location(self.settings)
+            if location is not None:
+                client = location.connect(timeout=10, connect_timeout=5)
+                self._unique = UniqueLocks(client, location.keys)
         return self._unique
 
 

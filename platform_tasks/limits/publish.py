@@ -1,25 +1,25 @@
 """The queue port's unique publish: lock the key, then publish or store the job.
 
-Kept apart from :mod:`platform_tasks.publishing.queue_port` so the port only forwards to it when a
-``unique_key`` is given; an ordinary publish does not change by one call.
+A collaborator of the port (:class:`UniquePublisher`), kept apart from
+:mod:`platform_tasks.publishing.queue_port` so the port only forwards to it when a
+``unique_key`` is given, and an ordinary publish does not change by one call. It uses
+only the port's public methods (:class:`UniquePort`) and the port's delay back end, so it
+never asks which broker it is on: the back end encodes the job as its store holds it and
+refuses a unique publish where there is no store (RabbitMQ's native delayed delivery).
 """
 
 from __future__ import annotations
 
-import json
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from platform_tasks.errors import ConfigurationError
+from platform_tasks.envelope import Envelope
+from platform_tasks.epoch import epoch_ms
 from platform_tasks.limits.unique import UNIQUE_HEADER, UniqueLocks, UniquePublish
 
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from platform_tasks.publishing.queue_port import PublishOptions, QueuePort
-
-__all__ = ["DEBOUNCE_LOCK_FACTOR", "publish_unique", "unique_locks_of"]
+__all__ = ["DEBOUNCE_LOCK_FACTOR", "UniqueDelays", "UniquePort", "UniquePublisher"]
 
 DEBOUNCE_LOCK_FACTOR = 2
 """A debounced job's lock lasts twice its window: past its due time, until it starts (the
@@ -27,61 +27,77 @@ consumer releases it then), so a publish between due and start finds the job gon
 the store and stores a new one rather than a second copy of an unstarted skip."""
 
 
-def unique_locks_of(port: QueuePort) -> UniqueLocks:
-    """The port's locks, beside its delay store; refused where there is no store."""
-    if port._store_kind is None:
-        raise ConfigurationError(
-            "unique_key needs a delay store: a Redis broker, or RabbitMQ with "
-            "PLATFORM_RABBITMQ_DELAYS=delay_store (RabbitMQ's native delayed delivery cannot "
-            "find or replace a waiting job)"
+class UniqueDelays(Protocol):
+    """What unique publish needs of the port's delay back end."""
+
+    def encode(self, task_name: str, send: dict[str, Any]) -> str: ...
+
+    def unique_locks(self) -> UniqueLocks: ...
+
+
+class UniquePort(Protocol):
+    """The public methods of :class:`~platform_tasks.publishing.queue_port.QueuePort`
+    unique publish uses (``options`` is the port's ``PublishOptions``)."""
+
+    @property
+    def delays(self) -> UniqueDelays: ...
+
+    def now(self) -> datetime: ...
+
+    def envelope(self, payload: Mapping[str, Any]) -> Envelope[Any]: ...
+
+    def send_options(
+        self, queue: str, envelope: Envelope[Any], options: Any, ready_at: datetime | None = None
+    ) -> dict[str, Any]: ...
+
+    def send_now(self, envelope: Envelope[Any], send: Mapping[str, Any]) -> None: ...
+
+
+class UniquePublisher:
+    """Publish or schedule under a unique key, through one port."""
+
+    def __init__(self, port: UniquePort) -> None:
+        self.port = port
+
+    def publish(
+        self,
+        queue: str,
+        payload: Mapping[str, Any],
+        options: Any,
+        unique: UniquePublish,
+        run_at: datetime | None,
+    ) -> uuid.UUID:
+        """Publish (``run_at`` None) or schedule ``payload`` under ``unique``; the job id
+        that will run (the waiting job's when one holds the key). ``options`` is the
+        port's ``PublishOptions``."""
+        port = self.port
+        locks = port.delays.unique_locks()
+        options = options.model_copy(
+            update={"headers": {**options.headers, UNIQUE_HEADER: unique.key}}
         )
-    locks = port._unique_locks
-    if locks is None:
-        store = port._delay_store()
-        locks = UniqueLocks(store.client, store.keys)
-        port._unique_locks = locks
-    return locks
+        envelope = port.envelope(payload)
+        job_id = str(envelope.job_id)
+        if run_at is not None and run_at <= port.now():
+            run_at = None
+        if run_at is None and unique.mode == "skip":
+            existing = locks.claim_now(unique.key, job_id, unique.ttl_ms)
+            if existing is not None:
+                return uuid.UUID(existing)
+            try:
+                port.send_now(envelope, port.send_options(queue, envelope, options))
+            except BaseException:
+                locks.release(unique.key, job_id)
+                raise
+            return envelope.job_id
 
+        def build(for_job: str) -> str:
+            copy = envelope if for_job == job_id else port.envelope({**payload, "job_id": for_job})
+            return port.delays.encode(copy.kind, port.send_options(queue, copy, options))
 
-def publish_unique(
-    port: QueuePort,
-    queue: str,
-    payload: Mapping[str, Any],
-    options: PublishOptions,
-    unique: UniquePublish,
-    run_at: datetime | None,
-) -> uuid.UUID:
-    """Publish (``run_at`` None) or schedule ``payload`` under ``unique``; the job id that
-    will run (the waiting job's when one holds the key)."""
-    locks = unique_locks_of(port)
-    options = options.model_copy(update={"headers": {**options.headers, UNIQUE_HEADER: unique.key}})
-    envelope = port.envelope(payload)
-    job_id = str(envelope.job_id)
-    if run_at is not None and run_at <= port._clock():
-        run_at = None
-    if run_at is None and unique.mode == "skip":
-        existing = locks.claim_now(unique.key, job_id, unique.ttl_ms)
-        if existing is not None:
-            return uuid.UUID(existing)
-        try:
-            port.app.send_task(envelope.kind, **port._send_options(queue, envelope, options))
-        except BaseException:
-            locks.release(unique.key, job_id)
-            raise
-        return envelope.job_id
-
-    def build(for_job: str) -> str:
-        copy = envelope if for_job == job_id else port.envelope({**payload, "job_id": for_job})
-        send = port._send_options(queue, copy, options)
-        if port._amqp_messages is not None:
-            return port._store_amqp(copy.kind, send, run_at or port._clock())[2]
-        message = port._wire.build(copy.kind, **send)
-        return json.dumps({"q": message.list_key, "m": message.wire}, separators=(",", ":"))
-
-    ttl_ms = unique.ttl_ms
-    if unique.mode == "debounce":
-        ttl_ms *= DEBOUNCE_LOCK_FACTOR
-    request = UniquePublish(unique.key, ttl_ms, unique.mode)
-    due_ms = None if run_at is None else int(run_at.timestamp() * 1000)
-    winner = locks.store(request, job_id, uuid.uuid4().hex, due_ms, unique.ttl_ms, build)
-    return uuid.UUID(winner)
+        ttl_ms = unique.ttl_ms
+        if unique.mode == "debounce":
+            ttl_ms *= DEBOUNCE_LOCK_FACTOR
+        request = UniquePublish(unique.key, ttl_ms, unique.mode)
+        due_ms = None if run_at is None else epoch_ms(run_at)
+        winner = locks.store(request, job_id, uuid.uuid4().hex, due_ms, unique.ttl_ms, build)
+        return uuid.UUID(winner)

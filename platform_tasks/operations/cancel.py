@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import redis
 from psycopg2.extensions import connection as Connection
 
+from platform_tasks.brokers.delay_location import delay_store_location
 from platform_tasks.consumer.cancels import (
     RULES_MAX_AGE_SECONDS,
     Rule,
@@ -118,17 +118,8 @@ class _Delayed:
 
 def _delay_stores(settings: PlatformSettings) -> list[tuple[Any, Any]]:
     """``(client, keys)`` of the delay store this deployment uses (none: native delays)."""
-    from platform_tasks.brokers.selection import delays_in_store
-    from platform_tasks.keys import delay_keys, rabbitmq_delay_keys
-
-    kind = delays_in_store(settings)
-    if kind == "redis":
-        return [(redis.Redis.from_url(settings.effective_broker_url), delay_keys(settings.profile))]
-    if kind == "rabbitmq":
-        from platform_tasks.brokers.redis_client import build_redis
-
-        return [(build_redis(settings), rabbitmq_delay_keys(settings.profile))]
-    return []
+    location = delay_store_location(settings)
+    return [] if location is None else [(location.connect(), location.keys)]
 
 
 def _body_envelope(body: Any, encoding: str | None) -> dict[str, Any] | None:

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import redis
 from celery import bootsteps
 
-from platform_tasks.brokers.selection import broker_kind, delays_in_store
-from platform_tasks.keys import delay_keys
+from platform_tasks.brokers.delay_location import DelayStoreLocation, delay_store_location
+from platform_tasks.brokers.selection import broker_kind
 from platform_tasks.observability.scheduler_metrics import delay_promoted, observe_delay_store
 from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.publishing.promotion_loop import PassLog, PromotionLoop, wait_until_next_due
@@ -47,7 +47,7 @@ class RedisPromotion:
     def __init__(self, settings: PlatformSettings, stopping: threading.Event | None = None) -> None:
         self.settings = settings
         self.stopping = stopping if stopping is not None else threading.Event()
-        self._client: redis.Redis | None = None
+        self._client: Any = None  # a redis.Redis, as the store's location makes it
         self._store: DelayStore | None = None
 
     @property
@@ -56,10 +56,9 @@ class RedisPromotion:
 
     def open(self) -> None:
         """Connect to the broker's Redis, where the delay store lives beside the queues."""
-        self._client = redis.Redis.from_url(
-            self.settings.effective_broker_url, socket_timeout=10, socket_connect_timeout=5
-        )
-        self._store = DelayStore(self._client, delay_keys(self.settings.profile))
+        location = DelayStoreLocation.on_redis_broker(self.settings)
+        self._client = location.connect(timeout=10, connect_timeout=5)
+        self._store = DelayStore(self._client, location.keys)
 
     def run_pass(self) -> tuple[int, float]:
         if self._store is None:
@@ -156,16 +155,16 @@ def delay_promoter_for(
     confirms, at least once). RabbitMQ's native delayed delivery needs none.
     """
     settings: PlatformSettings = app.platform_settings
-    kind = delays_in_store(settings)
-    if kind == "redis":
+    location = delay_store_location(settings)
+    if location is None:
+        return None
+    if location.kind == "redis":
         return DelayPromoter(settings, name=name)
-    if kind == "rabbitmq":
-        # imported only here: it loads the PostgreSQL driver (dead letters), which an app
-        # whose delays need no RabbitMQ promoter should not pay for at startup
-        from platform_tasks.publishing.rabbitmq_delay_promoter import RabbitMQDelayPromoter
+    # imported only here: it loads the PostgreSQL driver (dead letters), which an app
+    # whose delays need no RabbitMQ promoter should not pay for at startup
+    from platform_tasks.publishing.rabbitmq_delay_promoter import RabbitMQDelayPromoter
 
-        return RabbitMQDelayPromoter(app, name=name)
-    return None
+    return RabbitMQDelayPromoter(app, name=name)
 
 
 class DelayPromoterStep(bootsteps.StartStopStep):  # type: ignore[misc]

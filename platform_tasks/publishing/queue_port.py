@@ -16,21 +16,18 @@ import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
-from platform_tasks.brokers.selection import broker_holds_delays, broker_kind, delays_in_store
+from platform_tasks.brokers.selection import broker_holds_delays
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7, validation_errors
 from platform_tasks.errors import ConfigurationError, NaiveDatetimeError
-from platform_tasks.keys import TENANT_HEADER, delay_keys, rabbitmq_delay_keys
-from platform_tasks.limits.publish import publish_unique
-from platform_tasks.limits.unique import UniqueLocks, unique_publish
+from platform_tasks.keys import TENANT_HEADER
+from platform_tasks.limits.publish import UniquePublisher
+from platform_tasks.limits.unique import unique_publish
 from platform_tasks.observability.context import current_correlation_id
 from platform_tasks.observability.reserved_headers import ATTEMPT_HEADER as ATTEMPT_HEADER
 from platform_tasks.observability.reserved_headers import reserved_header
 from platform_tasks.observability.trace_context import outgoing_headers
-from platform_tasks.publishing.amqp_wire import AmqpMessageBuilder
-from platform_tasks.publishing.delay_store import DelayStore
-from platform_tasks.publishing.native_delays import NativeDelays
+from platform_tasks.publishing.delay_backend import DelayBackend, delay_backend_for
 from platform_tasks.publishing.reference_clock import ReferenceClock
-from platform_tasks.publishing.wire import WireBuilder
 
 if TYPE_CHECKING:
     from platform_tasks.app import PlatformCelery
@@ -78,7 +75,13 @@ def _options(opts: Mapping[str, Any] | PublishOptions | None) -> PublishOptions:
 
 
 class QueuePort:
-    """Publish now or schedule for later, with the envelope validated first."""
+    """Publish now or schedule for later, with the envelope validated first.
+
+    Where a delayed job waits is the deployment's :class:`~platform_tasks.publishing.
+    delay_backend.DelayBackend` (:attr:`delays`), chosen once from the settings; a publish
+    with a ``unique_key`` goes through :class:`~platform_tasks.limits.publish.UniquePublisher`,
+    which uses only the port's public methods.
+    """
 
     def __init__(
         self,
@@ -91,41 +94,14 @@ class QueuePort:
         self.settings = app.platform_settings
         self._clock = clock or (lambda: datetime.now(UTC))
         self._reference = ReferenceClock(self.settings, local=lambda: self._clock().timestamp())
-        self._wire = WireBuilder(app)
-        self._owns_client = redis_client is None
-        self._redis = redis_client
-        self._store: DelayStore | None = None
-        self._native: NativeDelays | None = None
-        self._unique_locks: UniqueLocks | None = None
-        self._amqp_messages: AmqpMessageBuilder | None = None
-        self._store_kind = delays_in_store(self.settings)
-        if self._store_kind == "rabbitmq":
-            self._amqp_messages = AmqpMessageBuilder(app)
-        elif broker_kind(self.settings.effective_broker_url) == "amqp":
-            self._native = NativeDelays(app)
+        self.delays: DelayBackend = delay_backend_for(
+            app, clock=self._clock, redis_client=redis_client
+        )
+        self._unique = UniquePublisher(self)
 
-    def _delay_store(self) -> DelayStore:
-        """The store on the broker's Redis, or on the platform's Redis for RabbitMQ."""
-        if self._store is None:
-            if self._store_kind == "rabbitmq":
-                from platform_tasks.brokers.redis_client import build_redis
-
-                if self._redis is None:
-                    self._redis = build_redis(self.settings)
-                self._store = DelayStore(self._redis, rabbitmq_delay_keys(self.settings.profile))
-            else:
-                if self._redis is None:
-                    self._redis = redis.Redis.from_url(self.settings.effective_broker_url)
-                self._store = DelayStore(self._redis, delay_keys(self.settings.profile))
-        return self._store
-
-    def _store_amqp(
-        self, kind: str, send: dict[str, Any], run_at: datetime
-    ) -> tuple[str, int, str]:
-        """An entry of the RabbitMQ delay store: a fresh id, the due time, the message."""
-        assert self._amqp_messages is not None
-        message = self._amqp_messages.build(kind, **send)
-        return uuid.uuid4().hex, int(run_at.timestamp() * 1000), message.encode()
+    def now(self) -> datetime:
+        """The port's clock (aware): what "due now" is judged against."""
+        return self._clock()
 
     def envelope(self, payload: Mapping[str, Any]) -> Envelope[Any]:
         """Complete ``payload`` (job_id, correlation_id) and validate it as an envelope."""
@@ -138,7 +114,7 @@ class QueuePort:
             complete["correlation_id"] = current_correlation_id.get() or uuid.uuid4().hex
         return parse_envelope(complete, dict, max_bytes=self.settings.max_payload_bytes)
 
-    def _send_options(
+    def send_options(
         self,
         queue: str,
         envelope: Envelope[Any],
@@ -166,6 +142,10 @@ class QueuePort:
             send["priority"] = options.priority
         return send
 
+    def send_now(self, envelope: Envelope[Any], send: Mapping[str, Any]) -> None:
+        """Publish the job ``send`` (:meth:`send_options`) describes to the broker now."""
+        self.app.send_task(envelope.kind, **send)
+
     def publish(
         self,
         queue: str,
@@ -186,9 +166,9 @@ class QueuePort:
         options = _options(opts)
         unique = unique_publish(unique_key, unique_for, unique_mode)
         if unique is not None:
-            return publish_unique(self, queue, payload, options, unique, None)
+            return self._unique.publish(queue, payload, options, unique, None)
         envelope = self.envelope(payload)
-        self.app.send_task(envelope.kind, **self._send_options(queue, envelope, options))
+        self.send_now(envelope, self.send_options(queue, envelope, options))
         return envelope.job_id
 
     def schedule(
@@ -213,25 +193,13 @@ class QueuePort:
         options = _options(opts)
         unique = unique_publish(unique_key, unique_for, unique_mode)
         if unique is not None:
-            return publish_unique(self, queue, payload, options, unique, run_at)
+            return self._unique.publish(queue, payload, options, unique, run_at)
         envelope = self.envelope(payload)
-        now = self._clock()
-        if run_at <= now:
-            self.app.send_task(envelope.kind, **self._send_options(queue, envelope, options))
-            return envelope.job_id
-        if self._native is not None:
-            send = self._send_options(queue, envelope, options, run_at)
-            self._native.send(envelope.kind, run_at - now, **send)
-            return envelope.job_id
-        if self._amqp_messages is not None:
-            send = self._send_options(queue, envelope, options, run_at)
-            self._delay_store().add_encoded(*self._store_amqp(envelope.kind, send, run_at))
-            return envelope.job_id
-        message = self._wire.build(
-            envelope.kind, **self._send_options(queue, envelope, options, run_at)
-        )
-        due_ms = int(run_at.timestamp() * 1000)
-        self._delay_store().add(message.delivery_tag, due_ms, message.list_key, message.wire)
+        if run_at <= self._clock():
+            self.send_now(envelope, self.send_options(queue, envelope, options))
+        else:
+            send = self.send_options(queue, envelope, options, run_at)
+            self.delays.schedule(envelope.kind, send, run_at)
         return envelope.job_id
 
     def schedule_many(
@@ -249,44 +217,17 @@ class QueuePort:
         for payload, run_at in items:
             _require_aware(run_at)
             prepared.append((self.envelope(payload), run_at))
-        if self._native is not None:
-            for envelope, run_at in prepared:
-                send = self._send_options(queue, envelope, options, run_at)
-                delay = run_at - self._clock()
-                if delay.total_seconds() <= 0:
-                    self.app.send_task(envelope.kind, **send)
-                else:
-                    self._native.send(envelope.kind, delay, **send)
-            return [envelope.job_id for envelope, _ in prepared]
-        if self._amqp_messages is not None:
-            encoded = [
-                self._store_amqp(
-                    envelope.kind, self._send_options(queue, envelope, options, at), at
-                )
-                for envelope, at in prepared
+        self.delays.schedule_many(
+            [
+                (envelope.kind, self.send_options(queue, envelope, options, run_at), run_at)
+                for envelope, run_at in prepared
             ]
-            self._delay_store().add_many_encoded(encoded)
-            return [envelope.job_id for envelope, _ in prepared]
-        entries = []
-        for envelope, run_at in prepared:
-            message = self._wire.build(
-                envelope.kind, **self._send_options(queue, envelope, options, run_at)
-            )
-            due_ms = int(run_at.timestamp() * 1000)
-            entries.append((message.delivery_tag, due_ms, message.list_key, message.wire))
-        self._delay_store().add_many(entries)
+        )
         return [envelope.job_id for envelope, _ in prepared]
 
     def close(self) -> None:
-        self._wire.close()
+        self.delays.close()
         self._reference.close()
-        if self._amqp_messages is not None:
-            self._amqp_messages.close()
-        if self._owns_client and self._redis is not None:
-            self._redis.close()
-            self._redis = None
-            self._store = None
-            self._unique_locks = None
 
 
 def _require_aware(run_at: datetime) -> None:

@@ -44,11 +44,11 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
+from platform_tasks.brokers.delay_location import DelayStoreLocation
+from platform_tasks.brokers.redis_client import REDIS_ERRORS
 from platform_tasks.dead_letters.dead_letter import DeadLetter
 from platform_tasks.dead_letters.records import raw_payload
 from platform_tasks.errors import BrokerPublishError
-from platform_tasks.keys import rabbitmq_delay_keys
 from platform_tasks.observability.scheduler_metrics import delay_promoted
 from platform_tasks.postgres.database import Database, require_database_url
 from platform_tasks.publishing.amqp_wire import AmqpMessage
@@ -137,8 +137,9 @@ class RabbitMQPromotion:
     def open(self) -> None:
         """Connect to the platform's Redis (the store) and prepare the publisher; RabbitMQ
         is reached at the first pass, so an unreachable broker is a retried failure."""
-        self._client = build_redis(self.settings, timeout=10, connect_timeout=5)
-        self._store = DelayStore(self._client, rabbitmq_delay_keys(self.settings.profile))
+        location = DelayStoreLocation.for_rabbitmq(self.settings)
+        self._client = location.connect(timeout=10, connect_timeout=5)
+        self._store = DelayStore(self._client, location.keys)
         self._publisher = self.publisher()
 
     def run_pass(self) -> tuple[int, float]:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
+from platform_tasks.epoch import epoch_ms
 from platform_tasks.jobs.discovery import JobSet, discover_jobs
 from platform_tasks.jobs.leases import JobLeases
 from platform_tasks.jobs.runner import RunOutcome, run_point
@@ -208,7 +209,7 @@ class JobTestScheduler:
             period_end_ms=result.period_end_ms,
             token=result.token,
             lease_ttl_ms=result.lease_ttl // timedelta(milliseconds=1),
-            now_ms=int(at.timestamp() * 1000),
+            now_ms=epoch_ms(at),
         )
 
     def next_point(self, job: str) -> datetime:

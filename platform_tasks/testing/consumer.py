@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg2
 import psycopg2.extras
 import pytest
-import redis
 
 from platform_tasks.app_state import AppState
 from platform_tasks.consumer.delivery import Delivery
@@ -498,26 +497,19 @@ def empty_delay_store(settings: PlatformSettings) -> Literal["redis", "rabbitmq"
     on the platform's Redis for ``PLATFORM_RABBITMQ_DELAYS=delay_store``; an ``amqp://``
     broker URL is never opened as a Redis URL.
     """
-    from platform_tasks.brokers.redis_client import build_redis
-    from platform_tasks.brokers.selection import delays_in_store
-    from platform_tasks.keys import delay_keys, rabbitmq_delay_keys
+    from platform_tasks.brokers.delay_location import delay_store_location
 
-    kind = delays_in_store(settings)
-    if kind is None:
+    location = delay_store_location(settings)
+    if location is None:
         return None
-    if kind == "rabbitmq":
-        client = build_redis(settings)
-        keys = rabbitmq_delay_keys(settings.profile)
-    else:
-        client = redis.Redis.from_url(settings.effective_broker_url)
-        keys = delay_keys(settings.profile)
+    client, keys = location.connect(), location.keys
     try:
         client.delete(keys.schedule)  # one key per call: the keys may sit on cluster nodes
         client.delete(keys.entries)
         client.delete(keys.claimed)
     finally:
         client.close()
-    return kind
+    return location.kind
 
 
 @pytest.fixture
