@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import threading
+import uuid
 from typing import Any
 
 import psycopg2
 import pytest
 from psycopg2.extras import Json
 
+from platform_tasks.app import platform_queue_port
+from platform_tasks.dead_letters.dead_letter import insert_dead_letter
+from platform_tasks.dead_letters.store import replay_dead_letters
 from platform_tasks.operations import (
     OperationFilter,
     bulk_discard,
@@ -18,7 +23,7 @@ from platform_tasks.operations import (
 )
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing.servers import wait_until
-from tests.support.operations import add_dead_letters
+from tests.support.operations import add_dead_letters, envelope
 
 
 def _statuses(url: str) -> list[tuple[Any, ...]]:
@@ -163,3 +168,66 @@ def test_rows_skipped_while_another_transaction_held_them_are_acted_on(
     assert pending == []
     if kind == "replay":
         assert sorted(published) == sorted(jobs)
+
+
+def test_a_replay_by_filter_sends_the_stored_headers_as_a_replay_by_id_does(
+    settings: PlatformSettings, database_url: str, redis_client: Any
+) -> None:
+    """What the console runs (``bulk_replay`` with the settings alone) and a replay by id
+    send the same headers: the row's trace context and custom headers, without the
+    stored publish time (a replay is a new publish) or a name Celery uses."""
+    stored = {
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "tracestate": "vendor=1",
+        "x-request": "r-1",
+        "platform_headers": ["x-request", "retries"],
+        "platform_publish_time": 1.0,
+        "retries": 9,
+    }
+    rows = {}
+    conn = psycopg2.connect(database_url)
+    try:
+        for tenant, queue in (("by-id", "replayed_by_id"), ("acme", "replayed_by_filter")):
+            payload = envelope(tenant=tenant)
+            with conn, conn.cursor() as cur:
+                rows[queue] = insert_dead_letter(
+                    cur,
+                    job_id=uuid.UUID(payload["job_id"]),
+                    queue=queue,
+                    kind=payload["kind"],
+                    tenant_id=tenant,
+                    payload=payload,
+                    attempts=5,
+                    last_error="boom",
+                    error_type="RuntimeError",
+                    reason="retries_exhausted",
+                    correlation_id=payload["correlation_id"],
+                    headers=stored,
+                )
+        port = platform_queue_port(settings)
+        try:
+            by_id = replay_dead_letters(conn, port.publish, ids=[rows["replayed_by_id"]])
+        finally:
+            port.close()
+    finally:
+        conn.close()
+    assert len(by_id.replayed) == 1
+    result = bulk_replay(settings, OperationFilter(tenant_id="acme"), actor="ana")
+    assert (result.operation.outcome, result.operation.done) == ("succeeded", 1)
+
+    def sent(queue: str) -> dict[str, Any]:
+        (raw,) = redis_client.lrange(queue, 0, -1)
+        headers: dict[str, Any] = json.loads(raw)["headers"]
+        return headers
+
+    expected = {
+        "traceparent": stored["traceparent"],
+        "tracestate": "vendor=1",
+        "x-request": "r-1",
+        "platform_headers": ["x-request"],
+        "retries": 0,
+    }
+    for queue in ("replayed_by_id", "replayed_by_filter"):
+        headers = sent(queue)
+        assert {name: headers.get(name) for name in expected} == expected, queue
+        assert headers["platform_publish_time"] > 1.0, queue
