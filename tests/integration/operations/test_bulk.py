@@ -12,6 +12,7 @@ import pytest
 from psycopg2.extras import Json
 
 from platform_tasks.app import platform_queue_port
+from platform_tasks.dead_letters.batch import Group
 from platform_tasks.dead_letters.dead_letter import insert_dead_letter
 from platform_tasks.dead_letters.store import replay_dead_letters
 from platform_tasks.operations import (
@@ -68,6 +69,7 @@ def test_bulk_discard_by_tenant_and_error_type_is_one_logged_operation(
         ("acme", "Timeout", "discarded", f"customer left (operation {op.id})", 1200),
         ("else", "Timeout", "pending_review", None, 20),
     ]
+    assert result.groups == {Group("default", "tests.ops.apply", "Timeout")}
     again = bulk_discard(settings, where, reason="again", actor="ana")
     assert (again.resumed, again.operation.matched, again.operation.done) == (False, 0, 0)
     assert [o.id for o in list_operations(settings)] == [again.operation.id, op.id]
@@ -102,6 +104,7 @@ def test_unreplayable_rows_stay_pending_and_count_as_failed(
     result = bulk_replay(settings, OperationFilter(tenant_id="acme"), actor="ana", publish=publish)
     op = result.operation
     assert (op.outcome, op.matched, op.done, op.failed) == ("partial", 6, 5, 1)
+    assert result.groups == {Group("default", "tests.ops.apply", "RuntimeError")}
     assert len(published) == 5 and len(result.refused) == 1
     assert "not a readable envelope" in result.refused[0][1]
 
@@ -211,9 +214,10 @@ def test_a_replay_by_filter_sends_the_stored_headers_as_a_replay_by_id_does(
             port.close()
     finally:
         conn.close()
-    assert len(by_id.replayed) == 1
+    assert by_id.groups == {Group("replayed_by_id", "tests.ops.apply", "RuntimeError")}
     result = bulk_replay(settings, OperationFilter(tenant_id="acme"), actor="ana")
     assert (result.operation.outcome, result.operation.done) == ("succeeded", 1)
+    assert result.groups == {Group("replayed_by_filter", "tests.ops.apply", "RuntimeError")}
 
     def sent(queue: str) -> dict[str, Any]:
         (raw,) = redis_client.lrange(queue, 0, -1)
