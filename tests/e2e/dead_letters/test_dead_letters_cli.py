@@ -23,6 +23,7 @@ from platform_tasks.dead_letters.dead_letter import insert_dead_letter
 from platform_tasks.dead_letters.store import get_dead_letter
 from platform_tasks.envelope import uuid7
 from platform_tasks.testing.servers import wait_until
+from tests.support.operations import REPLAYED_HEADERS, STORED_HEADERS, replayed_headers
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -254,31 +255,13 @@ def test_replay_by_filter_sends_the_stored_headers_as_a_replay_by_id_does(
 ) -> None:
     """The row's trace context and custom headers go out with it whichever way it is
     selected; its stored publish time and a name Celery uses do not."""
-    stored = {
-        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-        "tracestate": "vendor=1",
-        "x-request": "r-1",
-        "platform_headers": ["x-request", "retries"],
-        "platform_publish_time": 1.0,
-        "retries": 9,
-    }
-    by_id = cli.add(envelope(tenant="by-id"), queue="replayed_by_id", headers=stored)
-    cli.add(envelope(tenant="acme"), queue="replayed_by_filter", headers=stored)
+    by_id = cli.add(envelope(tenant="by-id"), queue="by_id", headers=STORED_HEADERS)
+    cli.add(envelope(tenant="acme"), queue="by_filter", headers=STORED_HEADERS)
     assert cli.run("replay", str(by_id)).returncode == 0
     by_filter = cli.run("replay", "--tenant", "acme")
     assert by_filter.returncode == 0, by_filter.stderr
-    expected = {
-        "traceparent": stored["traceparent"],
-        "tracestate": "vendor=1",
-        "x-request": "r-1",
-        "platform_headers": ["x-request"],
-        "retries": 0,
-    }
-    for queue in ("replayed_by_id", "replayed_by_filter"):
-        (raw,) = redis_client.lrange(queue, 0, -1)
-        headers = json.loads(raw)["headers"]
-        assert {name: headers.get(name) for name in expected} == expected, queue
-        assert headers["platform_publish_time"] > 1.0, queue
+    assert replayed_headers(redis_client, "by_id") == REPLAYED_HEADERS
+    assert replayed_headers(redis_client, "by_filter") == REPLAYED_HEADERS
 
 
 def test_replay_usage_errors(cli: Env) -> None:

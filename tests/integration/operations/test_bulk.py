@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import threading
-import uuid
 from typing import Any
 
 import psycopg2
@@ -13,7 +11,6 @@ from psycopg2.extras import Json
 
 from platform_tasks.app import platform_queue_port
 from platform_tasks.dead_letters.batch import Group
-from platform_tasks.dead_letters.dead_letter import insert_dead_letter
 from platform_tasks.dead_letters.store import replay_dead_letters
 from platform_tasks.operations import (
     OperationFilter,
@@ -24,7 +21,12 @@ from platform_tasks.operations import (
 )
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing.servers import wait_until
-from tests.support.operations import add_dead_letters, envelope
+from tests.support.operations import (
+    REPLAYED_HEADERS,
+    STORED_HEADERS,
+    add_dead_letters,
+    replayed_headers,
+)
 
 
 def _statuses(url: str) -> list[tuple[Any, ...]]:
@@ -179,59 +181,21 @@ def test_a_replay_by_filter_sends_the_stored_headers_as_a_replay_by_id_does(
     """What the console runs (``bulk_replay`` with the settings alone) and a replay by id
     send the same headers: the row's trace context and custom headers, without the
     stored publish time (a replay is a new publish) or a name Celery uses."""
-    stored = {
-        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-        "tracestate": "vendor=1",
-        "x-request": "r-1",
-        "platform_headers": ["x-request", "retries"],
-        "platform_publish_time": 1.0,
-        "retries": 9,
-    }
-    rows = {}
+    add_dead_letters(database_url, 1, queue="by_id", tenant="by-id", headers=STORED_HEADERS)
+    add_dead_letters(database_url, 1, queue="by_filter", tenant="acme", headers=STORED_HEADERS)
     conn = psycopg2.connect(database_url)
+    port = platform_queue_port(settings)
     try:
-        for tenant, queue in (("by-id", "replayed_by_id"), ("acme", "replayed_by_filter")):
-            payload = envelope(tenant=tenant)
-            with conn, conn.cursor() as cur:
-                rows[queue] = insert_dead_letter(
-                    cur,
-                    job_id=uuid.UUID(payload["job_id"]),
-                    queue=queue,
-                    kind=payload["kind"],
-                    tenant_id=tenant,
-                    payload=payload,
-                    attempts=5,
-                    last_error="boom",
-                    error_type="RuntimeError",
-                    reason="retries_exhausted",
-                    correlation_id=payload["correlation_id"],
-                    headers=stored,
-                )
-        port = platform_queue_port(settings)
-        try:
-            by_id = replay_dead_letters(conn, port.publish, ids=[rows["replayed_by_id"]])
-        finally:
-            port.close()
+        with conn.cursor() as cur:
+            cur.execute("SELECT id FROM core.dead_letters WHERE tenant_id = 'by-id'")
+            (by_id_row,) = cur.fetchone()
+        by_id = replay_dead_letters(conn, port.publish, ids=[by_id_row])
     finally:
+        port.close()
         conn.close()
-    assert by_id.groups == {Group("replayed_by_id", "tests.ops.apply", "RuntimeError")}
+    assert by_id.groups == {Group("by_id", "tests.ops.apply", "RuntimeError")}
     result = bulk_replay(settings, OperationFilter(tenant_id="acme"), actor="ana")
     assert (result.operation.outcome, result.operation.done) == ("succeeded", 1)
-    assert result.groups == {Group("replayed_by_filter", "tests.ops.apply", "RuntimeError")}
-
-    def sent(queue: str) -> dict[str, Any]:
-        (raw,) = redis_client.lrange(queue, 0, -1)
-        headers: dict[str, Any] = json.loads(raw)["headers"]
-        return headers
-
-    expected = {
-        "traceparent": stored["traceparent"],
-        "tracestate": "vendor=1",
-        "x-request": "r-1",
-        "platform_headers": ["x-request"],
-        "retries": 0,
-    }
-    for queue in ("replayed_by_id", "replayed_by_filter"):
-        headers = sent(queue)
-        assert {name: headers.get(name) for name in expected} == expected, queue
-        assert headers["platform_publish_time"] > 1.0, queue
+    assert result.groups == {Group("by_filter", "tests.ops.apply", "RuntimeError")}
+    assert replayed_headers(redis_client, "by_id") == REPLAYED_HEADERS
+    assert replayed_headers(redis_client, "by_filter") == REPLAYED_HEADERS
