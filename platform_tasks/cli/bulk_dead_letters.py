@@ -20,7 +20,7 @@ import click
 
 from platform_tasks.cli.common import cli_error
 from platform_tasks.cli.terminal_text import printable
-from platform_tasks.dead_letters.store import Publish, ReplayedRow
+from platform_tasks.dead_letters.batch import Outcome, Publish
 from platform_tasks.errors import ReplayError
 from platform_tasks.operations.bulk import (
     BulkResult,
@@ -110,8 +110,8 @@ def replay(
     if as_json:
         click.echo('{"dry_run": false, "replayed": [', nl=False)
 
-    def printed(replayed: list[ReplayedRow], refused: list[tuple[int, str]]) -> None:
-        for row in replayed:
+    def printed(batch: Outcome) -> None:
+        for row in batch.replayed:
             if as_json:
                 item = json.dumps({"id": row.id, "job_id": str(row.job_id), "queue": row.queue})
                 click.echo(("\n  " if first[0] else ",\n  ") + item, nl=False)
@@ -120,7 +120,7 @@ def replay(
                 click.echo(
                     f"replayed {row.id}: job {row.job_id} to queue {printable(str(row.queue))}"
                 )
-        for row_id, why in refused:
+        for row_id, why in batch.refused:
             click.echo(f"refused {row_id}: {printable(why)}", err=True)
 
     try:

@@ -30,7 +30,6 @@ from platform_tasks.dead_letters.store import (
     REPLAY_BATCH_SIZE,
     STATUSES,
     DeadLetterFilter,
-    Publish,
     ReplayReport,
     discard_dead_letters,
     get_dead_letter,
@@ -41,6 +40,7 @@ from platform_tasks.dead_letters.store import (
 from platform_tasks.errors import ReplayError
 from platform_tasks.operations.bulk import BULK_BATCH_SIZE
 from platform_tasks.operations.filters import OperationFilter
+from platform_tasks.operations.publisher import ReplayPublisher
 from platform_tasks.settings import PlatformSettings, redact_url
 
 _RELATIVE = re.compile(r"^(\d+)\s*([smhdw])$")
@@ -420,58 +420,39 @@ def replay_command(
             "--all replays every pending row; do not combine it with IDs or filters"
         )
     settings = database_settings()
-    ports: list[Any] = []
-
-    def open_publish() -> Publish:
-        # Only once a row is to be published: a replay that matches nothing imports no
-        # application and opens no broker connection.
-        from platform_tasks.app import platform_queue_port
-        from platform_tasks.publishing.queue_port import QueuePort
-
-        port = QueuePort(load_app(app_spec)) if app_spec else platform_queue_port(settings)
-        ports.append(port)
-        publish: Publish = port.publish
-        return publish
-
-    if not ids:
-        from platform_tasks.cli import bulk_dead_letters as bulk
-
-        try:
-            if dry_run:
-                with _connection(settings) as conn:
-                    bulk.dry_run(settings, conn, bulk_filter, as_json)
-                return
-            bulk.confirm(settings, bulk_filter, "replay", yes)
-            bulk.replay(
+    # Opened only once a row is to be published: a replay that matches nothing imports no
+    # application and opens no broker connection.
+    publisher = ReplayPublisher(
+        settings, load_app=(lambda: load_app(app_spec)) if app_spec else None
+    )
+    with publisher:
+        if not ids:
+            _replay_by_filter(
                 settings,
                 bulk_filter,
+                publisher,
+                dry_run=dry_run,
                 everything=replay_all,
-                open_publish=open_publish,
                 batch_size=batch_size or BULK_BATCH_SIZE,
+                yes=yes,
                 actor=actor,
                 operation_id=operation_id,
                 as_json=as_json,
             )
-        finally:
-            for port in ports:
-                port.close()
-        return
-    try:
-        with _connection(settings) as conn:
-            report = replay_dead_letters(
-                conn,
-                open_publish=open_publish,
-                ids=list(ids) or None,
-                where=where,
-                dry_run=dry_run,
-                batch_size=batch_size or REPLAY_BATCH_SIZE,
-                max_bytes=settings.max_payload_bytes,
-            )
-    except ReplayError as exc:
-        raise cli_error(exc, settings) from None
-    finally:
-        for port in ports:
-            port.close()
+            return
+        try:
+            with _connection(settings) as conn:
+                report = replay_dead_letters(
+                    conn,
+                    open_publish=publisher.open,
+                    ids=list(ids) or None,
+                    where=where,
+                    dry_run=dry_run,
+                    batch_size=batch_size or REPLAY_BATCH_SIZE,
+                    max_bytes=settings.max_payload_bytes,
+                )
+        except ReplayError as exc:
+            raise cli_error(exc, settings) from None
     if as_json:
         _echo_json(_report_json(report))
     else:
@@ -483,6 +464,38 @@ def replay_command(
                 err=True,
             )
         sys.exit(NOTHING_MATCHED)
+
+
+def _replay_by_filter(
+    settings: PlatformSettings,
+    where: OperationFilter,
+    publisher: ReplayPublisher,
+    *,
+    dry_run: bool,
+    everything: bool,
+    batch_size: int,
+    yes: bool,
+    actor: str | None,
+    operation_id: int | None,
+    as_json: bool,
+) -> None:
+    from platform_tasks.cli import bulk_dead_letters as bulk
+
+    if dry_run:
+        with _connection(settings) as conn:
+            bulk.dry_run(settings, conn, where, as_json)
+        return
+    bulk.confirm(settings, where, "replay", yes)
+    bulk.replay(
+        settings,
+        where,
+        everything=everything,
+        open_publish=publisher.open,
+        batch_size=batch_size,
+        actor=actor,
+        operation_id=operation_id,
+        as_json=as_json,
+    )
 
 
 @dead_letters.command("discard")

@@ -3,6 +3,8 @@
 - ``dead_letter``  :class:`DeadLetter`, one class for a failure a consumer records and the
   stored row it becomes; its write makes every value storable
 - ``records``      the fields of a failure (error text, raw messages) and a job's newest row
+- ``batch``        the one step every replay and discard runs its rows through (by id, by
+  filter, the console), its outcome and the groups it settled
 - ``store``        listing, replaying and discarding stored dead letters
 - ``incidents``    dead letters grouped into incidents (core.alert_incidents): counted,
   resolved when none is pending review, and what is still to be sent to a sink

@@ -1,9 +1,11 @@
 """Bulk replay and discard of every pending dead letter matching a filter.
 
 One operation is one ``core.operations`` row. It walks the matching pending rows in id
-order, ``batch_size`` per transaction: lock the batch with ``FOR UPDATE SKIP LOCKED``,
-publish (replay) or mark (discard) each row, mark them, add the batch to the operation's
-counts and move its ``last_id`` — all in that one transaction. So:
+order, ``batch_size`` per transaction, through the batch step replay and discard by id use
+too (:func:`~platform_tasks.dead_letters.batch.settle_batch`): lock the batch with ``FOR
+UPDATE SKIP LOCKED``, publish (replay, with each row's stored headers) or mark (discard)
+each row, mark them, add the batch to the operation's counts and move its ``last_id`` —
+all in that one transaction. So:
 
 - two operations running the same filter at once never act on the same row: a row the
   other holds is skipped, a row it committed is no longer pending;
@@ -22,15 +24,23 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from psycopg2.extensions import connection as Connection
 from psycopg2.extensions import cursor as Cursor
 from psycopg2.extras import Json
 
+from platform_tasks.dead_letters.batch import (
+    Discard,
+    Group,
+    Outcome,
+    Publish,
+    Replay,
+    replay_refusal,
+    settle_batch,
+)
 from platform_tasks.dead_letters.dead_letter import DeadLetter
-from platform_tasks.dead_letters.store import Publish, ReplayedRow, replay_refusal
 from platform_tasks.errors import ReplayError
 from platform_tasks.operations.filters import OperationFilter
 from platform_tasks.operations.log import (
@@ -41,6 +51,7 @@ from platform_tasks.operations.log import (
     finish_operation,
     start_operation,
 )
+from platform_tasks.operations.publisher import ReplayPublisher
 from platform_tasks.postgres.queries import load_queries
 from platform_tasks.settings import PlatformSettings
 
@@ -67,8 +78,8 @@ BULK_BATCH_SIZE = 500
 REFUSED_KEPT = 100
 """Refused rows a :class:`BulkResult` lists by id (all are counted in ``failed``)."""
 
-BatchCallback = Callable[[list[ReplayedRow], list[tuple[int, str]]], None]
-"""Called with ``(replayed, refused)`` of each committed batch of a bulk replay."""
+BatchCallback = Callable[[Outcome], None]
+"""Called with the outcome of each committed batch of a bulk replay."""
 
 LOCK_CLASS = 0x6F707320  # "ops ": advisory locks (class, operation id) of running operations
 
@@ -92,6 +103,8 @@ class BulkResult:
     refused: list[tuple[int, str]] = field(default_factory=list)
     """``(id, why)`` of rows this run left pending because they cannot be replayed
     (at most :data:`REFUSED_KEPT`; the operation's ``failed`` count has them all)."""
+    groups: frozenset[Group] = frozenset()
+    """The ``(queue, kind, error type)`` groups of the rows this run replayed or discarded."""
 
 
 def _queries() -> dict[str, str]:
@@ -149,6 +162,7 @@ class _Run:
     after_id: int
     max_id: int
     refused: list[tuple[int, str]] = field(default_factory=list)
+    groups: set[Group] = field(default_factory=set)
     skipped: list[int] = field(default_factory=list)
     """Matching rows another transaction held when their batch was locked (``SKIP
     LOCKED``): revisited, waiting for their holder, once the walk is done."""
@@ -341,18 +355,79 @@ def _note_skipped(cur: Cursor, run: _Run, locked: Sequence[int], batch_size: int
     run.skipped.extend(int(row[0]) for row in cur.fetchall() if int(row[0]) not in seen)
 
 
+def _walk(
+    db: Connection,
+    run: _Run,
+    action: Replay | Discard,
+    batch_size: int,
+    now: datetime | None,
+    on_batch: BatchCallback | None = None,
+) -> None:
+    """Settle every matching row: the walk in id order, then the rows it skipped because
+    another transaction held them (waiting for it, so a row it rolls back is acted on
+    before the operation reports its outcome)."""
+    payloads = isinstance(action, Replay)
+    while True:
+        params = {**run.where.params(), "after_id": run.after_id, "max_id": run.max_id}
+        params.update(limit=batch_size, payloads=payloads)
+        batch = settle_batch(
+            db,
+            _queries()["lock_batch"],
+            params,
+            action,
+            now=now,
+            record=lambda cur, batch: _record(cur, run, batch, batch_size, walking=True),
+        )
+        if not batch.locked:
+            break
+        _settled(run, action, batch, on_batch)
+    while run.skipped:
+        batch = settle_batch(
+            db,
+            load_queries("dead_letters")["lock_pending"],
+            {"ids": _take_skipped(run, batch_size), "payloads": payloads},
+            action,
+            now=now,
+            record=lambda cur, batch: _record(cur, run, batch, batch_size, walking=False),
+        )
+        if batch.locked:
+            _settled(run, action, batch, on_batch)
+
+
+def _record(cur: Cursor, run: _Run, batch: Outcome, batch_size: int, *, walking: bool) -> None:
+    """Count the batch in the operation, in the batch's transaction. ``walking``: the rows
+    are the walk's next batch, so its ``last_id`` moves past them (or to just before a row
+    whose publish failed); revisited skipped rows leave it where it is."""
+    if walking:
+        _note_skipped(cur, run, batch.locked, batch_size)
+    if not batch.locked:
+        return
+    last_id = run.after_id
+    if walking:
+        last_id = batch.stopped[0] - 1 if batch.stopped is not None else batch.locked[-1]
+    done = len(batch.replayed) + len(batch.discarded)
+    _advance(cur, run, done=done, failed=len(batch.refused), last_id=last_id)
+
+
+def _settled(
+    run: _Run, action: Replay | Discard, batch: Outcome, on_batch: BatchCallback | None
+) -> None:
+    """After a batch committed: keep what the run reports, log it, raise a failed publish."""
+    run.groups |= batch.groups
+    run.refused.extend(batch.refused[: max(0, REFUSED_KEPT - len(run.refused))])
+    kind = "replay" if isinstance(action, Replay) else "discard"
+    done = len(batch.replayed) + len(batch.discarded)
+    _log_batch(run, kind, done, len(batch.refused), batch.locked[0], batch.locked[-1])
+    if on_batch is not None:
+        on_batch(batch)
+    if batch.stopped is not None:
+        row_id, cause = batch.stopped
+        raise ReplayError(row_id, [r.id for r in batch.replayed], cause) from cause
+
+
 def _take_skipped(run: _Run, batch_size: int) -> list[int]:
     taken, run.skipped = run.skipped[:batch_size], run.skipped[batch_size:]
     return taken
-
-
-def _batch_params(run: _Run, batch_size: int) -> dict[str, Any]:
-    return {
-        **run.where.params(),
-        "after_id": run.after_id,
-        "max_id": run.max_id,
-        "limit": batch_size,
-    }
 
 
 def bulk_replay(
@@ -371,13 +446,15 @@ def bulk_replay(
     now: datetime | None = None,
 ) -> BulkResult:
     """Republish every pending dead letter matching ``where`` to its original queue, with
-    its original job id, and mark it ``replayed``; one recorded operation.
+    its original job id and the trace context and custom headers it was stored with, and
+    mark it ``replayed``; one recorded operation.
 
     Publishing uses, in order of preference: ``publish`` (a callable ``(queue, envelope)``),
-    ``open_publish`` (called once, at the first row to publish), ``app`` (a platform
-    Celery app: ``QueuePort(app).publish``, for custom routing), else a port built from
-    ``settings`` alone (broker, delay store), like ``platform-tasks dead-letters replay``.
-    Rows without a readable envelope stay pending and are counted as ``failed``.
+    ``open_publish`` (called once, at the first row to publish), else a
+    :class:`~platform_tasks.operations.publisher.ReplayPublisher` of ``app`` (a platform
+    Celery app, for custom routing) or of ``settings`` alone (broker, delay store), like
+    ``platform-tasks dead-letters replay``. Rows without a readable envelope stay pending
+    and are counted as ``failed``.
 
     An empty filter means every pending row and is refused unless ``allow_empty_filter``.
     ``actor`` defaults to :func:`~platform_tasks.operations.log.default_actor`. If an
@@ -386,117 +463,21 @@ def bulk_replay(
     stored filter; ``where`` may then be empty). A publish that fails ends the operation as
     ``failed`` after committing what was published before it, then raises
     :class:`~platform_tasks.errors.ReplayError`. ``on_batch`` is called after each
-    committed batch with the rows it replayed and refused (a CLI prints them as it goes;
-    nothing is kept across batches). Needs ``settings.database_url`` and the broker
-    settings.
+    committed batch with its :class:`~platform_tasks.dead_letters.batch.Outcome` (a CLI
+    prints its rows as it goes; nothing is kept across batches). Needs
+    ``settings.database_url`` and the broker settings.
     """
     _check(where, batch_size, allow_empty_filter, operation_id)
-    ports: list[Any] = []
-
-    def opened() -> Publish:
-        if open_publish is not None:
-            return open_publish()
-        from platform_tasks.app import platform_queue_port
-        from platform_tasks.publishing.queue_port import QueuePort
-
-        port = QueuePort(app) if app is not None else platform_queue_port(settings)
-        ports.append(port)
-        published: Publish = port.publish
-        return published
-
-    try:
-        with _operation(settings, conn, "replay", where, actor, operation_id) as (db, run):
-            state = _Sender(publish, opened)
-            queries = _queries()
-            while True:
-                with db, db.cursor() as cur:
-                    cur.execute(queries["lock_batch"], _batch_params(run, batch_size))
-                    rows = cur.fetchall()
-                    _note_skipped(cur, run, [int(row[0]) for row in rows], batch_size)
-                    if not rows:
-                        break
-                    done = _replay_rows(cur, db, run, rows, state, settings, now, True)
-                _log_batch(run, "replay", len(done[0]), len(done[1]), rows[0][0], rows[-1][0])
-                if on_batch is not None:
-                    on_batch(*done)
-            while run.skipped:  # rows another transaction held: wait for it, then act
-                ids = _take_skipped(run, batch_size)
-                with db, db.cursor() as cur:
-                    cur.execute(queries["lock_skipped"], {"ids": ids})
-                    rows = cur.fetchall()
-                    done = _replay_rows(cur, db, run, rows, state, settings, now, False)
-                if rows:
-                    _log_batch(run, "replay", len(done[0]), len(done[1]), rows[0][0], rows[-1][0])
-                if on_batch is not None and rows:
-                    on_batch(*done)
-            operation = _finish(db, run)
-    finally:
-        for port in ports:
-            port.close()
-    return BulkResult(operation, run.resumed, run.refused)
-
-
-class _Sender:
-    """The publish callable of a replay, opened at the first row that needs it."""
-
-    def __init__(self, given: Publish | None, opener: Callable[[], Publish]) -> None:
-        self.publish = given
-        self.opener = opener
-
-    def opened(self) -> Publish:
-        """The callable, opened now if not yet (outside the publish's error handling: an
-        app that cannot be loaded is the caller's error, not a failed publish)."""
-        if self.publish is None:
-            self.publish = self.opener()
-        return self.publish
-
-
-def _replay_rows(
-    cur: Cursor,
-    db: Connection,
-    run: _Run,
-    rows: Sequence[tuple[Any, ...]],
-    sender: _Sender,
-    settings: PlatformSettings,
-    now: datetime | None,
-    walking: bool,
-) -> tuple[list[ReplayedRow], list[tuple[int, str]]]:
-    """Publish and mark the locked ``rows`` and count them in the operation;
-    ``(replayed, refused)``. ``walking``: the rows are the walk's next batch, so its
-    ``last_id`` moves past them (revisited skipped rows leave it where it is). A failed
-    publish commits what was published before it and raises :class:`ReplayError`."""
-    published: list[int] = []
-    replayed: list[ReplayedRow] = []
-    refused: list[tuple[int, str]] = []
-    for row_id, queue, payload in rows:
-        refusal = replay_refusal(queue, payload, max_bytes=settings.max_payload_bytes)
-        if refusal:
-            refused.append((row_id, refusal))
-            if len(run.refused) < REFUSED_KEPT:
-                run.refused.append((row_id, refusal))
-            continue
-        publish = sender.opened()
-        try:
-            job_id = publish(queue, payload)
-        except Exception as exc:
-            _mark(cur, published, now)
-            stopped_at = row_id - 1 if walking else run.after_id
-            _advance(cur, run, done=len(published), failed=len(refused), last_id=stopped_at)
-            db.commit()
-            raise ReplayError(row_id, published, exc) from exc
-        published.append(row_id)
-        replayed.append(ReplayedRow(row_id, uuid.UUID(str(job_id)), queue))
-    _mark(cur, published, now)
-    last_id = int(rows[-1][0]) if walking and rows else run.after_id
-    _advance(cur, run, done=len(published), failed=len(refused), last_id=last_id)
-    return replayed, refused
-
-
-def _mark(cur: Cursor, ids: Sequence[int], now: datetime | None) -> None:
-    if ids:
-        cur.execute(
-            _queries()["mark_replayed"], {"ids": list(ids), "now": now or datetime.now(UTC)}
+    with ReplayPublisher(settings, app=app) as publisher:
+        action = Replay(
+            publish,
+            open_publish=open_publish or publisher.open,
+            max_bytes=settings.max_payload_bytes,
         )
+        with _operation(settings, conn, "replay", where, actor, operation_id) as (db, run):
+            _walk(db, run, action, batch_size, now, on_batch)
+            operation = _finish(db, run)
+    return BulkResult(operation, run.resumed, run.refused, frozenset(run.groups))
 
 
 def _log_batch(run: _Run, kind: str, done: int, failed: int, first: int, last: int) -> None:
@@ -541,33 +522,7 @@ def bulk_discard(
         raise ValueError("a discard needs a reason (--reason)")
     _check(where, batch_size, allow_empty_filter, operation_id)
     with _operation(settings, conn, "discard", where, actor, operation_id) as (db, run):
-        stored = f"{reason.strip()} (operation {run.operation.id})"
-        while True:
-            with db, db.cursor() as cur:
-                cur.execute(
-                    _queries()["discard_batch"],
-                    {
-                        **_batch_params(run, batch_size),
-                        "reason": stored,
-                        "now": now or datetime.now(UTC),
-                    },
-                )
-                ids = sorted(int(row[0]) for row in cur.fetchall())
-                _note_skipped(cur, run, ids, batch_size)
-                if not ids:
-                    break
-                _advance(cur, run, done=len(ids), failed=0, last_id=ids[-1])
-            _log_batch(run, "discard", len(ids), 0, ids[0], ids[-1])
-        while run.skipped:  # rows another transaction held: wait for it, then act
-            held = _take_skipped(run, batch_size)
-            with db, db.cursor() as cur:
-                cur.execute(
-                    _queries()["discard_skipped"],
-                    {"ids": held, "reason": stored, "now": now or datetime.now(UTC)},
-                )
-                ids = sorted(int(row[0]) for row in cur.fetchall())
-                _advance(cur, run, done=len(ids), failed=0, last_id=run.after_id)
-            if ids:
-                _log_batch(run, "discard", len(ids), 0, ids[0], ids[-1])
+        action = Discard(f"{reason.strip()} (operation {run.operation.id})")
+        _walk(db, run, action, batch_size, now)
         operation = _finish(db, run)
-    return BulkResult(operation, run.resumed, [])
+    return BulkResult(operation, run.resumed, [], frozenset(run.groups))

@@ -71,10 +71,11 @@ WHERE status = 'pending_review'
 ORDER BY id;
 
 -- name: lock_replay_batch
--- The next batch of pending rows after %(after_id)s, locked for this transaction.
+-- The next batch of pending rows after %(after_id)s, locked for this transaction, in the
+-- columns of the batch step (platform_tasks.dead_letters.batch).
 -- SKIP LOCKED: a row another replay holds is that replay's to publish; a row it has
 -- already committed as replayed no longer matches status = 'pending_review'.
-SELECT id, job_id, queue, kind, tenant_id, payload, headers
+SELECT id, queue, kind, error_type, payload, headers
 FROM core.dead_letters
 WHERE status = 'pending_review'
   AND id > %(after_id)s
@@ -87,6 +88,19 @@ ORDER BY id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
+-- name: lock_pending
+-- The named rows that are pending, locked for this transaction in the columns of the batch
+-- step, waiting for a transaction that holds one: a row it commits as replayed or
+-- discarded drops out, a row it rolls back is this one's. %(payloads)s false leaves the
+-- payload and headers out (a discard does not read them).
+SELECT id, queue, kind, error_type,
+       CASE WHEN %(payloads)s THEN payload END AS payload,
+       CASE WHEN %(payloads)s THEN headers END AS headers
+FROM core.dead_letters
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'pending_review'
+ORDER BY id
+FOR UPDATE;
+
 -- name: mark_replayed
 -- Rows this transaction holds locked and has published.
 UPDATE core.dead_letters
@@ -94,17 +108,16 @@ SET status = 'replayed',
     replay_count = replay_count + 1,
     replayed_at = %(now)s,
     updated_at = %(now)s
-WHERE id = ANY(%(ids)s) AND status = 'pending_review'
-RETURNING id;
+WHERE id = ANY(%(ids)s) AND status = 'pending_review';
 
--- name: discard_dead_letters
+-- name: mark_discarded
+-- Rows this transaction holds locked, with the operator's reason.
 UPDATE core.dead_letters
 SET status = 'discarded',
     discard_reason = %(reason)s,
     discarded_at = %(now)s,
     updated_at = %(now)s
-WHERE id = ANY(%(ids)s) AND status = 'pending_review'
-RETURNING id;
+WHERE id = ANY(%(ids)s) AND status = 'pending_review';
 
 -- name: stale_dead_letters
 -- Pending rows older than the alert age, grouped so the alert can say where they are.

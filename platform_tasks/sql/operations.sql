@@ -32,9 +32,13 @@ LIMIT %(limit)s;
 
 -- name: lock_batch
 -- The operation's next batch: pending rows after its last_id, up to its max_id, locked
--- for this transaction. SKIP LOCKED: a row a concurrent operation holds is that
--- operation's; a row it committed is no longer pending.
-SELECT id, queue, payload
+-- for this transaction in the columns of the batch step (platform_tasks.dead_letters.batch;
+-- %(payloads)s false leaves the payload and headers out, a discard does not read them).
+-- SKIP LOCKED: a row a concurrent operation holds is that operation's; a row it committed
+-- is no longer pending.
+SELECT id, queue, kind, error_type,
+       CASE WHEN %(payloads)s THEN payload END AS payload,
+       CASE WHEN %(payloads)s THEN headers END AS headers
 FROM core.dead_letters
 WHERE status = 'pending_review'
   AND id > %(after_id)s
@@ -48,41 +52,6 @@ WHERE status = 'pending_review'
 ORDER BY id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
-
--- name: discard_batch
--- One batch of a bulk discard in one statement: lock, mark, return the ids.
-WITH batch AS (
-    SELECT id
-    FROM core.dead_letters
-    WHERE status = 'pending_review'
-      AND id > %(after_id)s
-      AND id <= %(max_id)s
-      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-      AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-      AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
-      AND (%(error_type)s::text IS NULL OR error_type = %(error_type)s)
-      AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
-      AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
-    ORDER BY id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE core.dead_letters AS d
-SET status = 'discarded',
-    discard_reason = %(reason)s,
-    discarded_at = %(now)s,
-    updated_at = %(now)s
-FROM batch
-WHERE d.id = batch.id
-RETURNING d.id;
-
--- name: mark_replayed
-UPDATE core.dead_letters
-SET status = 'replayed',
-    replay_count = replay_count + 1,
-    replayed_at = %(now)s,
-    updated_at = %(now)s
-WHERE id = ANY(%(ids)s) AND status = 'pending_review';
 
 -- name: advance
 -- The batch's progress, committed with the batch.
@@ -127,30 +96,3 @@ WHERE status = 'pending_review'
   AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
   AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
 ORDER BY id;
-
--- name: lock_skipped
--- Rows skipped while another transaction held them, locked waiting for it: a row it
--- committed is no longer pending and drops out; a row it rolled back is this one's.
-SELECT id, queue, payload
-FROM core.dead_letters
-WHERE id = ANY(%(ids)s::bigint[]) AND status = 'pending_review'
-ORDER BY id
-FOR UPDATE;
-
--- name: discard_skipped
--- The discard of rows skipped while another transaction held them (waits for it).
-WITH batch AS (
-    SELECT id
-    FROM core.dead_letters
-    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'pending_review'
-    ORDER BY id
-    FOR UPDATE
-)
-UPDATE core.dead_letters AS d
-SET status = 'discarded',
-    discard_reason = %(reason)s,
-    discarded_at = %(now)s,
-    updated_at = %(now)s
-FROM batch
-WHERE d.id = batch.id
-RETURNING d.id;

@@ -98,9 +98,10 @@ def add_dead_letters(
     queue: str = "default",
     tenant: str = "t1",
     error_type: str = "RuntimeError",
+    headers: dict[str, Any] | None = None,
 ) -> list[str]:
     """``count`` pending dead letters of ``tests.ops.apply`` jobs, in one statement;
-    their job ids."""
+    their job ids. ``headers``: the stored headers of each (trace context, custom)."""
     rows = []
     for _ in range(count):
         payload = envelope(tenant)
@@ -116,6 +117,7 @@ def add_dead_letters(
                 error_type,
                 "retries_exhausted",
                 payload["correlation_id"],
+                Json(headers) if headers is not None else None,
             )
         )
     conn = psycopg2.connect(database_url)
@@ -124,7 +126,7 @@ def add_dead_letters(
             execute_values(
                 cur,
                 "INSERT INTO core.dead_letters (job_id, queue, kind, tenant_id, payload, "
-                "attempts, last_error, error_type, reason, correlation_id) VALUES %s",
+                "attempts, last_error, error_type, reason, correlation_id, headers) VALUES %s",
                 rows,
                 page_size=1000,
             )
@@ -139,3 +141,34 @@ def json_out(stdout: str, stderr: str = "") -> Any:
         return json.loads(stdout)
     except ValueError as exc:
         raise AssertionError(f"not JSON: {stdout[-2000:]}\n{stderr[-2000:]}") from exc
+
+
+STORED_HEADERS: dict[str, Any] = {
+    "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    "tracestate": "vendor=1",
+    "x-request": "r-1",
+    "platform_headers": ["x-request", "retries"],
+    "platform_publish_time": 1.0,
+    "retries": 9,
+}
+"""A dead letter's stored headers: trace context, a custom header, the publish time of
+the failed message and a name Celery uses (kept by a row stored before it was refused)."""
+
+REPLAYED_HEADERS: dict[str, Any] = {
+    "traceparent": STORED_HEADERS["traceparent"],
+    "tracestate": "vendor=1",
+    "x-request": "r-1",
+    "platform_headers": ["x-request"],
+    "retries": 0,
+}
+"""Those of :data:`STORED_HEADERS` a replay sends: the trace context and the custom header,
+Celery's own ``retries``; the publish time is the replay's own."""
+
+
+def replayed_headers(client: Any, queue: str) -> dict[str, Any]:
+    """The headers of the one message on ``queue``'s Redis list, limited to the names of
+    :data:`REPLAYED_HEADERS`; asserts that its publish time is not the stored one."""
+    (raw,) = client.lrange(queue, 0, -1)
+    headers = json.loads(raw)["headers"]
+    assert headers["platform_publish_time"] > STORED_HEADERS["platform_publish_time"]
+    return {name: headers.get(name) for name in REPLAYED_HEADERS}

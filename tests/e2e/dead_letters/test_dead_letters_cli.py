@@ -23,6 +23,7 @@ from platform_tasks.dead_letters.dead_letter import insert_dead_letter
 from platform_tasks.dead_letters.store import get_dead_letter
 from platform_tasks.envelope import uuid7
 from platform_tasks.testing.servers import wait_until
+from tests.support.operations import REPLAYED_HEADERS, STORED_HEADERS, replayed_headers
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -247,6 +248,20 @@ def test_replay_by_filters_and_dry_run(cli: Env, redis_client: redis.Redis) -> N
 
     nothing = cli.run("replay", "--tenant", "nobody", "--app", APP)
     assert nothing.returncode == 1
+
+
+def test_replay_by_filter_sends_the_stored_headers_as_a_replay_by_id_does(
+    cli: Env, redis_client: redis.Redis
+) -> None:
+    """The row's trace context and custom headers go out with it whichever way it is
+    selected; its stored publish time and a name Celery uses do not."""
+    by_id = cli.add(envelope(tenant="by-id"), queue="by_id", headers=STORED_HEADERS)
+    cli.add(envelope(tenant="acme"), queue="by_filter", headers=STORED_HEADERS)
+    assert cli.run("replay", str(by_id)).returncode == 0
+    by_filter = cli.run("replay", "--tenant", "acme")
+    assert by_filter.returncode == 0, by_filter.stderr
+    assert replayed_headers(redis_client, "by_id") == REPLAYED_HEADERS
+    assert replayed_headers(redis_client, "by_filter") == REPLAYED_HEADERS
 
 
 def test_replay_usage_errors(cli: Env) -> None:

@@ -13,6 +13,7 @@ import redis
 from psycopg2.extensions import connection as Connection
 
 from platform_tasks import QueuePort, create_app
+from platform_tasks.dead_letters.batch import Group
 from platform_tasks.dead_letters.dead_letter import DeadLetter, insert_dead_letter
 from platform_tasks.dead_letters.store import (
     DeadLetterFilter,
@@ -214,6 +215,7 @@ def test_discard_records_reason_and_skips_non_pending(conn: Connection, add_row:
     now = datetime(2030, 1, 1, tzinfo=UTC)
     report = discard_dead_letters(conn, [a], reason="customer deleted", now=now)
     assert report.discarded == [a]
+    assert report.groups == {Group("default", "tests.record", "RuntimeError")}
     again = discard_dead_letters(conn, [a, b, 424242], reason="cleanup")
     assert again.discarded == [b]
     assert again.not_pending == [(a, "discarded"), (424242, "not found")]

@@ -9,6 +9,9 @@ import psycopg2
 import pytest
 from psycopg2.extras import Json
 
+from platform_tasks.app import platform_queue_port
+from platform_tasks.dead_letters.batch import Group
+from platform_tasks.dead_letters.store import replay_dead_letters
 from platform_tasks.operations import (
     OperationFilter,
     bulk_discard,
@@ -18,7 +21,12 @@ from platform_tasks.operations import (
 )
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing.servers import wait_until
-from tests.support.operations import add_dead_letters
+from tests.support.operations import (
+    REPLAYED_HEADERS,
+    STORED_HEADERS,
+    add_dead_letters,
+    replayed_headers,
+)
 
 
 def _statuses(url: str) -> list[tuple[Any, ...]]:
@@ -63,6 +71,7 @@ def test_bulk_discard_by_tenant_and_error_type_is_one_logged_operation(
         ("acme", "Timeout", "discarded", f"customer left (operation {op.id})", 1200),
         ("else", "Timeout", "pending_review", None, 20),
     ]
+    assert result.groups == {Group("default", "tests.ops.apply", "Timeout")}
     again = bulk_discard(settings, where, reason="again", actor="ana")
     assert (again.resumed, again.operation.matched, again.operation.done) == (False, 0, 0)
     assert [o.id for o in list_operations(settings)] == [again.operation.id, op.id]
@@ -97,6 +106,7 @@ def test_unreplayable_rows_stay_pending_and_count_as_failed(
     result = bulk_replay(settings, OperationFilter(tenant_id="acme"), actor="ana", publish=publish)
     op = result.operation
     assert (op.outcome, op.matched, op.done, op.failed) == ("partial", 6, 5, 1)
+    assert result.groups == {Group("default", "tests.ops.apply", "RuntimeError")}
     assert len(published) == 5 and len(result.refused) == 1
     assert "not a readable envelope" in result.refused[0][1]
 
@@ -163,3 +173,29 @@ def test_rows_skipped_while_another_transaction_held_them_are_acted_on(
     assert pending == []
     if kind == "replay":
         assert sorted(published) == sorted(jobs)
+
+
+def test_a_replay_by_filter_sends_the_stored_headers_as_a_replay_by_id_does(
+    settings: PlatformSettings, database_url: str, redis_client: Any
+) -> None:
+    """What the console runs (``bulk_replay`` with the settings alone) and a replay by id
+    send the same headers: the row's trace context and custom headers, without the
+    stored publish time (a replay is a new publish) or a name Celery uses."""
+    add_dead_letters(database_url, 1, queue="by_id", tenant="by-id", headers=STORED_HEADERS)
+    add_dead_letters(database_url, 1, queue="by_filter", tenant="acme", headers=STORED_HEADERS)
+    conn = psycopg2.connect(database_url)
+    port = platform_queue_port(settings)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT id FROM core.dead_letters WHERE tenant_id = 'by-id'")
+            (by_id_row,) = cur.fetchone()
+        by_id = replay_dead_letters(conn, port.publish, ids=[by_id_row])
+    finally:
+        port.close()
+        conn.close()
+    assert by_id.groups == {Group("by_id", "tests.ops.apply", "RuntimeError")}
+    result = bulk_replay(settings, OperationFilter(tenant_id="acme"), actor="ana")
+    assert (result.operation.outcome, result.operation.done) == ("succeeded", 1)
+    assert result.groups == {Group("by_filter", "tests.ops.apply", "RuntimeError")}
+    assert replayed_headers(redis_client, "by_id") == REPLAYED_HEADERS
+    assert replayed_headers(redis_client, "by_filter") == REPLAYED_HEADERS
