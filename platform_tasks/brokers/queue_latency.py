@@ -38,7 +38,7 @@ from platform_tasks.observability.metrics import add_exposition_registrar
 from platform_tasks.observability.trace_context import PUBLISHED_AT_HEADER
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["DEAD_LETTER_REFRESH_SECONDS", "QueueCollector", "register_queue_metrics"]
 

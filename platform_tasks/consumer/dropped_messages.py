@@ -47,7 +47,7 @@ from platform_tasks.observability.alerts import send_alert
 from platform_tasks.postgres.database import Database, require_database_url
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 logger = logging.getLogger(__name__)
 

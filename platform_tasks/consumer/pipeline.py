@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -48,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Retry
 
+from platform_tasks.app_state import ProcessState
 from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
 from platform_tasks.consumer import idempotency
 from platform_tasks.consumer.attempts import (
@@ -99,7 +99,7 @@ from platform_tasks.postgres.database import Database, require_database_url
 from platform_tasks.publishing.queue_port import QueuePort
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 logger = logging.getLogger(__name__)
 
@@ -691,7 +691,18 @@ _CONTAINERS = (dict, list, tuple)
 kept as it is without a call per value."""
 
 
-_pipelines: dict[tuple[int, int], DeliveryPipeline] = {}
+def _open_pipeline(app: PlatformCelery) -> DeliveryPipeline:
+    pipeline = DeliveryPipeline.for_app(app, require_database_url(app.platform_settings))
+    configure_alerts(app.platform_settings.sentry_dsn)
+    return pipeline
+
+
+_pipelines: ProcessState[DeliveryPipeline] = ProcessState(
+    "platform_pipeline", _open_pipeline, DeliveryPipeline.close
+)
+"""This process's pipeline per app; ``app.close()`` closes it (an app made at run time, a
+test's, would otherwise keep its consumer's PostgreSQL sessions open until the process
+exits; a later job of the same app opens a new pipeline)."""
 
 
 def pipeline_for(app: PlatformCelery) -> DeliveryPipeline:
@@ -700,22 +711,4 @@ def pipeline_for(app: PlatformCelery) -> DeliveryPipeline:
     Raises :class:`~platform_tasks.errors.ConfigurationError` naming
     ``PLATFORM_DATABASE_URL`` when it is not set.
     """
-    key = (id(app), os.getpid())
-    pipeline = _pipelines.get(key)
-    if pipeline is None or pipeline.app is not app:  # an id can be reused by a later app
-        pipeline = DeliveryPipeline.for_app(app, require_database_url(app.platform_settings))
-        configure_alerts(app.platform_settings.sentry_dsn)
-        _pipelines[key] = pipeline
-    return pipeline
-
-
-def close_pipeline(app: PlatformCelery) -> None:
-    """Close this process's pipeline for ``app``, if it has one.
-
-    Called by ``app.close()``. A worker's app lives as long as its process, but an app made
-    at run time (a test's) would otherwise keep its consumer's PostgreSQL sessions open
-    until the process exits. A later job of the same app opens a new pipeline.
-    """
-    pipeline = _pipelines.pop((id(app), os.getpid()), None)
-    if pipeline is not None:
-        pipeline.close()
+    return _pipelines.get(app)

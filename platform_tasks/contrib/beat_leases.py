@@ -40,7 +40,7 @@ from platform_tasks.settings import PlatformSettings
 if TYPE_CHECKING:
     from celery import Celery
 
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = [
     "LEASE_HEADER",

@@ -46,7 +46,7 @@ from platform_tasks.publishing.reference_clock import shared_clock
 from platform_tasks.publishing.wire import WireBuilder, WireMessage
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["BatchPublisher", "TenantPublisher"]
 

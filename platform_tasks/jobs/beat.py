@@ -44,7 +44,7 @@ from platform_tasks.observability.scheduler_metrics import BeatMetrics, MetricsS
 from platform_tasks.publishing.delay_promoter import Promoter, delay_promoter_for
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["LeaseScheduler"]
 

@@ -21,7 +21,7 @@ from platform_tasks.jobs.points import from_ms
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["LIVE", "TEST", "JobRuntime", "runtime_mode", "start_jobs"]
 

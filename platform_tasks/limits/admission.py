@@ -24,7 +24,6 @@ servers (a limit that cannot be checked is not ignored).
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from platform_tasks.app_state import ProcessState
 from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
 from platform_tasks.errors import ServersUnavailable, Throttled
 from platform_tasks.limits.concurrency import ConcurrencyLeases, Lease, LeaseRenewer
@@ -43,7 +43,7 @@ from platform_tasks.limits.throttle import Throttles
 from platform_tasks.limits.unique import UniqueLocks
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +120,14 @@ class LimitsRuntime:
         self.sleep: Callable[[float], None] = time.sleep
         """How a throttled job waits in place for a near token (tests wait on Redis TIME)."""
 
+    def close(self) -> None:
+        """Close the Redis connections and stop renewing leases (``app.close()``)."""
+        self.renewer.stop()
+        for client in (self._client, self._unique.client if self._unique else None):
+            if client is not None:
+                client.close()
+        self._client = self._leases = self._throttles = self._unique = None
+
     def client(self) -> Any:
         if self._client is None:
             self._client = build_redis(self.settings, timeout=10, connect_timeout=5)
@@ -155,15 +163,15 @@ class LimitsRuntime:
         return self._unique
 
 
-_runtimes: dict[tuple[int, int], LimitsRuntime] = {}
+_runtimes: ProcessState[LimitsRuntime] = ProcessState(
+    "platform_limits_runtime", LimitsRuntime, LimitsRuntime.close
+)
 
 
 def runtime_for(app: PlatformCelery) -> LimitsRuntime:
-    key = (id(app), os.getpid())
-    runtime = _runtimes.get(key)
-    if runtime is None or runtime.app is not app:
-        runtime = _runtimes[key] = LimitsRuntime(app)
-    return runtime
+    """This process's limits connections for ``app`` (made on first use, again after a
+    fork; ``app.close()`` closes them)."""
+    return _runtimes.get(app)
 
 
 def spec_of(task: Any) -> LimitSpec:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = [
     "ONE_ATTEMPT",

@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, start_http_server
 from platform_tasks.app_state import AppState
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 logger = logging.getLogger(__name__)
 

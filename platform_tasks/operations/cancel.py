@@ -55,7 +55,7 @@ from platform_tasks.operations.log import (
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = [
     "DEFAULT_RULE_TTL",

@@ -33,7 +33,7 @@ from platform_tasks.publishing.reference_clock import ReferenceClock
 from platform_tasks.publishing.wire import WireBuilder
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 
 class PublishOptions(BaseModel):
