@@ -43,16 +43,16 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import django  # type: ignore[import-untyped]
-from django.apps import apps as django_apps  # type: ignore[import-untyped]
+import django
+from django.apps import apps as django_apps
 
 if not django_apps.ready:  # beat of a Django project has set Django up already
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "platform_tasks.contrib.django_settings")
     django.setup()
 
-from django.db.models import F  # type: ignore[import-untyped]
-from django_celery_beat.models import PeriodicTasks  # type: ignore[import-untyped]
-from django_celery_beat.schedulers import DatabaseScheduler  # type: ignore[import-untyped]
+from django.db.models import F
+from django_celery_beat.models import PeriodicTasks
+from django_celery_beat.schedulers import DatabaseScheduler
 
 from platform_tasks.brokers.redis_client import ManagedRedis, check_redis_safe
 from platform_tasks.contrib.beat_leases import LEASE_HEADER, LeaseGrant
@@ -98,7 +98,7 @@ def _settings_of(app: Celery) -> PlatformSettings:
     return settings if isinstance(settings, PlatformSettings) else PlatformSettings()
 
 
-class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
+class LeaseDatabaseScheduler(DatabaseScheduler):
     """django-celery-beat's ``DatabaseScheduler`` with lease admission (module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
