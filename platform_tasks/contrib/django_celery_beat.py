@@ -55,6 +55,7 @@ from django_celery_beat.models import PeriodicTasks
 from django_celery_beat.schedulers import DatabaseScheduler
 
 from platform_tasks.brokers.redis_client import ManagedRedis, check_redis_safe
+from platform_tasks.brokers.server_time import redis_now_ms
 from platform_tasks.contrib.beat_leases import LEASE_HEADER, LeaseGrant
 from platform_tasks.contrib.periodic_points import (
     PeriodicTaskError,
@@ -192,8 +193,7 @@ class LeaseDatabaseScheduler(DatabaseScheduler):
 
     def _redis_now_ms(self) -> int:
         assert self.leases is not None
-        seconds, micros = self.leases.client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return redis_now_ms(self.leases.client)
 
     def _refresh(self, schedule: dict[str, Any], now_ms: int) -> None:
         """Rebuild the pending points after a (re)load: a task whose points did not

@@ -35,6 +35,7 @@ import redis
 
 from platform_tasks.app_state import ProcessState
 from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
+from platform_tasks.brokers.server_time import redis_now_ms
 from platform_tasks.errors import ServersUnavailable, Throttled
 from platform_tasks.limits.concurrency import ConcurrencyLeases, Lease, LeaseRenewer
 from platform_tasks.limits.metrics import record_cap
@@ -69,15 +70,6 @@ def cap_wait_ms(retry: timedelta, draw: Callable[[], float] = random.random) -> 
 def due_at(now_ms: int, wait_ms: int) -> datetime:
     """The due time ``wait_ms`` after ``now_ms`` (Redis ``TIME``), as the delay store reads it."""
     return datetime.fromtimestamp((now_ms + wait_ms) / 1000, tz=UTC)
-
-
-def redis_now_ms(client: Any) -> int:
-    """Redis ``TIME`` in ms (on a cluster, one node's: the nodes' clocks are the hosts')."""
-    raw = client.time()
-    if isinstance(raw, dict):  # a cluster client may answer per node
-        raw = next(iter(raw.values()))
-    seconds, micros = raw
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 @dataclass

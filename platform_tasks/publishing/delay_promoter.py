@@ -20,6 +20,7 @@ import redis
 from celery import bootsteps
 
 from platform_tasks.brokers.selection import broker_kind, delays_in_store
+from platform_tasks.brokers.server_time import reply_ms
 from platform_tasks.keys import delay_keys
 from platform_tasks.observability.scheduler_metrics import delay_promoted, observe_delay_store
 from platform_tasks.publishing.delay_store import DelayStore
@@ -80,9 +81,9 @@ class RedisPromotion:
             pipe.zcard(store.keys.schedule)
             pipe.zrange(store.keys.schedule, 0, 0, withscores=True)
             pipe.time()
-            waiting, first, (seconds, micros) = pipe.execute()
+            waiting, first, time_reply = pipe.execute()
         oldest = int(first[0][1]) if first else None
-        observe_delay_store(int(waiting), oldest, int(seconds) * 1000 + int(micros) // 1000)
+        observe_delay_store(int(waiting), oldest, reply_ms(time_reply))
 
     def promote(self, store: DelayStore) -> tuple[int, float]:
         """Promote until nothing more is due; return how many entries were moved and how
