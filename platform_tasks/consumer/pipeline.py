@@ -89,9 +89,9 @@ from platform_tasks.errors import (
     ServersUnavailable,
     Throttled,
 )
+from platform_tasks.headers import UNIQUE_HEADER
 from platform_tasks.keys import delivery_keys
 from platform_tasks.limits.admission import NOTHING_HELD, admit, release_unique
-from platform_tasks.limits.unique import UNIQUE_HEADER
 from platform_tasks.observability.alerts import configure_alerts
 from platform_tasks.observability.context import current_correlation_id
 from platform_tasks.observability.trace_context import current_trace_headers, trace_of

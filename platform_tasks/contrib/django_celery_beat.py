@@ -56,13 +56,14 @@ from django_celery_beat.schedulers import DatabaseScheduler
 
 from platform_tasks.brokers.redis_client import ManagedRedis, check_redis_safe
 from platform_tasks.brokers.server_time import redis_now_ms
-from platform_tasks.contrib.beat_leases import LEASE_HEADER, LeaseGrant
+from platform_tasks.contrib.beat_leases import LeaseGrant
 from platform_tasks.contrib.periodic_points import (
     PeriodicTaskError,
     TaskPoints,
     points_for,
 )
 from platform_tasks.errors import ConfigurationError
+from platform_tasks.headers import LEASE_HEADER
 from platform_tasks.jobs.leases import (
     AdmissionOutcome,
     AdmissionRequest,

@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.limits.unique import UNIQUE_HEADER, UniqueLocks, UniquePublish
+from platform_tasks.headers import UNIQUE_HEADER
+from platform_tasks.limits.unique import UniqueLocks, UniquePublish
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

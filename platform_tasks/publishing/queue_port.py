@@ -19,11 +19,12 @@ from pydantic_core import PydanticCustomError
 from platform_tasks.brokers.selection import broker_holds_delays, broker_kind, delays_in_store
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7, validation_errors
 from platform_tasks.errors import ConfigurationError, NaiveDatetimeError
-from platform_tasks.keys import TENANT_HEADER, delay_keys, rabbitmq_delay_keys
+from platform_tasks.headers import ATTEMPT_HEADER as ATTEMPT_HEADER
+from platform_tasks.headers import TENANT_HEADER
+from platform_tasks.keys import delay_keys, rabbitmq_delay_keys
 from platform_tasks.limits.publish import publish_unique
 from platform_tasks.limits.unique import UniqueLocks, unique_publish
 from platform_tasks.observability.context import current_correlation_id
-from platform_tasks.observability.reserved_headers import ATTEMPT_HEADER as ATTEMPT_HEADER
 from platform_tasks.observability.reserved_headers import reserved_header
 from platform_tasks.observability.trace_context import outgoing_headers
 from platform_tasks.publishing.amqp_wire import AmqpMessageBuilder

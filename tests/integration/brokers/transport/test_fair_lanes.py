@@ -12,7 +12,8 @@ from typing import Any
 import redis
 from kombu import Connection, Exchange, Producer, Queue
 
-from platform_tasks.keys import TENANT_HEADER, fair_lane_keys
+from platform_tasks.headers import TENANT_HEADER
+from platform_tasks.keys import fair_lane_keys
 from tests.integration.brokers.transport.conftest import ConnectionFactory
 
 QUEUE = Queue("fairq", Exchange("fairq", type="direct"), routing_key="fairq")
