@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 from platform_tasks.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery, create_app
+    from platform_tasks.app import create_app
     from platform_tasks.consumer.retry import RetryPolicy
     from platform_tasks.consumer.task import PlatformTask
     from platform_tasks.envelope import Envelope
     from platform_tasks.errors import PermanentError, PlatformError
+    from platform_tasks.kernel import PlatformCelery
     from platform_tasks.publishing.queue_port import QueuePort
     from platform_tasks.settings import PlatformSettings
 
@@ -38,7 +39,7 @@ __all__ = [
 _HOMES: dict[str, str] = {
     "Envelope": "platform_tasks.envelope",
     "PermanentError": "platform_tasks.errors",
-    "PlatformCelery": "platform_tasks.app",
+    "PlatformCelery": "platform_tasks.kernel",
     "PlatformError": "platform_tasks.errors",
     "PlatformSettings": "platform_tasks.settings",
     "PlatformTask": "platform_tasks.consumer.task",

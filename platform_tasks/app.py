@@ -1,5 +1,9 @@
 """The application factory: a Celery app with the platform's defaults and collaborators.
 
+This is the composition root: the one module that lists every concern's installer. The
+app's class lives in :mod:`platform_tasks.kernel` (re-exported here), so modules that only
+need its type do not import this one.
+
 Defaults are chosen for the guarantees in the contract: JSON only (no pickle crosses the
 broker), late acks so a crash redelivers instead of losing, task events on for Flower,
 and a broker sweep no slower than the visibility timeout so a killed worker's jobs come
@@ -11,40 +15,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from celery import Celery
-
 from platform_tasks.brokers.selection import refuse_cluster_broker, transport_conf
 from platform_tasks.consumer.retry import DEFAULT_POLICY, RetryPolicy, resolve_policies
+from platform_tasks.kernel import PlatformCelery
 from platform_tasks.publishing.queue_port import QueuePort
 from platform_tasks.settings import PlatformSettings
 
+__all__ = [
+    "BEAT_SCHEDULER",
+    "PLATFORM_APP_NAME",
+    "PlatformCelery",
+    "create_app",
+    "platform_defaults",
+    "platform_queue_port",
+]
+
 BEAT_SCHEDULER = "platform_tasks.beat:LeaseScheduler"
-
-
-class PlatformCelery(Celery):  # type: ignore[misc]
-    """A Celery app that carries its platform settings and retry policies explicitly.
-
-    Collaborators read settings from here instead of ambient ``app.conf`` lookups.
-    Task events go through the platform's batching dispatcher (``event_batching``).
-    """
-
-    events_cls = "platform_tasks.observability.event_batching:PlatformEvents"
-
-    platform_settings: PlatformSettings
-    retry_policies: dict[str, RetryPolicy]
-
-    def retry_policy_for(self, queue: str | None) -> RetryPolicy:
-        return self.retry_policies.get(queue or "", DEFAULT_POLICY)
-
-    def close(self) -> None:
-        """Celery's close (the broker connection pools), then the connections the app's
-        consumer and email providers keep open between jobs in this process."""
-        super().close()
-        from platform_tasks.consumer.pipeline import close_pipeline
-        from platform_tasks.notifications.setup import close_dispatcher
-
-        close_pipeline(self)
-        close_dispatcher(self)
 
 
 def _installers() -> list[Callable[[PlatformCelery], None]]:
@@ -140,6 +126,7 @@ def create_app(
     app = PlatformCelery(name, set_as_current=True)
     app.platform_settings = settings
     app.retry_policies = policies
+    app.default_retry_policy = DEFAULT_POLICY
     conf = platform_defaults(settings)
     transport_options = dict(conf["broker_transport_options"])
     transport_options.update(celery_conf.pop("broker_transport_options", {}) or {})

@@ -150,14 +150,6 @@ TRANSPORT_LEGACY_QUARANTINE = "platform:transport:v1:unreadable"
 messages (it grew without bound). The fetch script now delivers such a message wrapped,
 to be dead-lettered, and drains this list the same way, one item per fetch."""
 
-UNREADABLE_HEADER = "platform_unreadable"
-"""Header of a message the fetch script wrapped around an unreadable item: why it was."""
-
-UNROUTABLE_HEADER = "platform_unroutable"
-"""Header of an unacked message the sweep could not route back to any queue: the
-exchange and routing key it had. The sweep hands it to one of its own queues to be
-dead-lettered instead of leaving it unacked for ever."""
-
 
 # --- django-celery-beat periodic tasks (issue 15) ---------------------------------------
 
@@ -263,9 +255,6 @@ TENANT_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
 """What a tenant id may hold (the envelope's rule). Tenant ids become parts of Redis keys
 (fair lanes, per-key limits), so the rule lives beside the key names."""
 
-TENANT_HEADER = "platform_tenant"
-"""Message header carrying the envelope's ``tenant_id`` (set by ``publish`` and
-``schedule``): the fair transport sorts a queue's messages into lanes by it."""
 
 FAIR_SEPARATOR = "\x06\x16"
 """Separator of the fair-lane keys derived from a queue list's key: kombu's own priority

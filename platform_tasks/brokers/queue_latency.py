@@ -35,12 +35,12 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from platform_tasks.headers import PUBLISHED_AT_HEADER
 from platform_tasks.keys import fair_lane_keys
 from platform_tasks.observability.metrics import add_exposition_registrar
-from platform_tasks.observability.trace_context import PUBLISHED_AT_HEADER
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["DEAD_LETTER_REFRESH_SECONDS", "QueueCollector", "register_queue_metrics"]
 

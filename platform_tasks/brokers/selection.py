@@ -38,7 +38,7 @@ from platform_tasks.errors import ConfigurationError
 from platform_tasks.settings import PlatformSettings, redact_url
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 BrokerKind = Literal["redis", "amqp", "other"]
 

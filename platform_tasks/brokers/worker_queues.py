@@ -21,7 +21,7 @@ from celery import bootsteps
 from platform_tasks.app_state import AppState
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["QueueSource", "WorkerQueuesStep", "add_queue_source", "install", "platform_queues"]
 

@@ -47,7 +47,7 @@ def _setup(host: str | None = None, exposure: Exposure | None = None) -> None:
         os.environ[BEHIND_TLS_PROXY_ENV] = "1"
     os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE
     try:
-        import django  # type: ignore[import-untyped]
+        import django
     except ImportError:
         raise click.UsageError(
             "the console needs the django extra: pip install 'platform-tasks[django]'"
@@ -71,7 +71,7 @@ def _failure(exc: BaseException) -> click.ClickException:
 
 
 def _prepare() -> None:
-    from django.db import Error as DatabaseError  # type: ignore[import-untyped]
+    from django.db import Error as DatabaseError
 
     from platform_tasks.contrib.django.server import prepare
 
@@ -82,7 +82,7 @@ def _prepare() -> None:
 
 
 def _save_user(username: str, password: str, role: str) -> bool:
-    from django.core.exceptions import ValidationError  # type: ignore[import-untyped]
+    from django.core.exceptions import ValidationError
 
     from platform_tasks.contrib.django.server import set_user
 
@@ -162,7 +162,7 @@ def console(ctx: click.Context, host: str, port: int, threads: int, behind_tls_p
 def _warn_without_users() -> None:
     import logging
 
-    from django.contrib.auth import get_user_model  # type: ignore[import-untyped]
+    from django.contrib.auth import get_user_model
 
     model: Any = get_user_model()
     if not model.objects.filter(is_active=True).exists():

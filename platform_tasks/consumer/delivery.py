@@ -25,9 +25,8 @@ from kombu.transport.native_delayed_delivery import (
     MAX_NUMBER_OF_BITS_TO_USE,
 )
 
-from platform_tasks.limits.unique import UNIQUE_HEADER
+from platform_tasks.headers import ATTEMPT_HEADER, UNIQUE_HEADER
 from platform_tasks.observability.trace_context import carried_headers
-from platform_tasks.publishing.queue_port import ATTEMPT_HEADER
 
 _DELAY_PREFIX = re.compile(rf"^(?:[01]\.){{{MAX_NUMBER_OF_BITS_TO_USE}}}")
 

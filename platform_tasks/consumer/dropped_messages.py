@@ -42,12 +42,12 @@ from platform_tasks.dead_letters.records import (
     raw_payload,
 )
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.keys import UNREADABLE_HEADER, UNROUTABLE_HEADER
+from platform_tasks.headers import UNREADABLE_HEADER, UNROUTABLE_HEADER
 from platform_tasks.observability.alerts import send_alert
 from platform_tasks.postgres.database import Database, require_database_url
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 logger = logging.getLogger(__name__)
 

@@ -47,11 +47,11 @@ from platform_tasks.consumer.hooks import MetricsHook, PipelineHook, add_hook
 if TYPE_CHECKING:
     from celery import Celery
 
-    from platform_tasks.app import PlatformCelery
     from platform_tasks.consumer.delivery import Delivery
     from platform_tasks.consumer.verdicts import ThrottledUntil
     from platform_tasks.dead_letters.dead_letter import DeadLetter
     from platform_tasks.envelope import Envelope
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["METRIC_NAMES", "install"]
 

@@ -33,7 +33,7 @@ from platform_tasks.observability.metrics import (
 if TYPE_CHECKING:
     from celery import Celery
 
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 logger = logging.getLogger(__name__)
 

@@ -39,7 +39,6 @@ rescheduled or dead-lettered. Every write of the job's Redis state goes through
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -47,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Retry
 
+from platform_tasks.app_state import ProcessState
 from platform_tasks.brokers.redis_client import build_redis
 from platform_tasks.consumer.attempts import DeliveryCounter, delivery_ttl_seconds
 from platform_tasks.consumer.cancels import CancelCheck, running_job
@@ -77,9 +77,9 @@ from platform_tasks.consumer.verdicts import (
 from platform_tasks.dead_letters.records import describe_error, error_type_name
 from platform_tasks.envelope import Envelope, parse_envelope
 from platform_tasks.errors import DeadLettered, EnvelopeError, ServersUnavailable, Throttled
+from platform_tasks.headers import UNIQUE_HEADER
 from platform_tasks.keys import delivery_keys
 from platform_tasks.limits.admission import admit, release_unique
-from platform_tasks.limits.unique import UNIQUE_HEADER
 from platform_tasks.observability.alerts import configure_alerts
 from platform_tasks.observability.context import current_correlation_id
 from platform_tasks.observability.trace_context import current_trace_headers, trace_of
@@ -87,7 +87,7 @@ from platform_tasks.postgres.database import Database, require_database_url
 from platform_tasks.publishing.queue_port import QueuePort
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 logger = logging.getLogger(__name__)
 
@@ -410,7 +410,18 @@ _CONTAINERS = (dict, list, tuple)
 kept as it is without a call per value."""
 
 
-_pipelines: dict[tuple[int, int], DeliveryPipeline] = {}
+def _open_pipeline(app: PlatformCelery) -> DeliveryPipeline:
+    pipeline = DeliveryPipeline.for_app(app, require_database_url(app.platform_settings))
+    configure_alerts(app.platform_settings.sentry_dsn)
+    return pipeline
+
+
+_pipelines: ProcessState[DeliveryPipeline] = ProcessState(
+    "platform_pipeline", _open_pipeline, DeliveryPipeline.close
+)
+"""This process's pipeline per app; ``app.close()`` closes it (an app made at run time, a
+test's, would otherwise keep its consumer's PostgreSQL sessions open until the process
+exits; a later job of the same app opens a new pipeline)."""
 
 
 def pipeline_for(app: PlatformCelery) -> DeliveryPipeline:
@@ -419,22 +430,4 @@ def pipeline_for(app: PlatformCelery) -> DeliveryPipeline:
     Raises :class:`~platform_tasks.errors.ConfigurationError` naming
     ``PLATFORM_DATABASE_URL`` when it is not set.
     """
-    key = (id(app), os.getpid())
-    pipeline = _pipelines.get(key)
-    if pipeline is None or pipeline.app is not app:  # an id can be reused by a later app
-        pipeline = DeliveryPipeline.for_app(app, require_database_url(app.platform_settings))
-        configure_alerts(app.platform_settings.sentry_dsn)
-        _pipelines[key] = pipeline
-    return pipeline
-
-
-def close_pipeline(app: PlatformCelery) -> None:
-    """Close this process's pipeline for ``app``, if it has one.
-
-    Called by ``app.close()``. A worker's app lives as long as its process, but an app made
-    at run time (a test's) would otherwise keep its consumer's PostgreSQL sessions open
-    until the process exits. A later job of the same app opens a new pipeline.
-    """
-    pipeline = _pipelines.pop((id(app), os.getpid()), None)
-    if pipeline is not None:
-        pipeline.close()
+    return _pipelines.get(app)

@@ -24,7 +24,7 @@ from platform_tasks.consumer.queue_gate import hold, holds, release
 from platform_tasks.keys import operation_keys
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["PAUSE_REASON", "PauseReader", "QueuePauseStep", "install"]
 

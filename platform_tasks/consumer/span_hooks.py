@@ -13,11 +13,11 @@ from platform_tasks.consumer.hooks import PipelineHook, add_hook
 from platform_tasks.observability.tracing import ATTEMPT_ATTRIBUTE, CORRELATION_ATTRIBUTE, trace_api
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
     from platform_tasks.consumer.delivery import Delivery
     from platform_tasks.consumer.verdicts import Applied, Duplicate, RetryAt, ThrottledUntil
     from platform_tasks.dead_letters.dead_letter import DeadLetter
     from platform_tasks.envelope import Envelope
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["SpanHook", "install", "span_hooks"]
 

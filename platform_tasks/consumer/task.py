@@ -47,7 +47,7 @@ from platform_tasks.limits.options import LIMIT_OPTIONS, LimitSpec, limit_spec
 from platform_tasks.postgres.database import require_database_url
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 PLATFORM_OPTIONS = frozenset({"data_model", "permanent_errors"}) | LIMIT_OPTIONS
 """The task options PlatformTask owns (its per-key limits: :mod:`platform_tasks.limits`)."""

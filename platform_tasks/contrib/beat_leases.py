@@ -34,13 +34,14 @@ from celery.worker import state as worker_state
 
 from platform_tasks.brokers.redis_client import REDIS_ERRORS, ManagedRedis
 from platform_tasks.brokers.scripts import script_source
+from platform_tasks.headers import LEASE_HEADER
 from platform_tasks.jobs.leases import JobLeases, LeaseOutcome
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
     from celery import Celery
 
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = [
     "LEASE_HEADER",
@@ -53,9 +54,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("platform_tasks.contrib.beat_leases")
-
-LEASE_HEADER = "platform_lease"
-"""Message header carrying the lease of an admitted point (a JSON object)."""
 
 
 @dataclass(frozen=True)

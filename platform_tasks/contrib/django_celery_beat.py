@@ -43,25 +43,27 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import django  # type: ignore[import-untyped]
-from django.apps import apps as django_apps  # type: ignore[import-untyped]
+import django
+from django.apps import apps as django_apps
 
 if not django_apps.ready:  # beat of a Django project has set Django up already
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "platform_tasks.contrib.django_settings")
     django.setup()
 
-from django.db.models import F  # type: ignore[import-untyped]
-from django_celery_beat.models import PeriodicTasks  # type: ignore[import-untyped]
-from django_celery_beat.schedulers import DatabaseScheduler  # type: ignore[import-untyped]
+from django.db.models import F
+from django_celery_beat.models import PeriodicTasks
+from django_celery_beat.schedulers import DatabaseScheduler
 
 from platform_tasks.brokers.redis_client import ManagedRedis, check_redis_safe
-from platform_tasks.contrib.beat_leases import LEASE_HEADER, LeaseGrant
+from platform_tasks.brokers.server_time import redis_now_ms
+from platform_tasks.contrib.beat_leases import LeaseGrant
 from platform_tasks.contrib.periodic_points import (
     PeriodicTaskError,
     TaskPoints,
     points_for,
 )
 from platform_tasks.errors import ConfigurationError
+from platform_tasks.headers import LEASE_HEADER
 from platform_tasks.jobs.leases import (
     AdmissionOutcome,
     AdmissionRequest,
@@ -98,7 +100,7 @@ def _settings_of(app: Celery) -> PlatformSettings:
     return settings if isinstance(settings, PlatformSettings) else PlatformSettings()
 
 
-class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
+class LeaseDatabaseScheduler(DatabaseScheduler):
     """django-celery-beat's ``DatabaseScheduler`` with lease admission (module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -192,8 +194,7 @@ class LeaseDatabaseScheduler(DatabaseScheduler):  # type: ignore[misc]
 
     def _redis_now_ms(self) -> int:
         assert self.leases is not None
-        seconds, micros = self.leases.client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return redis_now_ms(self.leases.client)
 
     def _refresh(self, schedule: dict[str, Any], now_ms: int) -> None:
         """Rebuild the pending points after a (re)load: a task whose points did not

@@ -44,7 +44,7 @@ from platform_tasks.observability.betterstack import (
 from platform_tasks.settings import PlatformSettings, redact_url, without_secrets
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["AlertSender", "AlertSenderStep", "incident_text", "install"]
 

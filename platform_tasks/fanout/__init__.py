@@ -23,7 +23,7 @@ from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FanOutReque
 from platform_tasks.fanout.tiers import TIERS, due_tiers, is_due
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = [
     "FANOUT_KIND",

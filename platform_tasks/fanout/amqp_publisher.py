@@ -24,7 +24,7 @@ from platform_tasks.publishing.confirmed_publisher import ConfirmedPublisher
 from platform_tasks.publishing.reference_clock import shared_clock
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["AmqpBatchPublisher"]
 

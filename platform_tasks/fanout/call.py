@@ -26,7 +26,7 @@ from platform_tasks.fanout.request import FANOUT_KIND, FANOUT_QUEUE, FANOUT_TENA
 if TYPE_CHECKING:
     from celery import Celery
 
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["FanOutBinding", "bind", "bound_port", "fan_out"]
 

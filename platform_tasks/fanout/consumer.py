@@ -42,7 +42,7 @@ from platform_tasks.postgres.database import require_database_url
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["FanOutResult", "TenantsQueryCheckStep", "install_consumer", "run_fan_out"]
 

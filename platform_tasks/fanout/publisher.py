@@ -35,18 +35,20 @@ from platform_tasks.brokers.transport.fair_lanes import waiting_in_lanes
 from platform_tasks.envelope import Envelope
 from platform_tasks.errors import ConfigurationError
 from platform_tasks.fanout.backpressure import QueueBound
-from platform_tasks.keys import TENANT_HEADER
-from platform_tasks.observability.trace_context import (
+from platform_tasks.headers import (
+    ATTEMPT_HEADER,
     PUBLISH_TIME_HEADER,
     PUBLISHED_AT_HEADER,
+    TENANT_HEADER,
+)
+from platform_tasks.observability.trace_context import (
     outgoing_headers,
 )
-from platform_tasks.publishing.queue_port import ATTEMPT_HEADER
 from platform_tasks.publishing.reference_clock import shared_clock
 from platform_tasks.publishing.wire import WireBuilder, WireMessage
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["BatchPublisher", "TenantPublisher"]
 

@@ -40,11 +40,12 @@ from platform_tasks.jobs.runtime import JobRuntime, app_name, runtime_mode, star
 from platform_tasks.jobs.trigger import PointOutcome, PointResult, TriggerEngine
 from platform_tasks.jobs.warm_stop import WarmStop
 from platform_tasks.jobs.worker import RUN_TASK
-from platform_tasks.observability.scheduler_metrics import BeatMetrics, MetricsServer, serve
+from platform_tasks.observability.metrics_server import MetricsServer, serve
+from platform_tasks.observability.scheduler_metrics import BeatMetrics
 from platform_tasks.publishing.delay_promoter import Promoter, delay_promoter_for
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["LeaseScheduler"]
 

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from platform_tasks.app_state import AppState
 from platform_tasks.brokers.redis_client import ManagedRedis, check_redis_safe
+from platform_tasks.brokers.server_time import redis_now_ms
 from platform_tasks.jobs.discovery import JobSet, discover_from_settings
 from platform_tasks.jobs.leases import JobLeases, resolve_namespace
 from platform_tasks.jobs.points import from_ms
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["LIVE", "TEST", "JobRuntime", "runtime_mode", "start_jobs"]
 
@@ -66,8 +67,7 @@ class JobRuntime:
 
 
 def _redis_now(client: Any) -> datetime:
-    seconds, micros = client.time()
-    return from_ms(int(seconds) * 1000 + int(micros) // 1000)
+    return from_ms(redis_now_ms(client))
 
 
 def start_jobs(

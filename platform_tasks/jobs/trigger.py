@@ -30,6 +30,7 @@ from enum import StrEnum
 import redis
 
 from platform_tasks.brokers.redis_client import REDIS_ERRORS
+from platform_tasks.brokers.server_time import redis_now_ms
 from platform_tasks.jobs.discovery import DiscoveredJob, JobSet
 from platform_tasks.jobs.leases import (
     Admission,
@@ -343,5 +344,4 @@ class TriggerEngine:
 
     def redis_time(self) -> datetime:
         """The Redis server clock (the judge of every admission)."""
-        seconds, micros = self.leases.client.time()
-        return from_ms(int(seconds) * 1000 + int(micros) // 1000)
+        return from_ms(redis_now_ms(self.leases.client))

@@ -37,7 +37,7 @@ from platform_tasks.jobs.runner import REGISTRY, run_point
 from platform_tasks.jobs.runtime import JobRuntime, app_name, runtime_mode, start_jobs
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["RUN_TASK", "RUN_TIME_LIMIT_SECONDS", "JobsWorkerStep", "install"]
 

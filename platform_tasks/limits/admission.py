@@ -24,7 +24,6 @@ servers (a limit that cannot be checked is not ignored).
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 from collections.abc import Callable
@@ -32,8 +31,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from platform_tasks.app_state import ProcessState
 from platform_tasks.brokers.delay_location import delay_store_location
 from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
+from platform_tasks.brokers.server_time import redis_now_ms
 from platform_tasks.epoch import from_epoch_ms
 from platform_tasks.errors import ServersUnavailable, Throttled
 from platform_tasks.limits.concurrency import ConcurrencyLeases, Lease, LeaseRenewer
@@ -43,7 +44,7 @@ from platform_tasks.limits.throttle import Throttles
 from platform_tasks.limits.unique import UniqueLocks
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 logger = logging.getLogger(__name__)
 
@@ -69,15 +70,6 @@ def cap_wait_ms(retry: timedelta, draw: Callable[[], float] = random.random) -> 
 def due_at(now_ms: int, wait_ms: int) -> datetime:
     """The due time ``wait_ms`` after ``now_ms`` (Redis ``TIME``), as the delay store reads it."""
     return from_epoch_ms(now_ms + wait_ms)
-
-
-def redis_now_ms(client: Any) -> int:
-    """Redis ``TIME`` in ms (on a cluster, one node's: the nodes' clocks are the hosts')."""
-    raw = client.time()
-    if isinstance(raw, dict):  # a cluster client may answer per node
-        raw = next(iter(raw.values()))
-    seconds, micros = raw
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 @dataclass
@@ -120,6 +112,14 @@ class LimitsRuntime:
         self.sleep: Callable[[float], None] = time.sleep
         """How a throttled job waits in place for a near token (tests wait on Redis TIME)."""
 
+    def close(self) -> None:
+        """Close the Redis connections and stop renewing leases (``app.close()``)."""
+        self.renewer.stop()
+        for client in (self._client, self._unique.client if self._unique else None):
+            if client is not None:
+                client.close()
+        self._client = self._leases = self._throttles = self._unique = None
+
     def client(self) -> Any:
         if self._client is None:
             self._client = build_redis(self.settings, timeout=10, connect_timeout=5)
@@ -146,15 +146,15 @@ class LimitsRuntime:
         return self._unique
 
 
-_runtimes: dict[tuple[int, int], LimitsRuntime] = {}
+_runtimes: ProcessState[LimitsRuntime] = ProcessState(
+    "platform_limits_runtime", LimitsRuntime, LimitsRuntime.close
+)
 
 
 def runtime_for(app: PlatformCelery) -> LimitsRuntime:
-    key = (id(app), os.getpid())
-    runtime = _runtimes.get(key)
-    if runtime is None or runtime.app is not app:
-        runtime = _runtimes[key] = LimitsRuntime(app)
-    return runtime
+    """This process's limits connections for ``app`` (made on first use, again after a
+    fork; ``app.close()`` closes them)."""
+    return _runtimes.get(app)
 
 
 def spec_of(task: Any) -> LimitSpec:

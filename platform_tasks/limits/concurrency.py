@@ -158,6 +158,7 @@ class LeaseRenewer:
         self._held: dict[tuple[str, str], Lease] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._stopped = False
         self._thread: threading.Thread | None = None
         self._pid = 0
         self._interval = IDLE_INTERVAL_S
@@ -177,6 +178,11 @@ class LeaseRenewer:
         with self._lock:
             return list(self._held.values())
 
+    def stop(self) -> None:
+        """End this process's renewal thread (the app is closing; its leases go with it)."""
+        self._stopped = True
+        self._wake.set()
+
     def _ensure_thread(self) -> None:
         # a forked child inherits the object but not the thread: start one per process
         if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
@@ -188,7 +194,7 @@ class LeaseRenewer:
         self._thread.start()
 
     def _loop(self) -> None:
-        while True:
+        while not self._stopped:
             held = self.held()
             interval = min(
                 (renew_interval_s(lease.ttl_ms) for lease in held), default=IDLE_INTERVAL_S
@@ -196,7 +202,7 @@ class LeaseRenewer:
             self._interval = interval
             if self._wake.wait(interval):
                 self._wake.clear()
-                continue
+                continue  # woken by a shorter lease or by stop()
             held = self.held()
             if not held:
                 continue

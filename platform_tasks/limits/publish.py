@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 from platform_tasks.envelope import Envelope
 from platform_tasks.epoch import epoch_ms
-from platform_tasks.limits.unique import UNIQUE_HEADER, UniqueLocks, UniquePublish
+from platform_tasks.headers import UNIQUE_HEADER
+from platform_tasks.limits.unique import UniqueLocks, UniquePublish
 
 __all__ = ["DEBOUNCE_LOCK_FACTOR", "UniqueDelays", "UniquePort", "UniquePublisher"]
 

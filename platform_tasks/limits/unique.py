@@ -36,13 +36,12 @@ from datetime import timedelta
 from typing import Any, Literal, cast
 
 from platform_tasks.brokers.scripts import script_source
+from platform_tasks.headers import UNIQUE_HEADER
 from platform_tasks.keys import DelayKeys
 from platform_tasks.keys import unique_key as unique_lock_key
 
 __all__ = ["UNIQUE_HEADER", "UniqueLocks", "UniquePublish", "unique_publish"]
 
-UNIQUE_HEADER = "platform_unique"
-"""Message header carrying the unique key, so the consumer releases it when the job starts."""
 
 UniqueMode = Literal["skip", "debounce"]
 MAX_KEY_LENGTH = 512

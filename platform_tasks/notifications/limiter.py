@@ -25,6 +25,7 @@ from typing import Any, cast
 from redis.exceptions import NoScriptError
 
 from platform_tasks.brokers.scripts import script_source
+from platform_tasks.brokers.server_time import redis_now_ms
 from platform_tasks.keys import RateLimitKeys, rate_limit_keys
 from platform_tasks.settings.rate_limits import RateLimit
 
@@ -85,11 +86,6 @@ _REASONS = {
     5: "provider_rate_wait",
 }
 """The take script's reason codes (the low three bits of its reply)."""
-
-
-def _redis_now_ms(client: Any) -> int:
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 class RateLimiter:
@@ -267,7 +263,7 @@ class RateLimiter:
         and a bucket's wait comes when the bucket has its token, whatever the worker's
         own clock says.
         """
-        return self._clock_ms() if self._clock_ms is not None else _redis_now_ms(self.client)
+        return self._clock_ms() if self._clock_ms is not None else redis_now_ms(self.client)
 
     def paused_ms(self, provider: str) -> int:
         """Milliseconds the provider stays paused (0: not paused)."""

@@ -41,7 +41,7 @@ from platform_tasks.notifications.rails import MARKETING, TRANSACTIONAL, notific
 from platform_tasks.notifications.yield_reader import Reading, Watched, YieldReader, broker_depth
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = [
     "CHECK_INTERVAL_SECONDS",

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from platform_tasks.brokers.scripts import script_source
+from platform_tasks.brokers.server_time import reply_ms
 from platform_tasks.keys import SendRecordKeys, send_record_keys
 from platform_tasks.notifications.message import EmailMessage
 from platform_tasks.notifications.provider import RejectedItem, SendResult
@@ -129,12 +130,8 @@ class SendRecords:
         pipe = self.client.pipeline(transaction=False)
         pipe.time()
         pipe.hgetall(self.keys.job(str(job_id)))
-        (seconds, micros), raw = pipe.execute()
-        now = (
-            self._clock_ms()
-            if self._clock_ms is not None
-            else int(seconds) * 1000 + int(micros) // 1000
-        )
+        time_reply, raw = pipe.execute()
+        now = self._clock_ms() if self._clock_ms is not None else reply_ms(time_reply)
         started: dict[int, int] = {}
         done: dict[int, SendResult] = {}
         plan: bytes | None = None

@@ -8,11 +8,10 @@ process builds its :class:`~platform_tasks.notifications.dispatch.Dispatcher` on
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from platform_tasks.app_state import AppState
+from platform_tasks.app_state import AppState, ProcessState
 from platform_tasks.brokers.redis_client import build_redis
 from platform_tasks.brokers.worker_queues import add_queue_source
 from platform_tasks.notifications.dispatch import Dispatcher
@@ -23,7 +22,7 @@ from platform_tasks.notifications.rails import queue_source
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = ["ProviderFactory", "dispatcher_for", "install", "register_provider"]
 
@@ -60,38 +59,31 @@ def register_provider(app: PlatformCelery, name: str, factory: ProviderFactory) 
     providers_of(app)[name] = factory
 
 
-_dispatchers: dict[tuple[int, int], Dispatcher] = {}
+def _open_dispatcher(app: PlatformCelery) -> Dispatcher:
+    settings: PlatformSettings = app.platform_settings
+    limiter = RateLimiter(
+        build_redis(settings),
+        profile=settings.profile,
+        provider_limits=settings.provider_rate_limits,
+        tenant_limits=settings.tenant_rate_limits,
+    )
+    factories = {
+        name: (lambda f=factory: f(settings)) for name, factory in providers_of(app).items()
+    }
+    return Dispatcher(limiter, factories)
+
+
+dispatchers: ProcessState[Dispatcher] = ProcessState(
+    "platform_notification_dispatcher", _open_dispatcher, Dispatcher.close
+)
+"""This process's dispatcher per app; ``app.close()`` closes its providers' HTTP
+connections (an app made at run time, a test's, would otherwise keep a provider's
+keep-alive connection open until the interpreter exits)."""
 
 
 def dispatcher_for(app: PlatformCelery) -> Dispatcher:
     """This process's dispatcher for ``app`` (created on first use, again after a fork)."""
-    key = (id(app), os.getpid())
-    dispatcher = _dispatchers.get(key)
-    if dispatcher is None:
-        settings: PlatformSettings = app.platform_settings
-        limiter = RateLimiter(
-            build_redis(settings),
-            profile=settings.profile,
-            provider_limits=settings.provider_rate_limits,
-            tenant_limits=settings.tenant_rate_limits,
-        )
-        factories = {
-            name: (lambda f=factory: f(settings)) for name, factory in providers_of(app).items()
-        }
-        dispatcher = _dispatchers[key] = Dispatcher(limiter, factories)
-    return dispatcher
-
-
-def close_dispatcher(app: PlatformCelery) -> None:
-    """Close this process's dispatcher for ``app``: its providers' HTTP connections.
-
-    Called by ``app.close()``. A worker's app lives as long as its process, but an app made
-    at run time (a test's) would otherwise keep its provider's keep-alive connection open
-    until the interpreter exits. A later job of the same app opens a new dispatcher.
-    """
-    dispatcher = _dispatchers.pop((id(app), os.getpid()), None)
-    if dispatcher is not None:
-        dispatcher.close()
+    return dispatchers.get(app)
 
 
 def install(app: PlatformCelery) -> None:

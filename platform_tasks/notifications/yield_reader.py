@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from platform_tasks.brokers.server_time import redis_now_ms
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = [
     "ONE_ATTEMPT",
@@ -235,8 +236,7 @@ class YieldReader:
                 self._redis = build_redis(
                     self._settings, timeout=REDIS_TIMEOUT_SECONDS, single_attempt=True
                 )
-            seconds, micros = self._redis.time()
-            now_ms = int(seconds) * 1000 + int(micros) // 1000
+            now_ms = redis_now_ms(self._redis)
             slots = {
                 p: self._redis.hget(rate_limit_keys(self._settings.profile, p).bucket, "next_t")
                 for p in providers

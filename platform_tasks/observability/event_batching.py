@@ -43,7 +43,7 @@ from celery.events.dispatcher import EventDispatcher
 from kombu.asynchronous import get_event_loop
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 FLUSH_INTERVAL = 0.1
 """Seconds an event waits at most before it is published (how far Flower may lag)."""

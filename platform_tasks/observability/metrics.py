@@ -26,20 +26,19 @@ directory between worker restarts, as prometheus-client documents.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps, signals
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CollectorRegistry, Counter
 
 from platform_tasks.app_state import AppState
+from platform_tasks.observability.metrics_server import MetricsServer, serve
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
-logger = logging.getLogger(__name__)
 
 _LABELS = ("queue", "task")
 
@@ -92,9 +91,11 @@ def add_exposition_registrar(app: PlatformCelery, register: ExpositionRegistrar)
 
 
 class MetricsServerStep(bootsteps.StartStopStep):  # type: ignore[misc]
-    """Worker bootstep: serves ``/metrics`` on ``PLATFORM_METRICS_PORT`` when it is set."""
+    """Worker bootstep: serves ``/metrics`` on ``PLATFORM_METRICS_PORT`` when it is set
+    (:func:`~platform_tasks.observability.metrics_server.serve`, as beat does)."""
 
     label = "platform metrics"
+    server: MetricsServer | None = None
 
     def start(self, worker: Any) -> None:
         port = worker.app.platform_settings.metrics_port
@@ -103,13 +104,12 @@ class MetricsServerStep(bootsteps.StartStopStep):  # type: ignore[misc]
         registry = registry_for_exposition()
         for register in _REGISTRARS.get(worker.app) or ():
             register(worker.app, registry)
-        if registry is None:
-            start_http_server(port)
-        else:
-            start_http_server(port, registry=registry)
-        logger.info(
-            "serving metrics on port %s", port, extra={"event": "metrics.serving", "port": port}
-        )
+        self.server = serve(port, role="worker", registry=registry)
+
+    def stop(self, worker: Any) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
 
 
 def _mark_process_dead(pid: int | None = None, **_: Any) -> None:

@@ -20,7 +20,12 @@ from __future__ import annotations
 
 from celery.app.task import Context
 
-from platform_tasks.keys import TENANT_HEADER
+from platform_tasks.headers import (
+    ATTEMPT_HEADER,
+    CARRIED_HEADER,
+    PLATFORM_HEADERS,
+    PUBLISHED_AT_HEADER,
+)
 
 __all__ = [
     "ATTEMPT_HEADER",
@@ -32,15 +37,6 @@ __all__ = [
     "without_reserved",
 ]
 
-ATTEMPT_HEADER = "platform_attempt"
-"""The attempt this message is (1 for a first publish), set by the platform."""
-
-CARRIED_HEADER = "platform_headers"
-"""Header naming the publisher's custom headers, so a retry or replay carries them on."""
-
-PUBLISHED_AT_HEADER = "platform_published_at"
-"""Unix seconds at which the job became ready to run: its publish, or for a scheduled
-job or a retry the time it is due. The age of a queue's oldest job is read from it."""
 
 _PROTOCOL = frozenset(
     {
@@ -76,9 +72,6 @@ CELERY_HEADERS = (
 """Every name a header cannot take without replacing or reading back Celery's own: its
 protocol headers and each attribute of its task request (``Context``, read from the
 installed Celery, so a later version's new attributes are covered too)."""
-
-PLATFORM_HEADERS = frozenset({ATTEMPT_HEADER, CARRIED_HEADER, PUBLISHED_AT_HEADER, TENANT_HEADER})
-"""Headers the platform sets on every message it builds."""
 
 
 def reserved_header(name: str) -> str | None:

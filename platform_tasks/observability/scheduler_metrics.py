@@ -30,11 +30,11 @@ the example Grafana dashboard (``docs/grafana-scheduler.json``) is checked again
 
 from __future__ import annotations
 
-import logging
-import threading
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram
+
+from platform_tasks.observability.metrics_server import MetricsServer, serve
 
 __all__ = [
     "ADMISSION_LATENCY",
@@ -46,11 +46,11 @@ __all__ = [
     "POINTS_ADMITTED",
     "POINTS_SKIPPED",
     "BeatMetrics",
+    "MetricsServer",
     "lease_renewal_failed",
     "serve",
 ]
 
-logger = logging.getLogger(__name__)
 
 POINTS_ADMITTED = Counter(
     "platform_beat_points_admitted", "Scheduled points this beat replica admitted.", ("replica",)
@@ -146,38 +146,3 @@ def observe_delay_store(waiting: int, oldest_due_ms: int | None, now_ms: int) ->
 
 def delay_promoted(count: int) -> None:
     DELAY_PROMOTED.inc(count)
-
-
-class MetricsServer:
-    """A ``/metrics`` endpoint this process started, so it can be stopped again."""
-
-    def __init__(self, server: Any, thread: threading.Thread) -> None:
-        self._server = server
-        self._thread = thread
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-
-def serve(port: int, *, role: str) -> MetricsServer | None:
-    """Serve the default registry on ``port``; a port in use is logged, never fatal."""
-    try:
-        server, thread = start_http_server(port)
-    except OSError as exc:
-        logger.warning(
-            "%s: cannot serve metrics on port %d (%s); running without",
-            role,
-            port,
-            exc,
-            extra={"event": "metrics.port_unavailable", "port": port, "role": role},
-        )
-        return None
-    logger.info(
-        "%s: serving metrics on port %d",
-        role,
-        port,
-        extra={"event": "metrics.serving", "port": port, "role": role},
-    )
-    return MetricsServer(server, thread)

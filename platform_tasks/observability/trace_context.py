@@ -28,11 +28,15 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from platform_tasks.observability.reserved_headers import (
+from platform_tasks.headers import (
     CARRIED_HEADER,
+    NESTED_HEADER,
+    PUBLISH_TIME_HEADER,
     PUBLISHED_AT_HEADER,
-    reserved_header,
+    SENTRY_HEADERS,
+    TRACE_HEADERS,
 )
+from platform_tasks.observability.reserved_headers import reserved_header
 
 __all__ = [
     "CARRIED_HEADER",
@@ -49,21 +53,6 @@ __all__ = [
     "without_publish_time",
 ]
 
-TRACE_HEADERS = ("traceparent", "tracestate", "sentry-trace", "baggage")
-"""W3C trace context and Sentry's trace headers, carried on whenever a message has them."""
-
-PUBLISH_TIME_HEADER = "platform_publish_time"
-"""Unix seconds at which a publisher handed the job to the platform: ``publish``,
-``schedule``, a fan-out's child, a dead letter's replay. Unlike
-:data:`PUBLISHED_AT_HEADER` it is carried unchanged through the delay store, retries and
-throttles, and a replay sets a new one. A cancel rule judges "published before the
-cancel" by it (job ids carry no reliable time: blast chunk ids are hashes, fan-out
-children's carry the point's time)."""
-
-SENTRY_HEADERS = ("sentry-trace", "baggage")
-NESTED_HEADER = "headers"
-"""Where Sentry's Celery integration reads its trace on the worker: a ``headers`` mapping
-inside the message headers (it writes both places, working around celery#4875)."""
 
 _RESERVED = frozenset(
     {CARRIED_HEADER, PUBLISHED_AT_HEADER, PUBLISH_TIME_HEADER, NESTED_HEADER, *TRACE_HEADERS}

@@ -56,7 +56,7 @@ from platform_tasks.postgres.queries import load_queries
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = [
     "BULK_BATCH_SIZE",

@@ -41,7 +41,8 @@ from platform_tasks.consumer.cancels import (
     read_rules,
     record_cancelled,
 )
-from platform_tasks.limits.unique import UNIQUE_HEADER, UniqueLocks
+from platform_tasks.headers import UNIQUE_HEADER
+from platform_tasks.limits.unique import UniqueLocks
 from platform_tasks.observability.trace_context import publish_time_of
 from platform_tasks.operations.filters import JobFilter
 from platform_tasks.operations.log import (
@@ -55,7 +56,7 @@ from platform_tasks.operations.log import (
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = [
     "DEFAULT_RULE_TTL",

@@ -31,7 +31,7 @@ from platform_tasks.operations.log import (
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = [
     "POLL_SECONDS",

@@ -19,7 +19,7 @@ from platform_tasks.dead_letters.batch import Publish
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
     from platform_tasks.publishing.queue_port import QueuePort
 
 __all__ = ["ReplayPublisher"]

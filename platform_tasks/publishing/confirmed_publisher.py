@@ -23,7 +23,7 @@ from platform_tasks.errors import BrokerPublishError
 from platform_tasks.publishing.amqp_wire import AmqpMessage
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 logger = logging.getLogger(__name__)
 

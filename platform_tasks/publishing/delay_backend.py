@@ -36,7 +36,7 @@ from platform_tasks.publishing.native_delays import NativeDelays
 from platform_tasks.publishing.wire import WireBuilder
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = [
     "DelayBackend",

@@ -21,13 +21,14 @@ from celery import bootsteps
 
 from platform_tasks.brokers.delay_location import DelayStoreLocation, delay_store_location
 from platform_tasks.brokers.selection import broker_kind
+from platform_tasks.brokers.server_time import reply_ms
 from platform_tasks.observability.scheduler_metrics import delay_promoted, observe_delay_store
 from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.publishing.promotion_loop import PassLog, PromotionLoop, wait_until_next_due
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +80,9 @@ class RedisPromotion:
             pipe.zcard(store.keys.schedule)
             pipe.zrange(store.keys.schedule, 0, 0, withscores=True)
             pipe.time()
-            waiting, first, (seconds, micros) = pipe.execute()
+            waiting, first, time_reply = pipe.execute()
         oldest = int(first[0][1]) if first else None
-        observe_delay_store(int(waiting), oldest, int(seconds) * 1000 + int(micros) // 1000)
+        observe_delay_store(int(waiting), oldest, reply_ms(time_reply))
 
     def promote(self, store: DelayStore) -> tuple[int, float]:
         """Promote until nothing more is due; return how many entries were moved and how

@@ -25,7 +25,7 @@ from kombu.transport.native_delayed_delivery import (
 from platform_tasks.brokers.selection import delay_countdown_seconds
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 
 class NativeDelays:

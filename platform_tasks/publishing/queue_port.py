@@ -19,18 +19,18 @@ from pydantic_core import PydanticCustomError
 from platform_tasks.brokers.selection import broker_holds_delays
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7, validation_errors
 from platform_tasks.errors import ConfigurationError, NaiveDatetimeError
-from platform_tasks.keys import TENANT_HEADER
+from platform_tasks.headers import ATTEMPT_HEADER as ATTEMPT_HEADER
+from platform_tasks.headers import TENANT_HEADER
 from platform_tasks.limits.publish import UniquePublisher
 from platform_tasks.limits.unique import unique_publish
 from platform_tasks.observability.context import current_correlation_id
-from platform_tasks.observability.reserved_headers import ATTEMPT_HEADER as ATTEMPT_HEADER
 from platform_tasks.observability.reserved_headers import reserved_header
 from platform_tasks.observability.trace_context import outgoing_headers
 from platform_tasks.publishing.delay_backend import DelayBackend, delay_backend_for
 from platform_tasks.publishing.reference_clock import ReferenceClock
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 
 class PublishOptions(BaseModel):

@@ -58,7 +58,7 @@ from platform_tasks.publishing.promotion_loop import PassLog, PromotionLoop, wai
 from platform_tasks.settings import PlatformSettings
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 logger = logging.getLogger(__name__)
 

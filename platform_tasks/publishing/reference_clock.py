@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from platform_tasks.brokers.redis_client import REDIS_ERRORS, build_redis
+from platform_tasks.brokers.server_time import redis_time
 from platform_tasks.settings import PlatformSettings
 
 __all__ = ["REFRESH_SECONDS", "RETRY_SECONDS", "ReferenceClock", "redis_time", "shared_clock"]
@@ -37,15 +38,6 @@ RETRY_SECONDS = 30.0
 """How soon an offset that could not be measured is tried again."""
 
 TIMEOUT_SECONDS = 1.0
-
-
-def redis_time(client: Any) -> float:
-    """The Redis server's ``TIME`` in Unix seconds (a cluster answers per node: one)."""
-    raw = client.time()
-    if isinstance(raw, dict):
-        raw = next(iter(raw.values()))
-    seconds, micros = raw
-    return int(seconds) + int(micros) / 1_000_000
 
 
 class ReferenceClock:

@@ -18,7 +18,7 @@ from kombu import Producer
 from platform_tasks.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 
 @dataclass(frozen=True)

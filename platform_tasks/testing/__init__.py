@@ -71,7 +71,7 @@ from platform_tasks.testing.consumer import (
 )
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 __all__ = [
     "JobOutcome",

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from celery.worker import WorkController
     from psycopg2.extensions import connection as Connection
 
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 REDIS_URL_VARIABLE = "PLATFORM_TEST_REDIS_URL"
 DATABASE_URL_VARIABLE = "PLATFORM_TEST_DATABASE_URL"

@@ -1,4 +1,5 @@
-"""Per-app state: one value per app object, plain apps included, gone with the app."""
+"""Per-app state: one value per app object, plain apps included, gone with the app;
+per-process state: made once in each process, closed by ``app.close()``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from celery import Celery
 from celery._state import get_current_app
 
-from platform_tasks.app_state import AppState
+from platform_tasks.app_state import AppState, ProcessState
+from platform_tasks.kernel import PlatformCelery
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing import create_test_app
 
@@ -78,3 +80,65 @@ def test_an_app_whose_state_refers_back_to_it_is_still_garbage_collected() -> No
     del app
     gc.collect()
     assert gone() is None
+
+
+class _Connection:
+    """A stand-in for what a concern keeps open per process (a client, a session)."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_process_value_is_made_once_and_closed_by_the_app() -> None:
+    state: ProcessState[_Connection] = ProcessState(
+        "test_process_state_closed", _Connection, _Connection.close
+    )
+    app = PlatformCelery("closing", set_as_current=False)
+    first = state.get(app)
+    assert state.get(app) is first and first.app is app
+    app.close()
+    assert first.closed
+    second = state.get(app)  # a later job of the same app opens a new one
+    assert second is not first and not second.closed
+
+
+def test_each_app_has_its_own_process_value() -> None:
+    """An app made after another was collected (possibly at the same ``id``) never finds
+    the other's value: the value is kept on the app itself."""
+    state: ProcessState[_Connection] = ProcessState(
+        "test_process_state_apps", _Connection, _Connection.close
+    )
+    for n in range(20):
+        app = PlatformCelery(f"app{n}", set_as_current=False)
+        assert state.get(app).app is app
+        del app
+        gc.collect()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_makes_its_own_process_value_and_leaves_the_parents_open() -> None:
+    state: ProcessState[_Connection] = ProcessState(
+        "test_process_state_forked", _Connection, _Connection.close
+    )
+    app = PlatformCelery("forked", set_as_current=False)
+    parents = state.get(app)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(read)
+        own = state.get(app)
+        app.close()
+        answer = f"{own is not parents} {own.closed} {parents.closed}"
+        os.write(write, answer.encode())
+        os._exit(0)
+    os.close(write)
+    try:
+        assert os.read(read, 100) == b"True True False"
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert state.get(app) is parents and not parents.closed

@@ -7,9 +7,11 @@ docs/design.md shows the same tree.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import grimp
 from importlinter.cli import lint_imports
@@ -21,50 +23,19 @@ def test_the_layers_contract_is_kept() -> None:
     assert lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True) == 0
 
 
+def _import_cycles() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "import_cycles", ROOT / "scripts" / "import_cycles.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    found: list[list[str]] = []
-    counter = 0
-    for start in sorted(graph.modules):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(graph.find_modules_directly_imported_by(start))))]
-        index[start] = low[start] = counter
-        counter += 1
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            for child in children:
-                if child not in index:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    imported = graph.find_modules_directly_imported_by(child)
-                    work.append((child, iter(sorted(imported))))
-                    break
-                if child in on_stack:
-                    low[node] = min(low[node], index[child])
-            else:
-                work.pop()
-                if work:
-                    parent = work[-1][0]
-                    low[parent] = min(low[parent], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        found.append(sorted(component))
+    """Strongly connected components of more than one module (scripts/import_cycles.py)."""
+    found: list[list[str]] = _import_cycles().circles(graph)
     return found
 
 
@@ -72,6 +43,14 @@ def test_no_module_imports_itself_back() -> None:
     # function-local imports count: grimp reads every import statement of a module
     graph = grimp.build_graph("platform_tasks", exclude_type_checking_imports=True)
     assert _cycles(graph) == []
+
+
+def test_no_type_only_import_ties_a_module_to_the_composition_root() -> None:
+    """Counting imports under ``if TYPE_CHECKING:`` too, no circle runs through ``app.py``
+    (the stages import the app's type from ``kernel.py``) or through the kernel."""
+    graph = grimp.build_graph("platform_tasks", exclude_type_checking_imports=False)
+    tied = [c for c in _cycles(graph) if {"platform_tasks.app", "platform_tasks.kernel"} & set(c)]
+    assert tied == []
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

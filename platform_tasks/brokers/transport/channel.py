@@ -41,11 +41,10 @@ from platform_tasks.brokers.transport import fair_lanes
 from platform_tasks.brokers.transport.fair_lanes import FairLanes, FetchList
 from platform_tasks.brokers.transport.qos import QoS
 from platform_tasks.errors import ConfigurationError
+from platform_tasks.headers import UNREADABLE_HEADER, UNROUTABLE_HEADER
 from platform_tasks.keys import (
     TRANSPORT_BACKOFF_STREAM,
     TRANSPORT_LEGACY_QUARANTINE,
-    UNREADABLE_HEADER,
-    UNROUTABLE_HEADER,
     fair_lane_keys,
 )
 

@@ -36,7 +36,7 @@ from platform_tasks.keys import FAIR_SEPARATOR
 from platform_tasks.observability.metrics import add_exposition_registrar
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
 
 logger = logging.getLogger("platform_tasks.transport")
 

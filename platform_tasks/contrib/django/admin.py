@@ -14,10 +14,10 @@ from __future__ import annotations
 from datetime import UTC
 from typing import Any
 
-from django.contrib import admin  # type: ignore[import-untyped]
-from django.core.exceptions import PermissionDenied  # type: ignore[import-untyped]
-from django.http import HttpRequest, HttpResponse  # type: ignore[import-untyped]
-from django.urls import path  # type: ignore[import-untyped]
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.urls import path
 
 from platform_tasks.contrib.django import permissions, views
 from platform_tasks.contrib.django.apps import APP_LABEL
@@ -34,7 +34,7 @@ from platform_tasks.contrib.django.payloads import error_html, payload_html
 __all__ = ["DeadLetterAdmin", "OperationAdmin", "QueueAdmin"]
 
 
-class _ReadOnly(admin.ModelAdmin):  # type: ignore[misc]
+class _ReadOnly(admin.ModelAdmin):
     actions = None
 
     def check_view(self, request: HttpRequest) -> None:
@@ -129,30 +129,30 @@ class DeadLetterAdmin(_ReadOnly):
     )
     change_list_template = "platform_console/deadletter_change_list.html"
 
-    @admin.display(description="dead-lettered at", ordering="created_at")  # type: ignore[untyped-decorator]
+    @admin.display(description="dead-lettered at", ordering="created_at")
     def dead_lettered_at(self, obj: DeadLetter) -> str:
         return str(obj.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"))
 
-    @admin.display(description="error")  # type: ignore[untyped-decorator]
+    @admin.display(description="error")
     def error_start(self, obj: DeadLetter) -> str:
         """The error's last line: for a traceback, the exception and its message."""
         lines = [line for line in (obj.last_error or "").strip().splitlines() if line.strip()]
         last = lines[-1].strip() if lines else ""
         return last if len(last) <= 100 else last[:99] + "…"
 
-    @admin.display(description="error (full)")  # type: ignore[untyped-decorator]
+    @admin.display(description="error (full)")
     def error_full(self, obj: DeadLetter) -> str:
         return error_html(obj.last_error, show_error=True)
 
-    @admin.display(description="error (full)")  # type: ignore[untyped-decorator]
+    @admin.display(description="error (full)")
     def error_hidden(self, obj: DeadLetter) -> str:
         return error_html(obj.last_error, show_error=False)
 
-    @admin.display(description="payload")  # type: ignore[untyped-decorator]
+    @admin.display(description="payload")
     def payload_with_data(self, obj: DeadLetter) -> str:
         return payload_html(obj.payload, show_data=True)
 
-    @admin.display(description="payload")  # type: ignore[untyped-decorator]
+    @admin.display(description="payload")
     def payload_without_data(self, obj: DeadLetter) -> str:
         return payload_html(obj.payload, show_data=False)
 
@@ -255,7 +255,7 @@ class OperationAdmin(_ReadOnly):
     )
     readonly_fields = fields
 
-    @admin.display(description="filter")  # type: ignore[untyped-decorator]
+    @admin.display(description="filter")
     def filter_text(self, obj: Operation) -> str:
         shown = {key: value for key, value in (obj.filter or {}).items() if value is not None}
         return " ".join(f"{key}={value}" for key, value in shown.items()) or "everything"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.apps import AppConfig  # type: ignore[import-untyped]
+from django.apps import AppConfig
 
 __all__ = ["PlatformConsoleConfig"]
 
@@ -11,7 +11,7 @@ APP_LABEL = "platform_console"
 last component, ``django``, would clash with nothing but reads badly in permission names)."""
 
 
-class PlatformConsoleConfig(AppConfig):  # type: ignore[misc]
+class PlatformConsoleConfig(AppConfig):
     name = "platform_tasks.contrib.django"
     label = APP_LABEL
     verbose_name = "Platform operations"

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from django.contrib import admin  # type: ignore[import-untyped]
+from django.contrib import admin
 
 from platform_tasks.operations import OperationFilter
 
@@ -46,7 +46,7 @@ class FilterRefused(ValueError):
     """The list's query cannot be expressed as a bulk filter (the message says why)."""
 
 
-class _DistinctValues(admin.SimpleListFilter):  # type: ignore[misc]
+class _DistinctValues(admin.SimpleListFilter):
     field = ""
 
     def lookups(self, request: Any, model_admin: Any) -> list[tuple[str, str]]:
@@ -91,7 +91,7 @@ class ErrorTypeFilter(_DistinctValues):
     parameter_name = field = "error_type"
 
 
-class StatusFilter(admin.SimpleListFilter):  # type: ignore[misc]
+class StatusFilter(admin.SimpleListFilter):
     """Pending rows by default (what needs review); ``all`` shows every status."""
 
     title = "status"

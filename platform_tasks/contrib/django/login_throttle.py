@@ -40,17 +40,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings  # type: ignore[import-untyped]
-from django.contrib.auth import get_user_model  # type: ignore[import-untyped]
-from django.contrib.auth.signals import (  # type: ignore[import-untyped]
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.signals import (
     user_logged_in,
     user_login_failed,
 )
-from django.db import IntegrityError, router, transaction  # type: ignore[import-untyped]
-from django.http import HttpRequest, HttpResponse  # type: ignore[import-untyped]
-from django.urls import NoReverseMatch, reverse  # type: ignore[import-untyped]
-from django.utils import timezone  # type: ignore[import-untyped]
-from django.utils.html import format_html  # type: ignore[import-untyped]
+from django.db import IntegrityError, router, transaction
+from django.http import HttpRequest, HttpResponse
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.html import format_html
 
 __all__ = [
     "Count",

@@ -16,7 +16,7 @@ so that every console process sees the same counts.
 
 from __future__ import annotations
 
-from django.db import models  # type: ignore[import-untyped]
+from django.db import models
 
 from platform_tasks.contrib.django import permissions
 
@@ -29,7 +29,7 @@ STATUS_CHOICES = [
 ]
 
 
-class DeadLetter(models.Model):  # type: ignore[misc]
+class DeadLetter(models.Model):
     """One row of ``core.dead_letters``."""
 
     id = models.BigIntegerField(primary_key=True)
@@ -67,7 +67,7 @@ class DeadLetter(models.Model):  # type: ignore[misc]
         return f"dead letter {self.id} ({self.kind or 'unknown kind'})"
 
 
-class Operation(models.Model):  # type: ignore[misc]
+class Operation(models.Model):
     """One row of ``core.operations``: who ran which bulk operation, on what, with what end."""
 
     id = models.BigIntegerField(primary_key=True)
@@ -95,7 +95,7 @@ class Operation(models.Model):  # type: ignore[misc]
         return f"operation {self.id} ({self.kind} by {self.actor})"
 
 
-class Queue(models.Model):  # type: ignore[misc]
+class Queue(models.Model):
     """No table: the queues page (depths, paused queues) and its permissions."""
 
     name = models.TextField(primary_key=True)
@@ -114,7 +114,7 @@ class Queue(models.Model):  # type: ignore[misc]
         return str(self.name)
 
 
-class LoginFailures(models.Model):  # type: ignore[misc]
+class LoginFailures(models.Model):
     """Failed logins of one throttle key (a client address, or an address and a user name)
     in the current window; see :mod:`platform_tasks.contrib.django.login_throttle`.
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.utils.html import format_html  # type: ignore[import-untyped]
+from django.utils.html import format_html
 
 from platform_tasks.contrib.django.apps import APP_LABEL
 from platform_tasks.contrib.django.permissions import VIEW_PAYLOAD

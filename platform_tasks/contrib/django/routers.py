@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings  # type: ignore[import-untyped]
+from django.conf import settings
 
 from platform_tasks.contrib.django.apps import APP_LABEL
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.conf import settings as django_settings  # type: ignore[import-untyped]
-from django.contrib.auth import get_user_model  # type: ignore[import-untyped]
-from django.contrib.auth.models import Group, Permission  # type: ignore[import-untyped]
-from django.contrib.auth.password_validation import (  # type: ignore[import-untyped]
+from django.conf import settings as django_settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.password_validation import (
     validate_password,
 )
-from django.core.management import call_command  # type: ignore[import-untyped]
-from django.db import connection, transaction  # type: ignore[import-untyped]
+from django.core.management import call_command
+from django.db import connection, transaction
 
 from platform_tasks.contrib.django.apps import APP_LABEL
 from platform_tasks.contrib.django.exposure import is_loopback
@@ -62,7 +62,7 @@ def prepare() -> None:
             cur.execute("SELECT pg_advisory_unlock(hashtext(%s))", [_LOCK])
 
 
-@transaction.atomic  # type: ignore[untyped-decorator]
+@transaction.atomic
 def sync_groups() -> None:
     """``console viewers`` and ``console operators`` hold exactly their permissions."""
     for name, codenames in GROUPS.items():
@@ -117,7 +117,7 @@ def serve(host: str, port: int, *, threads: int, behind_tls_proxy: bool = False)
     headers (any peer's: the port must be reachable by the proxy only, as the start's
     warning says); otherwise it drops those headers, so a client cannot claim another
     address to the login throttle."""
-    from waitress import serve as waitress_serve  # type: ignore[import-untyped]
+    from waitress import serve as waitress_serve
 
     from platform_tasks.contrib.django.wsgi import application
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from django.contrib import admin  # type: ignore[import-untyped]
-from django.urls import path  # type: ignore[import-untyped]
-from django.views.generic.base import RedirectView  # type: ignore[import-untyped]
+from django.contrib import admin
+from django.urls import path
+from django.views.generic.base import RedirectView
 
 admin.site.site_header = "Platform operations console"
 admin.site.site_title = "Platform console"

@@ -14,16 +14,16 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from django.contrib import messages  # type: ignore[import-untyped]
-from django.core.exceptions import PermissionDenied  # type: ignore[import-untyped]
-from django.http import (  # type: ignore[import-untyped]
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import (
     HttpRequest,
     HttpResponse,
     HttpResponseNotAllowed,
     HttpResponseRedirect,
 )
-from django.template.response import TemplateResponse  # type: ignore[import-untyped]
-from django.urls import reverse  # type: ignore[import-untyped]
+from django.template.response import TemplateResponse
+from django.urls import reverse
 
 from platform_tasks import operations
 from platform_tasks.contrib.django import permissions

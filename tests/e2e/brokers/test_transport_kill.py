@@ -29,7 +29,7 @@ import redis
 
 from platform_tasks import create_app
 from platform_tasks.brokers.transport.fair_lanes import waiting_in_lanes
-from platform_tasks.keys import TENANT_HEADER
+from platform_tasks.headers import TENANT_HEADER
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing.servers import RedisServer, wait_until
 from tests.support.processes import CeleryProcess, platform_env, worker_argv

@@ -151,3 +151,26 @@ def test_a_throttled_job_whose_token_is_near_waits_for_it_in_place(
         assert all(0 < wait <= admission.THROTTLE_WAIT_IN_PLACE_MS / 1000 for wait in waits)
     finally:
         app.close()
+
+
+def test_closing_the_app_closes_its_limits_connection_and_stops_renewing_leases(
+    capped: Any, redis_client: redis.Redis
+) -> None:
+    """An app made at run time (a test's, a script's) gives back what its limits opened in
+    this process when it is closed: the Redis connection and the lease renewal thread."""
+    admitted = admit(capped, envelope("closing"))
+    runtime = runtime_for(capped.app)
+    connection_id = runtime.client().client_id()
+    renewer = runtime.renewer._thread
+    assert renewer is not None and renewer.is_alive()
+    admitted.release()
+
+    capped.app.close()
+
+    def connection_open() -> bool:
+        return any(int(client["id"]) == connection_id for client in redis_client.client_list())
+
+    wait_until(lambda: not connection_open(), timeout=5, message="limits connection closed")
+    renewer.join(timeout=5)
+    assert not renewer.is_alive()
+    assert runtime_for(capped.app) is not runtime  # a later job opens new connections

@@ -53,7 +53,11 @@ def test_caps_and_throttles_work_on_a_cluster(cluster_client: RedisCluster) -> N
 
 
 def test_redis_time_reads_one_clock_on_a_cluster(cluster_client: RedisCluster) -> None:
-    from platform_tasks.limits.admission import redis_now_ms
+    from platform_tasks.brokers.server_time import redis_now_ms, redis_time, reply_ms
 
     now = redis_now_ms(cluster_client)
     assert isinstance(now, int) and now > 1_700_000_000_000
+    assert now <= redis_time(cluster_client) * 1000 < now + 60_000
+    per_node = cluster_client.time(target_nodes=RedisCluster.ALL_NODES)
+    assert isinstance(per_node, dict) and len(per_node) == 3
+    assert now <= reply_ms(per_node) < now + 60_000

@@ -9,7 +9,6 @@ The worker's clock is the dispatcher's ``clock`` seam, set 30 s behind.
 from __future__ import annotations
 
 import logging
-import os
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -43,10 +42,13 @@ def test_throttled_job_is_due_when_the_bucket_says_with_the_worker_clock_30_s_be
     )
     try:
         usual = setup.dispatcher_for(rails.app)
-        setup._dispatchers[(id(rails.app), os.getpid())] = Dispatcher(
-            usual.limiter,
-            {"resend": lambda: usual.provider("resend")},
-            clock=lambda: datetime.now(UTC) - timedelta(seconds=30),
+        setup.dispatchers.set(
+            rails.app,
+            Dispatcher(
+                usual.limiter,
+                {"resend": lambda: usual.provider("resend")},
+                clock=lambda: datetime.now(UTC) - timedelta(seconds=30),
+            ),
         )
         store = DelayStore(redis_client, delay_keys("test"))
         full = payload("shop.blast", {"recipients": [f"r{n}@example.org" for n in range(20)]})

@@ -3,10 +3,10 @@ to ``platform-tasks migrate``; ``Queue`` has no table), so this migration create
 in the database. It exists so that content types and the console's permissions are made.
 """
 
-from django.db import migrations, models  # type: ignore[import-untyped]
+from django.db import migrations, models
 
 
-class Migration(migrations.Migration):  # type: ignore[misc]
+class Migration(migrations.Migration):
     initial = True
 
     dependencies: list[tuple[str, str]] = []

@@ -4,10 +4,10 @@ the console's one table of its own, created where Django's auth tables are (sche
 in the platform's schema ``core``.
 """
 
-from django.db import migrations, models  # type: ignore[import-untyped]
+from django.db import migrations, models
 
 
-class Migration(migrations.Migration):  # type: ignore[misc]
+class Migration(migrations.Migration):
     dependencies = [("platform_console", "0001_initial")]
 
     operations = [

@@ -8,7 +8,8 @@ import json
 import redis
 from kombu import Consumer, Exchange, Producer, Queue
 
-from platform_tasks.keys import TRANSPORT_LEGACY_QUARANTINE, UNREADABLE_HEADER
+from platform_tasks.headers import UNREADABLE_HEADER
+from platform_tasks.keys import TRANSPORT_LEGACY_QUARANTINE
 from tests.integration.brokers.transport.conftest import ConnectionFactory
 from tests.integration.brokers.transport.helpers import collector, drain_until, queued
 

@@ -17,7 +17,8 @@ from kombu import Connection, Exchange, Producer, Queue
 
 from platform_tasks.brokers.transport import fair_lanes
 from platform_tasks.brokers.transport.fair_metrics import list_keys
-from platform_tasks.keys import TENANT_HEADER, fair_lane_keys
+from platform_tasks.headers import TENANT_HEADER
+from platform_tasks.keys import fair_lane_keys
 from platform_tasks.testing.servers import wait_until
 from tests.integration.brokers.transport.conftest import ConnectionFactory
 

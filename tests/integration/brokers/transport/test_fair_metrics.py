@@ -12,7 +12,7 @@ from kombu import Connection, Producer
 from platform_tasks import create_app
 from platform_tasks.brokers.queue_latency import QueueCollector
 from platform_tasks.brokers.transport.fair_metrics import FairQueueCollector
-from platform_tasks.keys import TENANT_HEADER
+from platform_tasks.headers import TENANT_HEADER
 from platform_tasks.observability.trace_context import PUBLISHED_AT_HEADER
 from platform_tasks.settings import PlatformSettings
 from tests.integration.brokers.transport.conftest import ConnectionFactory
