@@ -64,7 +64,7 @@ def test_fair_queues_where_no_fair_transport_runs_are_refused(
 def test_scripts_sharing_lane_upkeep_are_loaded_with_it_expanded() -> None:
     """``-- include: fair_lane_parts`` is replaced by that file: Redis runs one text."""
     from platform_tasks.brokers.scripts import script_source
-    from platform_tasks.keys import TENANT_HEADER
+    from platform_tasks.headers import TENANT_HEADER
     from platform_tasks.observability.trace_context import PUBLISHED_AT_HEADER
 
     parts = script_source("fair_lane_parts")
