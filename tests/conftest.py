@@ -10,6 +10,7 @@ get their own servers from ``server_factory`` so they never disturb the shared o
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Iterator
@@ -189,3 +190,22 @@ def server_factory(tmp_path: Path) -> Iterator[ServerFactory]:
     factory = ServerFactory(tmp_path)
     yield factory
     factory.stop_all()
+
+
+@pytest.fixture(autouse=True)
+def platform_loggers_as_configured_by_default() -> Iterator[None]:
+    """Give every test the platform's loggers as a fresh process has them.
+
+    Tests that run Celery or Django in this process (an in-process worker, a Django
+    settings module, ``logging.config.dictConfig`` with ``disable_existing_loggers``) leave
+    the loggers that existed then disabled, not propagating or at another level. A later
+    test that reads its log lines through ``caplog`` would then see nothing, pass or fail by
+    the order the tests ran in. The loggers are put back before each test.
+    """
+    manager = logging.Logger.manager
+    for name, logger in list(manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger) and name.split(".")[0] == "platform_tasks":
+            logger.disabled = False
+            logger.propagate = True
+            logger.setLevel(logging.NOTSET)
+    yield
