@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["PlatformCelery"]
 
 
-class PlatformCelery(Celery):  # type: ignore[misc]
+class PlatformCelery(Celery):
     """A Celery app that carries its platform settings and retry policies explicitly.
 
     Collaborators read settings from here instead of ambient ``app.conf`` lookups.

@@ -343,7 +343,7 @@ def check_time_limits(app: PlatformCelery, prefetch_multiplier: int | None = Non
         )
 
 
-class TimeLimitCheckStep(bootsteps.Step):  # type: ignore[misc]
+class TimeLimitCheckStep(bootsteps.Step):
     """Worker bootstep: a worker whose tasks RabbitMQ would cut off never starts."""
 
     label = "platform broker time limits"
@@ -353,7 +353,7 @@ class TimeLimitCheckStep(bootsteps.Step):  # type: ignore[misc]
         check_time_limits(worker.app, getattr(worker, "prefetch_multiplier", None))
 
 
-class ClusterBrokerCheckStep(bootsteps.Step):  # type: ignore[misc]
+class ClusterBrokerCheckStep(bootsteps.Step):
     """Worker bootstep: a worker whose Redis broker is a cluster node never starts."""
 
     label = "platform broker is no cluster node"

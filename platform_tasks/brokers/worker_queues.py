@@ -57,7 +57,7 @@ def _narrowed_by_q(queues: Any) -> bool:
     return getattr(queues, "_consume_from", None) is not None
 
 
-class WorkerQueuesStep(bootsteps.Step):  # type: ignore[misc]
+class WorkerQueuesStep(bootsteps.Step):
     """After Celery applied ``-Q``/``-X`` and before the consumer starts: add the
     platform's queues, or report the ones the user's selection leaves out."""
 

@@ -64,7 +64,7 @@ WRITE_BUDGET_SECONDS = 10.0
 """How long the consumer waits for PostgreSQL before putting the message back."""
 
 
-class PlatformConsumer(Consumer):  # type: ignore[misc]
+class PlatformConsumer(Consumer):
     """Celery's consumer, with every "drop this message" path ending in a dead letter."""
 
     _platform_db: Database | None = None

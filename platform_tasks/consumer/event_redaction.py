@@ -38,7 +38,7 @@ def event_exception(exc: BaseException | None) -> str:
     return f"{name}(<message not shown>)"
 
 
-class PlatformRequest(Request):  # type: ignore[misc]
+class PlatformRequest(Request):
     """Celery's request, with task events that carry no payload data."""
 
     _platform_error: BaseException | None = None

@@ -99,7 +99,7 @@ class PauseReader:
             self._thread = None
 
 
-class QueuePauseStep(bootsteps.StartStopStep):  # type: ignore[misc]
+class QueuePauseStep(bootsteps.StartStopStep):
     """Consumer bootstep: cancel/re-add consumers of queues an operator paused/resumed."""
 
     label = "platform queue pause"

@@ -101,7 +101,7 @@ _DECORATOR_KEYS = frozenset(
 )
 
 
-class PlatformTask(celery.Task):  # type: ignore[misc]
+class PlatformTask(celery.Task):
     """Celery task base: ``handler(envelope, tx)`` with idempotency, retries, dead letters."""
 
     data_model: ClassVar[type[Any]] = dict
@@ -238,7 +238,7 @@ def require_delay_capable_broker(app: PlatformCelery, names: list[str]) -> None:
     )
 
 
-class RequireDatabaseStep(bootsteps.Step):  # type: ignore[misc]
+class RequireDatabaseStep(bootsteps.Step):
     """Worker bootstep: refuse to start PlatformTask consumers without a database or a
     broker that can hold delays."""
 

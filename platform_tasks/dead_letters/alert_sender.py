@@ -315,7 +315,7 @@ class AlertSender:
             self.sink.close()
 
 
-class AlertSenderStep(bootsteps.StartStopStep):  # type: ignore[misc]
+class AlertSenderStep(bootsteps.StartStopStep):
     """Worker bootstep: runs the alert sender in the worker's main process."""
 
     label = "platform alert sender"

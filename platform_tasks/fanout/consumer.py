@@ -307,7 +307,7 @@ def _tenant_envelopes(
     return envelopes, invalid
 
 
-class TenantsQueryCheckStep(bootsteps.Step):  # type: ignore[misc]
+class TenantsQueryCheckStep(bootsteps.Step):
     """Worker bootstep: check the tenant source before the worker consumes anything."""
 
     label = "platform fan-out tenant source"

@@ -70,7 +70,7 @@ def _local_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class LeaseScheduler(beat.Scheduler):  # type: ignore[misc]
+class LeaseScheduler(beat.Scheduler):
     """Beat scheduler whose entries are the discovered jobs, admitted through Redis."""
 
     #: the longest beat sleeps between ticks when no point is due sooner

@@ -115,7 +115,7 @@ def _install_child_handler(**_: Any) -> None:
     signal.signal(_CANCEL_SIGNAL, _on_cancel_signal)
 
 
-class JobsWorkerStep(bootsteps.StartStopStep):  # type: ignore[misc]
+class JobsWorkerStep(bootsteps.StartStopStep):
     """Validates jobs when the worker is built (before it consumes) and runs shutdown."""
 
     label = "platform scheduled jobs"

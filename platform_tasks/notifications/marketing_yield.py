@@ -130,7 +130,7 @@ def _marketing_providers(app: PlatformCelery, channel: str) -> tuple[str, ...]:
     return tuple(sorted(name for name in names if isinstance(name, str)))
 
 
-class MarketingYield(bootsteps.StartStopStep):  # type: ignore[misc]
+class MarketingYield(bootsteps.StartStopStep):
     """Consumer bootstep: cancel/re-add marketing consumers by transactional depth."""
 
     label = "notification marketing yield"

@@ -62,7 +62,7 @@ for a broker connection that dropped and answers again at once (what Celery's re
 for), bounded so that an outage costs the event loop well under a heartbeat interval."""
 
 
-class BatchingEventDispatcher(EventDispatcher):  # type: ignore[misc]
+class BatchingEventDispatcher(EventDispatcher):
     """Celery's dispatcher, flushing buffered task events on a timer instead of per turn."""
 
     flush_interval: float = FLUSH_INTERVAL
@@ -122,13 +122,13 @@ class BatchingEventDispatcher(EventDispatcher):  # type: ignore[misc]
         self.flush()
 
 
-class PlatformEvents(Events):  # type: ignore[misc]
+class PlatformEvents(Events):
     """``app.events`` whose ``Dispatcher`` is :class:`BatchingEventDispatcher`."""
 
     dispatcher_cls = f"{__name__}:BatchingEventDispatcher"
 
 
-class FlushEventsOnStop(bootsteps.StartStopStep):  # type: ignore[misc]
+class FlushEventsOnStop(bootsteps.StartStopStep):
     """Consumer step: on stop and shutdown, publish buffered task events at once.
 
     Requires Celery's ``Events`` step, so it is stopped and shut down before it, while

@@ -90,7 +90,7 @@ def add_exposition_registrar(app: PlatformCelery, register: ExpositionRegistrar)
     _REGISTRARS.set(app, registrars)
 
 
-class MetricsServerStep(bootsteps.StartStopStep):  # type: ignore[misc]
+class MetricsServerStep(bootsteps.StartStopStep):
     """Worker bootstep: serves ``/metrics`` on ``PLATFORM_METRICS_PORT`` when it is set
     (:func:`~platform_tasks.observability.metrics_server.serve`, as beat does)."""
 

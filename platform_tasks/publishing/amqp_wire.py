@@ -65,7 +65,7 @@ _BASIC_PROPERTIES = frozenset(name for name, _ in Message.PROPERTIES)
 """What AMQP carries of a message's properties; Celery's extra keywords are not among them."""
 
 
-class _RecordingProducer(Producer):  # type: ignore[misc]
+class _RecordingProducer(Producer):
     """A kombu producer whose final step records the message instead of sending it."""
 
     recorded: list[AmqpMessage]

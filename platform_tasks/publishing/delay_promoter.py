@@ -168,7 +168,7 @@ def delay_promoter_for(
     return RabbitMQDelayPromoter(app, name=name)
 
 
-class DelayPromoterStep(bootsteps.StartStopStep):  # type: ignore[misc]
+class DelayPromoterStep(bootsteps.StartStopStep):
     """Worker bootstep: runs the broker's delay promoter in the worker's main process."""
 
     label = "platform delay promoter"

@@ -40,7 +40,7 @@ class _CapturedCommands:
         self.commands.append((name, args))
 
 
-class _CapturingProducer(Producer):  # type: ignore[misc]
+class _CapturingProducer(Producer):
     """A kombu producer whose final step records the message instead of sending it."""
 
     captured: list[tuple[str, tuple[Any, ...]]]

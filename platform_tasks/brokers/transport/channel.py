@@ -84,7 +84,7 @@ _SCRIPTS = (
 )
 
 
-class Channel(RedisChannel):  # type: ignore[misc]
+class Channel(RedisChannel):
     """kombu's Redis channel with an atomic fetch, script acks and a cached client."""
 
     QoS = QoS

@@ -31,7 +31,7 @@ DEFAULT_RESTORE_BATCH = 1000
 SWEEP_SLACK = 0.8
 
 
-class QoS(RedisQoS):  # type: ignore[misc]
+class QoS(RedisQoS):
     """kombu's Redis QoS with one script per state change and a time-based sweep."""
 
     channel: Channel

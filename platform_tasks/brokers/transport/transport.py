@@ -15,7 +15,7 @@ from platform_tasks.brokers.transport.fair_lanes import SORT_INTERVAL
 logger = logging.getLogger("platform_tasks.transport")
 
 
-class Transport(RedisTransport):  # type: ignore[misc]
+class Transport(RedisTransport):
     """kombu's Redis transport with the platform channel and a timely sweep.
 
     kombu's event loop sweeps for expired unacked messages on a timer read from the
