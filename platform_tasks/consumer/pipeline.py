@@ -15,7 +15,8 @@ acts on it. Deciding, in order:
    <platform_tasks.consumer.marks>` (every write of the job's Redis state is preceded by
    one): a job without one has nothing in Redis to read. Past
    ``max_attempts`` the job is a crash-loop :class:`GaveUp`, not run;
-4. run ``task.execute(envelope, tx)`` in that transaction; a handler that broke the
+4. run ``task.execute(envelope, tx)`` in that transaction (its publishes join it: see
+   :mod:`~platform_tasks.publishing.outbox`); a handler that broke the
    transaction (closed it, ended it, or caught a SQL error so that ``COMMIT`` answers
    ``ROLLBACK``) failed its attempt like one that raised;
 5. commit → :class:`Applied`; a failure is counted in Redis while the claim still holds a
@@ -96,6 +97,7 @@ from platform_tasks.observability.alerts import configure_alerts
 from platform_tasks.observability.context import current_correlation_id
 from platform_tasks.observability.trace_context import current_trace_headers, trace_of
 from platform_tasks.postgres.database import Database, require_database_url
+from platform_tasks.publishing.outbox import handler_publishes
 from platform_tasks.publishing.queue_port import QueuePort
 
 if TYPE_CHECKING:
@@ -262,7 +264,10 @@ class DeliveryPipeline:
             error: Exception | None = None
             try:
                 held = admit(task, envelope, delivery.unique_key)  # its limits, or wait
-                with running_job(self.cancels, tx.cursor, envelope, delivery):
+                with (
+                    running_job(self.cancels, tx.cursor, envelope, delivery),
+                    handler_publishes(tx.cursor, envelope.job_id, delivery.consumer),
+                ):
                     result = task.execute(envelope, tx.cursor)
             except Throttled as exc:
                 tx.rollback()

@@ -29,6 +29,7 @@ from platform_tasks.observability.trace_context import outgoing_headers
 from platform_tasks.publishing.amqp_wire import AmqpMessageBuilder
 from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.publishing.native_delays import NativeDelays
+from platform_tasks.publishing.outbox import JOIN, OutboxWriter, outbox_cursor
 from platform_tasks.publishing.reference_clock import ReferenceClock
 from platform_tasks.publishing.wire import WireBuilder
 
@@ -98,6 +99,7 @@ class QueuePort:
         self._native: NativeDelays | None = None
         self._unique_locks: UniqueLocks | None = None
         self._amqp_messages: AmqpMessageBuilder | None = None
+        self._outbox: OutboxWriter | None = None
         self._store_kind = delays_in_store(self.settings)
         if self._store_kind == "rabbitmq":
             self._amqp_messages = AmqpMessageBuilder(app)
@@ -126,6 +128,33 @@ class QueuePort:
         assert self._amqp_messages is not None
         message = self._amqp_messages.build(kind, **send)
         return uuid.uuid4().hex, int(run_at.timestamp() * 1000), message.encode()
+
+    def _to_outbox(
+        self,
+        tx: Any,
+        queue: str,
+        payload: Mapping[str, Any],
+        options: PublishOptions,
+        run_at: datetime | None,
+    ) -> uuid.UUID | None:
+        """Insert the finished message into ``core.outbox`` in ``tx`` (or the running
+        handler's transaction) instead of sending it; ``None`` when the publish goes to
+        the broker at once (see :mod:`~platform_tasks.publishing.outbox`)."""
+        target = outbox_cursor(tx)
+        if target is None:
+            return None
+        cursor, handler = target
+        if handler is not None and (not isinstance(payload, Mapping) or not payload.get("job_id")):
+            payload = {**payload, "job_id": str(handler.child_job_id())}
+        envelope = self.envelope(payload)
+        if run_at is not None and run_at <= self._clock():
+            run_at = None
+        send = self._send_options(queue, envelope, options, run_at)
+        due_ms = None if run_at is None else int(run_at.timestamp() * 1000)
+        if self._outbox is None:
+            self._outbox = OutboxWriter(self.app)
+        self._outbox.insert(cursor, self._outbox.build(envelope.kind, send, due_ms))
+        return envelope.job_id
 
     def envelope(self, payload: Mapping[str, Any]) -> Envelope[Any]:
         """Complete ``payload`` (job_id, correlation_id) and validate it as an envelope."""
@@ -175,8 +204,14 @@ class QueuePort:
         unique_key: str | None = None,
         unique_for: timedelta | None = None,
         unique_mode: str | None = None,
+        tx: Any = JOIN,
     ) -> uuid.UUID:
         """Validate and publish now; returns the job id (also the Celery task id).
+
+        ``tx`` (a PostgreSQL connection or cursor in a transaction): the finished message
+        is inserted into ``core.outbox`` in that transaction instead, and a relay publishes
+        it once it committed; rolled back, the job never existed. Inside a PlatformTask
+        handler the default joins the handler's transaction; ``tx=None`` publishes now.
 
         ``unique_key``/``unique_for``: while a job published with the key waits, another
         publish of it returns that job's id and publishes nothing; ``unique_mode=
@@ -186,7 +221,11 @@ class QueuePort:
         options = _options(opts)
         unique = unique_publish(unique_key, unique_for, unique_mode)
         if unique is not None:
+            _refuse_unique_in_tx(tx)
             return publish_unique(self, queue, payload, options, unique, None)
+        staged = self._to_outbox(tx, queue, payload, options, None)
+        if staged is not None:
+            return staged
         envelope = self.envelope(payload)
         self.app.send_task(envelope.kind, **self._send_options(queue, envelope, options))
         return envelope.job_id
@@ -201,8 +240,12 @@ class QueuePort:
         unique_key: str | None = None,
         unique_for: timedelta | None = None,
         unique_mode: str | None = None,
+        tx: Any = JOIN,
     ) -> uuid.UUID:
         """Validate and store for delivery at ``run_at`` (aware); a past time publishes now.
+
+        ``tx``: as for :meth:`publish`; the relay stores the row in the delay store with
+        its due time (on RabbitMQ this needs ``PLATFORM_RABBITMQ_DELAYS=delay_store``).
 
         On Redis the job waits in the delay store; on RabbitMQ in the broker's delayed
         delivery queues, arriving at ``run_at`` rounded up to the next whole second, or with
@@ -213,7 +256,11 @@ class QueuePort:
         options = _options(opts)
         unique = unique_publish(unique_key, unique_for, unique_mode)
         if unique is not None:
+            _refuse_unique_in_tx(tx)
             return publish_unique(self, queue, payload, options, unique, run_at)
+        staged = self._to_outbox(tx, queue, payload, options, run_at)
+        if staged is not None:
+            return staged
         envelope = self.envelope(payload)
         now = self._clock()
         if run_at <= now:
@@ -282,11 +329,26 @@ class QueuePort:
         self._reference.close()
         if self._amqp_messages is not None:
             self._amqp_messages.close()
+        if self._outbox is not None:
+            self._outbox.close()
+            self._outbox = None
         if self._owns_client and self._redis is not None:
             self._redis.close()
             self._redis = None
             self._store = None
             self._unique_locks = None
+
+
+def _refuse_unique_in_tx(tx: Any) -> None:
+    """A unique key is judged by a Redis lock taken at publish time, which a rollback
+    could not undo: refuse it with ``tx`` rather than hold a key for a job that never
+    existed (a handler publishing with a unique key passes ``tx=None``)."""
+    if outbox_cursor(tx) is not None:
+        raise ConfigurationError(
+            "unique_key cannot be combined with a transaction (tx=, or a publish inside a "
+            "PlatformTask handler): the key's Redis lock is taken at once and a rollback "
+            "could not release it; pass tx=None to publish the unique job at once"
+        )
 
 
 def _require_aware(run_at: datetime) -> None:
