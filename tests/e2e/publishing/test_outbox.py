@@ -9,86 +9,29 @@ and a retried attempt publishes it again under the same derived id.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import psycopg2
 import redis
 
-from platform_tasks import QueuePort, create_app
-from platform_tasks.envelope import uuid7
+from platform_tasks import QueuePort
 from platform_tasks.fanout.ids import derived_uuid7
-from platform_tasks.settings import PlatformSettings
-from platform_tasks.testing.servers import wait_until
-from tests.apps.outbox_app import QUEUE, TABLES_SQL, TASK
-from tests.conftest import REPO_ROOT
+from tests.apps.outbox_app import QUEUE, TASK
+from tests.e2e.publishing.outbox import (
+    applied,
+    broker_lists,
+    effect,
+    outbox_rows,
+    prepare,
+    producer,
+    start_worker,
+    wait_for,
+)
 from tests.support.database import query
-from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
+from tests.support.processes import celery_processes
 
 PUBLISHES = 1000
-
-
-def effect(key: str, **data: Any) -> dict[str, Any]:
-    return {"job_id": str(uuid7()), "tenant_id": "t1", "kind": TASK, "data": {"key": key, **data}}
-
-
-def prepare(database_url: str) -> None:
-    query(database_url, TABLES_SQL)
-    query(database_url, "TRUNCATE public.outbox_effects, public.outbox_runs")
-
-
-def applied(database_url: str) -> dict[str, int]:
-    rows = query(
-        database_url, "SELECT job_id::text, count(*) FROM public.outbox_effects GROUP BY 1"
-    )
-    return {job: int(n) for job, n in rows}
-
-
-def outbox_rows(database_url: str) -> int:
-    return int(query(database_url, "SELECT count(*) FROM core.outbox")[0][0])
-
-
-@contextmanager
-def producer(
-    broker_url: str, redis_url: str, database_url: str, **extra: Any
-) -> Iterator[QueuePort]:
-    settings = PlatformSettings.build(
-        redis_url=redis_url,
-        broker_url=broker_url,
-        database_url=database_url,
-        profile="test",
-        **extra,
-    )
-    app = create_app("outbox_producer", settings=settings)
-    port = QueuePort(app)
-    try:
-        yield port
-    finally:
-        port.close()
-        app.close()
-
-
-def start_worker(
-    started: list[CeleryProcess], redis_url: str, database_url: str, log: Path, **extra: str
-) -> CeleryProcess:
-    env = platform_env(
-        redis_url=redis_url,
-        database_url=database_url,
-        extra={
-            "PLATFORM_DELAY_POLL_INTERVAL_SECONDS": "0.1",
-            "PLATFORM_VISIBILITY_TIMEOUT_SECONDS": "5",
-            **extra,
-        },
-    )
-    worker = CeleryProcess(
-        worker_argv("tests.apps.outbox_app", concurrency=2), env=env, cwd=REPO_ROOT, log_path=log
-    ).start()
-    started.append(worker)
-    worker.wait_for_log("ready.", timeout=60)
-    return worker
 
 
 def publish_in_transactions(port: QueuePort, database_url: str) -> tuple[list[str], list[str]]:
@@ -157,17 +100,10 @@ def test_only_committed_publishes_run_each_once_and_handler_publishes_join_its_t
             dead = int(query(database_url, "SELECT count(*) FROM core.dead_letters")[0][0])
             return expected <= done.keys() and dead == 1 and outbox_rows(database_url) == 0
 
-        try:
-            wait_until(settled, timeout=90, interval=0.2, message="every committed job applied")
-        except TimeoutError as exc:
-            raise AssertionError(f"{exc}\n{worker.log()[-5000:]}") from exc
+        wait_for(settled, timeout=90, message="every committed job applied", worker=worker)
         # the dead-lettered handler's follow-up, had it leaked, would be on the broker by now
-        wait_until(
-            lambda: (
-                not [k for k in client.keys("*") if client.type(k) == b"list" and client.llen(k)]
-            ),
-            timeout=30,
-            message="broker lists drained",
+        wait_for(
+            lambda: not broker_lists(client), timeout=30, message="queues drained", worker=worker
         )
         done = applied(database_url)
         worker.stop()
