@@ -28,7 +28,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from platform_tasks.brokers.selection import broker_kind, delays_in_store
+from platform_tasks.brokers.selection import (
+    broker_kind,
+    delay_countdown_seconds,
+    delays_in_store,
+)
 from platform_tasks.errors import ConfigurationError, PlatformError
 from platform_tasks.fanout.ids import derived_uuid7
 from platform_tasks.postgres.queries import load_queries
@@ -201,22 +205,29 @@ class OutboxWriter:
                 self._amqp = AmqpMessageBuilder(self.app)
             return self._amqp
 
-    def build(self, kind: str, send: dict[str, Any], due_ms: int | None) -> OutboxRow:
-        """The row of ``send_task(kind, **send)``; ``due_ms`` for a job due later."""
+    def build(self, kind: str, send: dict[str, Any], due_ms: int | None, now_ms: int) -> OutboxRow:
+        """The row of ``send_task(kind, **send)``; ``due_ms`` for a job due later.
+
+        Where the job waits until ``due_ms``: the delay store (Redis brokers, RabbitMQ with
+        ``PLATFORM_RABBITMQ_DELAYS=delay_store``; the row carries an entry id), or
+        RabbitMQ's delayed-delivery queues, the message built with its countdown from
+        ``now_ms`` (whole seconds, rounded up; it runs that long after the relay
+        published it, the relay's lag later than a direct ``schedule``)."""
         job_id = uuid.UUID(str(send["task_id"]))
         queue = str(send["queue"])
         if self.broker == "redis":
             wire = self._redis_wire().build(kind, **send)
             entry = json.dumps({"q": wire.list_key, "m": wire.wire}, separators=(",", ":"))
-            return OutboxRow("redis", job_id, queue, entry, wire.delivery_tag, due_ms)
-        if due_ms is not None and delays_in_store(self.settings) != "rabbitmq":
-            raise ConfigurationError(
-                "schedule(..., tx=) on RabbitMQ needs PLATFORM_RABBITMQ_DELAYS=delay_store: "
-                "a row relayed later cannot keep its due time through the broker's "
-                "whole-second delayed-delivery queues"
-            )
+            entry_id = wire.delivery_tag if due_ms is not None else None
+            return OutboxRow("redis", job_id, queue, entry, entry_id, due_ms)
+        entry_id = None
+        if due_ms is not None:
+            if delays_in_store(self.settings) == "rabbitmq":
+                entry_id = uuid.uuid4().hex
+            else:
+                countdown = delay_countdown_seconds((due_ms - now_ms) / 1000)
+                send = {**send, "countdown": countdown}
         message = self._amqp_builder().build(kind, **send)
-        entry_id = uuid.uuid4().hex if due_ms is not None else None
         return OutboxRow("amqp", job_id, queue, message.encode(), entry_id, due_ms)
 
     def insert(self, tx: Any, row: OutboxRow) -> None:

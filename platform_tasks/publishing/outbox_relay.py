@@ -109,7 +109,10 @@ class AmqpSink:
 
         self.app = app
         self.settings: PlatformSettings = app.platform_settings
+        from platform_tasks.publishing.native_delays import NativeDelays
+
         self.publisher: ConfirmedPublisher = ConfirmedPublisher(app)
+        self._native = NativeDelays(app)
         self._store: redis.Redis | None = None
 
     def _delay_store(self) -> redis.Redis:
@@ -123,8 +126,8 @@ class AmqpSink:
         from platform_tasks.publishing.amqp_wire import AmqpMessage
 
         accepted: list[int] = []
-        later = [row for row in rows if row.due_ms is not None]
-        now = [row for row in rows if row.due_ms is None]
+        later = [row for row in rows if row.entry_id is not None]  # for the delay store
+        now = [row for row in rows if row.entry_id is None]  # countdown rows included
         if later:
             keys = rabbitmq_delay_keys(self.settings.profile)
             with self._delay_store().pipeline(transaction=True) as pipe:
@@ -136,6 +139,9 @@ class AmqpSink:
             accepted.extend(row.id for row in later)
         if now:
             messages = [AmqpMessage.decode(row.message) for row in now]
+            for row, message in zip(now, messages, strict=True):
+                if row.due_ms is not None:  # through the delayed-delivery queues
+                    self._native.ensure_routable(message.queue)
             confirmed = self.publisher.publish(messages)
             accepted.extend(row.id for row, ok in zip(now, confirmed, strict=True) if ok)
             if not all(confirmed):

@@ -153,7 +153,8 @@ class QueuePort:
         due_ms = None if run_at is None else int(run_at.timestamp() * 1000)
         if self._outbox is None:
             self._outbox = OutboxWriter(self.app)
-        self._outbox.insert(cursor, self._outbox.build(envelope.kind, send, due_ms))
+        now_ms = int(self._clock().timestamp() * 1000)
+        self._outbox.insert(cursor, self._outbox.build(envelope.kind, send, due_ms, now_ms))
         return envelope.job_id
 
     def envelope(self, payload: Mapping[str, Any]) -> Envelope[Any]:
@@ -245,7 +246,7 @@ class QueuePort:
         """Validate and store for delivery at ``run_at`` (aware); a past time publishes now.
 
         ``tx``: as for :meth:`publish`; the relay stores the row in the delay store with
-        its due time (on RabbitMQ this needs ``PLATFORM_RABBITMQ_DELAYS=delay_store``).
+        its due time (RabbitMQ's native delays: publishes it with its countdown).
 
         On Redis the job waits in the delay store; on RabbitMQ in the broker's delayed
         delivery queues, arriving at ``run_at`` rounded up to the next whole second, or with
