@@ -189,6 +189,9 @@ class OutboxRelay:
         if self._sink is None:
             kind = broker_kind(self.settings.effective_broker_url)
             self._sink = RedisSink(self.settings) if kind == "redis" else AmqpSink(self.app)
+        self._open_database()
+
+    def _open_database(self) -> None:
         if self._conn is None:
             assert self.settings.database_url
             conn = psycopg2.connect(
@@ -259,17 +262,27 @@ class OutboxRelay:
             total += moved
             if not more:
                 break
-        if self._measure and self._table_seen:
-            self.measure()
         return total
 
     def measure(self) -> None:
         """Set ``platform_outbox_rows_waiting`` and ``platform_outbox_lag_seconds``."""
-        self._open()
+        self._open_database()
         with self._conn.cursor() as cur:
             cur.execute(self._sql["measure"], (self.settings.profile,))
             waiting, lag = cur.fetchone()
         observe_outbox(int(waiting), None if lag is None else float(lag))
+
+    def _measure_quietly(self) -> None:
+        """Measure after every pass, a failed one too: a relay that cannot reach the broker
+        still reports the lag growing (what the stalled-relay alert watches)."""
+        if not self._measure:
+            return
+        try:
+            self._open_database()
+            if self._table_seen:
+                self.measure()
+        except EXPECTED_ERRORS:
+            self._close_connection()
 
     # -- the thread ----------------------------------------------------------------
 
@@ -317,6 +330,7 @@ class OutboxRelay:
                         "outbox relay failed unexpectedly; retrying",
                         extra={"event": "outbox.relay_failed"},
                     )
+                self._measure_quietly()
                 if failures:
                     self._stop.wait(failure_backoff(self.interval, failures))
                     continue

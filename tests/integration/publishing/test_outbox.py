@@ -257,3 +257,56 @@ def test_the_commit_wakes_a_running_relay_long_before_its_poll_interval(
     finally:
         relay.stop()
         app.close()
+
+
+def test_a_relay_that_cannot_reach_the_broker_reports_the_lag_growing(
+    settings: PlatformSettings, port: QueuePort, conn: Any, redis_client: redis.Redis
+) -> None:
+    from prometheus_client import REGISTRY
+
+    with conn:
+        for _ in range(3):
+            port.publish("billing", payload(), tx=conn)
+    unreachable = settings.model_copy(
+        update={
+            "broker_url": "redis://127.0.0.1:1/0",  # nothing listens on port 1
+            "metrics_port": 9,  # measured when metrics are served (nothing is served here)
+            "outbox_poll_interval_seconds": 0.05,
+        }
+    )
+    app = create_app("outbox_stalled_test", settings=unreachable)
+    relay = OutboxRelay(app)
+    relay.start()
+    try:
+        wait_until(
+            lambda: (
+                REGISTRY.get_sample_value("platform_outbox_rows_waiting") == 3
+                and (REGISTRY.get_sample_value("platform_outbox_lag_seconds") or 0) > 0.2
+            ),
+            timeout=20,
+            interval=0.05,
+            message="the stalled relay reports 3 rows waiting and a growing lag",
+        )
+    finally:
+        relay.stop()
+        app.close()
+    assert redis_client.llen("billing") == 0
+
+    healthy = settings.model_copy(update={"metrics_port": 9})
+    app = create_app("outbox_healthy_test", settings=healthy)
+    relay = OutboxRelay(app)
+    relay.start()
+    try:
+        wait_until(
+            lambda: (
+                REGISTRY.get_sample_value("platform_outbox_rows_waiting") == 0
+                and REGISTRY.get_sample_value("platform_outbox_lag_seconds") == 0
+            ),
+            timeout=20,
+            interval=0.05,
+            message="the outbox drained and the gauges back at 0",
+        )
+    finally:
+        relay.stop()
+        app.close()
+    assert redis_client.llen("billing") == 3
