@@ -163,6 +163,8 @@ class OutboxRow:
     broker: str
     job_id: uuid.UUID
     queue: str
+    target: str | None
+    """The Redis list a published row is pushed onto; ``None`` otherwise."""
     message: str
     entry_id: str | None = None
     due_ms: int | None = None
@@ -217,9 +219,10 @@ class OutboxWriter:
         queue = str(send["queue"])
         if self.broker == "redis":
             wire = self._redis_wire().build(kind, **send)
+            if due_ms is None:  # pushed as is, no decoding in the relay
+                return OutboxRow("redis", job_id, queue, wire.list_key, wire.wire)
             entry = json.dumps({"q": wire.list_key, "m": wire.wire}, separators=(",", ":"))
-            entry_id = wire.delivery_tag if due_ms is not None else None
-            return OutboxRow("redis", job_id, queue, entry, entry_id, due_ms)
+            return OutboxRow("redis", job_id, queue, None, entry, wire.delivery_tag, due_ms)
         entry_id = None
         if due_ms is not None:
             if delays_in_store(self.settings) == "rabbitmq":
@@ -228,7 +231,7 @@ class OutboxWriter:
                 countdown = delay_countdown_seconds((due_ms - now_ms) / 1000)
                 send = {**send, "countdown": countdown}
         message = self._amqp_builder().build(kind, **send)
-        return OutboxRow("amqp", job_id, queue, message.encode(), entry_id, due_ms)
+        return OutboxRow("amqp", job_id, queue, None, message.encode(), entry_id, due_ms)
 
     def insert(self, tx: Any, row: OutboxRow) -> None:
         """Insert ``row`` through ``tx`` (a connection or cursor) in its transaction."""
@@ -238,6 +241,7 @@ class OutboxWriter:
             row.broker,
             str(row.job_id),
             row.queue,
+            row.target,
             row.message,
             row.entry_id,
             row.due_ms,

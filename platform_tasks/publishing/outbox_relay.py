@@ -26,7 +26,6 @@ Failures back off as the promoter's do
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import select
@@ -68,6 +67,7 @@ class Row:
 
     id: int
     broker: str
+    target: str | None
     message: str
     entry_id: str | None
     due_ms: int | None
@@ -84,13 +84,12 @@ class RedisSink:
 
     def publish(self, rows: list[Row]) -> list[int]:
         """Ids of the rows Redis accepted: all of them, or an exception."""
-        with self.client.pipeline(transaction=True) as pipe:
+        with self.client.pipeline(transaction=False) as pipe:
             for row in rows:
-                if row.due_ms is None:
-                    entry = json.loads(row.message)
-                    pipe.lpush(entry["q"], entry["m"])
+                if row.target is not None:
+                    pipe.lpush(row.target, row.message)
                 else:
-                    assert row.entry_id is not None
+                    assert row.entry_id is not None and row.due_ms is not None
                     pipe.hset(self.keys.entries, row.entry_id, row.message)
                     pipe.zadd(self.keys.schedule, {row.entry_id: row.due_ms})
             pipe.execute()
@@ -237,14 +236,11 @@ class OutboxRelay:
         limit = self.settings.outbox_batch_size
         conn = self._conn
         with conn.cursor() as cur:
-            cur.execute("BEGIN")
             try:
                 cur.execute(self._sql["claim_batch"], (self.settings.profile, limit))
                 rows = [Row(*record) for record in cur.fetchall()]
                 accepted = self._sink.publish(rows) if rows else []
-                if accepted:
-                    cur.execute(self._sql["delete_rows"], (accepted,))
-                cur.execute("COMMIT")
+                cur.execute(self._sql["delete_rows"], (accepted,))
             except BaseException:
                 if not conn.closed:
                     try:

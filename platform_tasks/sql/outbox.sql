@@ -3,8 +3,8 @@
 
 -- name: insert_row
 -- One finished message, in the caller's transaction.
-INSERT INTO core.outbox (profile, broker, job_id, queue, message, entry_id, due_ms)
-VALUES (%s, %s, %s, %s, %s, %s, %s)
+INSERT INTO core.outbox (profile, broker, job_id, queue, target, message, entry_id, due_ms)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
 
 -- name: listen
 -- The channel the insert trigger notifies at commit (migration 0008).
@@ -13,8 +13,10 @@ LISTEN platform_outbox
 -- name: claim_batch
 -- The oldest committed rows of this profile no other relay holds: locked until this
 -- relay's transaction ends, so concurrent relays take disjoint batches, and a relay that
--- dies before its commit leaves its rows to the next one.
-SELECT id, broker, message, entry_id, due_ms
+-- dies before its commit leaves its rows to the next one. The transaction begins in the
+-- same round trip.
+BEGIN;
+SELECT id, broker, target, message, entry_id, due_ms
 FROM core.outbox
 WHERE profile = %s
 ORDER BY id
@@ -22,8 +24,9 @@ LIMIT %s
 FOR UPDATE SKIP LOCKED
 
 -- name: delete_rows
--- Rows the broker accepted.
-DELETE FROM core.outbox WHERE id = ANY(%s)
+-- Rows the broker accepted, deleted and committed in one round trip.
+DELETE FROM core.outbox WHERE id = ANY(%s);
+COMMIT
 
 -- name: measure
 -- Rows waiting and the age in seconds of the oldest one (NULL: none), by the server clock.

@@ -4,16 +4,18 @@
 -- its transaction committed, so a job exists if and only if that transaction committed.
 --
 -- message holds the finished broker message (the bytes a direct publish sends):
---   broker 'redis': the delay store's entry {"q": list key, "m": kombu wire message}
+--   broker 'redis', a publish: the kombu wire message, LPUSHed as is onto list target
+--   broker 'redis', a schedule: the delay store's entry {"q": list key, "m": wire}
 --   broker 'amqp':  an AMQP message {"q", "e", "r", "b", "p"} (publishing/amqp_wire.py)
 -- due_ms is NULL for a publish; for a schedule it is the due time (ms since the epoch),
--- and entry_id the delay store's entry id: the relay stores the row in the delay store.
+-- and entry_id, when set, the delay store's entry id: the relay stores the row there.
 CREATE TABLE IF NOT EXISTS core.outbox (
     id         bigserial   PRIMARY KEY,
     profile    text        NOT NULL,
     broker     text        NOT NULL CHECK (broker IN ('redis', 'amqp')),
     job_id     uuid        NOT NULL,
     queue      text        NOT NULL,
+    target     text,
     message    text        NOT NULL,
     entry_id   text,
     due_ms     bigint,
