@@ -19,7 +19,6 @@ Run: .venv/bin/python bench/outbox.py [--publishes 3000] [--rounds 3] [--rows 20
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -94,15 +93,15 @@ def relay_throughput(
             port.publish("relayed", payload(), tx=conn)
     with conn.cursor() as cur:
         cur.execute("SELECT message FROM core.outbox ORDER BY id")
-        entries = [json.loads(m) for (m,) in cur.fetchall()]
+        messages = [m for (m,) in cur.fetchall()]
     conn.close()
     batch = port.settings.outbox_batch_size
 
     start = time.perf_counter()
-    for i in range(0, len(entries), batch):
+    for i in range(0, len(messages), batch):
         with client.pipeline(transaction=False) as pipe:
-            for entry in entries[i : i + batch]:
-                pipe.lpush("raw", entry["m"])
+            for message in messages[i : i + batch]:
+                pipe.lpush("raw", message)
             pipe.execute()
     raw = time.perf_counter() - start
 
