@@ -35,11 +35,15 @@ from platform_tasks.brokers.selection import (
 )
 from platform_tasks.errors import ConfigurationError, PlatformError
 from platform_tasks.fanout.ids import derived_uuid7
+from platform_tasks.observability.trace_context import ambient_trace_headers
 from platform_tasks.postgres.queries import load_queries
 
 if TYPE_CHECKING:
     from platform_tasks.app import PlatformCelery
+    from platform_tasks.envelope import Envelope
+    from platform_tasks.limits.unique import UniquePublish
     from platform_tasks.publishing.amqp_wire import AmqpMessageBuilder
+    from platform_tasks.publishing.queue_port import PublishOptions
     from platform_tasks.publishing.wire import WireBuilder
 
 __all__ = [
@@ -232,6 +236,29 @@ class OutboxWriter:
                 send = {**send, "countdown": countdown}
         message = self._amqp_builder().build(kind, **send)
         return OutboxRow("amqp", job_id, queue, None, message.encode(), entry_id, due_ms)
+
+    def unique_row(
+        self,
+        queue: str,
+        envelope: Envelope[Any],
+        options: PublishOptions,
+        unique: UniquePublish,
+        due_ms: int | None,
+    ) -> OutboxRow:
+        """The row of a unique publish: the request, not a message. Whether the job is
+        published, and under which id, depends on the key's Redis lock, which only the
+        relay can take (a lock taken now would outlive a rollback): the relay makes the
+        unique publish once the row committed, with the same job id every time (a relay
+        that publishes it again finds the key held by that very id). The trace context
+        of the publishing code is kept for it."""
+        request = {
+            "payload": envelope.to_message(),
+            "opts": options.model_dump(),
+            "unique": {"key": unique.key, "ttl_ms": unique.ttl_ms, "mode": unique.mode},
+            "trace": ambient_trace_headers(),
+        }
+        message = json.dumps(request, separators=(",", ":"), default=str)
+        return OutboxRow("unique", envelope.job_id, queue, None, message, None, due_ms)
 
     def insert(self, tx: Any, row: OutboxRow) -> None:
         """Insert ``row`` through ``tx`` (a connection or cursor) in its transaction."""

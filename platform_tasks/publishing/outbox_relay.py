@@ -26,11 +26,13 @@ Failures back off as the promoter's do
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import select
 import threading
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import psycopg2
@@ -41,12 +43,14 @@ from platform_tasks.brokers.selection import broker_kind
 from platform_tasks.errors import BrokerPublishError
 from platform_tasks.keys import DelayKeys, delay_keys, rabbitmq_delay_keys
 from platform_tasks.observability.outbox_metrics import observe_outbox, outbox_relayed
+from platform_tasks.observability.trace_context import current_trace_headers
 from platform_tasks.postgres.queries import load_queries
 from platform_tasks.publishing.promotion_loop import failure_backoff
 
 if TYPE_CHECKING:
     from platform_tasks.app import PlatformCelery
     from platform_tasks.publishing.confirmed_publisher import ConfirmedPublisher
+    from platform_tasks.publishing.queue_port import QueuePort
     from platform_tasks.settings import PlatformSettings
 
 logger = logging.getLogger(__name__)
@@ -67,6 +71,7 @@ class Row:
 
     id: int
     broker: str
+    queue: str
     target: str | None
     message: str
     entry_id: str | None
@@ -174,6 +179,7 @@ class OutboxRelay:
         self._thread: threading.Thread | None = None
         self._conn: Any = None
         self._sink: RedisSink | AmqpSink | None = None
+        self._port: QueuePort | None = None
         self._wake_r, self._wake_w = -1, -1
         self._table_seen = False
         self._told_missing = False
@@ -224,6 +230,9 @@ class OutboxRelay:
         sink, self._sink = self._sink, None
         if sink is not None:
             sink.close()
+        port, self._port = self._port, None
+        if port is not None:
+            port.close()
 
     # -- one pass ------------------------------------------------------------------
 
@@ -239,7 +248,9 @@ class OutboxRelay:
             try:
                 cur.execute(self._sql["claim_batch"], (self.settings.profile, limit))
                 rows = [Row(*record) for record in cur.fetchall()]
-                accepted = self._sink.publish(rows) if rows else []
+                plain = [row for row in rows if row.broker != "unique"]
+                accepted = self._sink.publish(plain) if plain else []
+                accepted += self._publish_unique([row for row in rows if row.broker == "unique"])
                 cur.execute(self._sql["delete_rows"], (accepted,))
             except BaseException:
                 if not conn.closed:
@@ -249,6 +260,38 @@ class OutboxRelay:
                         self._close_connection()
                 raise
         return len(accepted), len(rows) == limit and len(accepted) == len(rows)
+
+    def _publish_unique(self, rows: list[Row]) -> list[int]:
+        """Make the unique publishes of ``rows`` through the queue port (one at a time:
+        each takes its key's lock); the ids of the rows done."""
+        if not rows:
+            return []
+        if self._port is None:
+            from platform_tasks.publishing.queue_port import QueuePort
+
+            self._port = QueuePort(self.app)
+        done = []
+        for row in rows:
+            request = json.loads(row.message)
+            unique = request["unique"]
+            token = current_trace_headers.set(request.get("trace") or None)
+            try:
+                kwargs: dict[str, Any] = {
+                    "unique_key": unique["key"],
+                    "unique_for": timedelta(milliseconds=unique["ttl_ms"]),
+                    "unique_mode": unique["mode"],
+                    "tx": None,
+                }
+                queue, payload, opts = row.queue, request["payload"], request["opts"]
+                if row.due_ms is None:
+                    self._port.publish(queue, payload, opts, **kwargs)
+                else:
+                    run_at = datetime.fromtimestamp(row.due_ms / 1000, UTC)
+                    self._port.schedule(queue, payload, run_at, opts, **kwargs)
+            finally:
+                current_trace_headers.reset(token)
+            done.append(row.id)
+        return done
 
     def run_once(self) -> int:
         """Relay until no full batch is left; how many rows were relayed."""

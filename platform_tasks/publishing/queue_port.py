@@ -20,8 +20,8 @@ from platform_tasks.brokers.selection import broker_holds_delays, broker_kind, d
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7, validation_errors
 from platform_tasks.errors import ConfigurationError, NaiveDatetimeError
 from platform_tasks.keys import TENANT_HEADER, delay_keys, rabbitmq_delay_keys
-from platform_tasks.limits.publish import publish_unique
-from platform_tasks.limits.unique import UniqueLocks, unique_publish
+from platform_tasks.limits.publish import publish_unique, unique_locks_of
+from platform_tasks.limits.unique import UniqueLocks, UniquePublish, unique_publish
 from platform_tasks.observability.context import current_correlation_id
 from platform_tasks.observability.reserved_headers import ATTEMPT_HEADER as ATTEMPT_HEADER
 from platform_tasks.observability.reserved_headers import reserved_header
@@ -136,10 +136,12 @@ class QueuePort:
         payload: Mapping[str, Any],
         options: PublishOptions,
         run_at: datetime | None,
+        unique: UniquePublish | None = None,
     ) -> uuid.UUID | None:
         """Insert the finished message into ``core.outbox`` in ``tx`` (or the running
         handler's transaction) instead of sending it; ``None`` when the publish goes to
-        the broker at once (see :mod:`~platform_tasks.publishing.outbox`)."""
+        the broker at once (see :mod:`~platform_tasks.publishing.outbox`). A unique
+        publish is stored as its request: the relay makes it once the row committed."""
         target = outbox_cursor(tx)
         if target is None:
             return None
@@ -153,6 +155,11 @@ class QueuePort:
         due_ms = None if run_at is None else int(run_at.timestamp() * 1000)
         if self._outbox is None:
             self._outbox = OutboxWriter(self.app)
+        if unique is not None:
+            unique_locks_of(self)  # refused now where there is no delay store
+            row = self._outbox.unique_row(queue, envelope, options, unique, due_ms)
+            self._outbox.insert(cursor, row)
+            return envelope.job_id
         now_ms = int(self._clock().timestamp() * 1000)
         self._outbox.insert(cursor, self._outbox.build(envelope.kind, send, due_ms, now_ms))
         return envelope.job_id
@@ -221,12 +228,11 @@ class QueuePort:
         """
         options = _options(opts)
         unique = unique_publish(unique_key, unique_for, unique_mode)
-        if unique is not None:
-            _refuse_unique_in_tx(tx)
-            return publish_unique(self, queue, payload, options, unique, None)
-        staged = self._to_outbox(tx, queue, payload, options, None)
+        staged = self._to_outbox(tx, queue, payload, options, None, unique)
         if staged is not None:
             return staged
+        if unique is not None:
+            return publish_unique(self, queue, payload, options, unique, None)
         envelope = self.envelope(payload)
         self.app.send_task(envelope.kind, **self._send_options(queue, envelope, options))
         return envelope.job_id
@@ -256,12 +262,11 @@ class QueuePort:
         _require_aware(run_at)
         options = _options(opts)
         unique = unique_publish(unique_key, unique_for, unique_mode)
-        if unique is not None:
-            _refuse_unique_in_tx(tx)
-            return publish_unique(self, queue, payload, options, unique, run_at)
-        staged = self._to_outbox(tx, queue, payload, options, run_at)
+        staged = self._to_outbox(tx, queue, payload, options, run_at, unique)
         if staged is not None:
             return staged
+        if unique is not None:
+            return publish_unique(self, queue, payload, options, unique, run_at)
         envelope = self.envelope(payload)
         now = self._clock()
         if run_at <= now:
@@ -338,18 +343,6 @@ class QueuePort:
             self._redis = None
             self._store = None
             self._unique_locks = None
-
-
-def _refuse_unique_in_tx(tx: Any) -> None:
-    """A unique key is judged by a Redis lock taken at publish time, which a rollback
-    could not undo: refuse it with ``tx`` rather than hold a key for a job that never
-    existed (a handler publishing with a unique key passes ``tx=None``)."""
-    if outbox_cursor(tx) is not None:
-        raise ConfigurationError(
-            "unique_key cannot be combined with a transaction (tx=, or a publish inside a "
-            "PlatformTask handler): the key's Redis lock is taken at once and a rollback "
-            "could not release it; pass tx=None to publish the unique job at once"
-        )
 
 
 def _require_aware(run_at: datetime) -> None:

@@ -16,7 +16,7 @@ LISTEN platform_outbox
 -- dies before its commit leaves its rows to the next one. The transaction begins in the
 -- same round trip.
 BEGIN;
-SELECT id, broker, target, message, entry_id, due_ms
+SELECT id, broker, queue, target, message, entry_id, due_ms
 FROM core.outbox
 WHERE profile = %s
 ORDER BY id

@@ -7,12 +7,14 @@
 --   broker 'redis', a publish: the kombu wire message, LPUSHed as is onto list target
 --   broker 'redis', a schedule: the delay store's entry {"q": list key, "m": wire}
 --   broker 'amqp':  an AMQP message {"q", "e", "r", "b", "p"} (publishing/amqp_wire.py)
+--   broker 'unique': a unique publish's request {"payload", "opts", "unique", "trace"},
+--                    made by the relay through the queue port (the key's lock is Redis's)
 -- due_ms is NULL for a publish; for a schedule it is the due time (ms since the epoch),
 -- and entry_id, when set, the delay store's entry id: the relay stores the row there.
 CREATE TABLE IF NOT EXISTS core.outbox (
     id         bigserial   PRIMARY KEY,
     profile    text        NOT NULL,
-    broker     text        NOT NULL CHECK (broker IN ('redis', 'amqp')),
+    broker     text        NOT NULL CHECK (broker IN ('redis', 'amqp', 'unique')),
     job_id     uuid        NOT NULL,
     queue      text        NOT NULL,
     target     text,

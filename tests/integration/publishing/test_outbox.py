@@ -21,7 +21,7 @@ import redis
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.app import PlatformCelery
-from platform_tasks.errors import ConfigurationError, EnvelopeError
+from platform_tasks.errors import EnvelopeError
 from platform_tasks.keys import delay_keys
 from platform_tasks.observability.context import current_correlation_id
 from platform_tasks.observability.trace_context import current_trace_headers
@@ -148,8 +148,6 @@ def test_an_unusable_transaction_is_a_clear_error_naming_it(
     auto.close()
     with pytest.raises(OutboxTransactionError, match="connection given is closed"):
         port.publish("billing", payload(), tx=auto)
-    with pytest.raises(ConfigurationError, match="unique_key cannot be combined"):
-        port.publish("billing", payload(), tx=conn, unique_key="k", unique_for=timedelta(1))
     assert rows(database_url) == []
 
 
@@ -311,3 +309,32 @@ def test_a_relay_that_cannot_reach_the_broker_reports_the_lag_growing(
         relay.stop()
         app.close()
     assert redis_client.llen("billing") == 3
+
+
+def test_a_unique_publish_in_a_transaction_takes_its_key_only_once_committed(
+    app: PlatformCelery, port: QueuePort, conn: Any, database_url: str, redis_client: redis.Redis
+) -> None:
+    hour = timedelta(hours=1)
+    trace = current_trace_headers.set({"traceparent": TRACEPARENT})
+    try:
+        with conn:
+            first = port.publish("billing", payload(), tx=conn, unique_key="k", unique_for=hour)
+            port.publish("billing", payload(), tx=conn, unique_key="k", unique_for=hour)
+        port.publish("billing", payload(), tx=conn, unique_key="k2", unique_for=hour)
+        conn.rollback()
+    finally:
+        current_trace_headers.reset(trace)
+    assert redis_client.llen("billing") == 0, "no lock, no message before the relay"
+    relay = OutboxRelay(app, metrics=False)
+    try:
+        assert relay.run_once() == 2
+    finally:
+        relay.close()
+    [sent] = [json.loads(raw) for raw in redis_client.lrange("billing", 0, -1)]
+    assert sent["headers"]["id"] == str(first), "the key's first committed job, once"
+    assert sent["headers"]["traceparent"] == TRACEPARENT, "the publishing code's trace"
+    again = port.publish("billing", payload(), tx=None, unique_key="k", unique_for=hour)
+    assert again == first, "the key is held by the relayed job"
+    other = port.publish("billing", payload(), tx=None, unique_key="k2", unique_for=hour)
+    assert redis_client.llen("billing") == 2, "the rolled back publish never took k2"
+    assert str(other) in redis_client.lindex("billing", 0).decode()
