@@ -1,7 +1,7 @@
 """The transactional outbox against direct publishing, every ratio measured in one run.
 
 Run: .venv/bin/python bench/outbox.py [--publishes 3000] [--rounds 3] [--rows 20000]
-     [--latency-jobs 600]
+     [--latency-jobs 600] [--parts producer,relay,latency]
 
 1. Producer throughput: ``publish(..., tx=conn)`` with the client's ``COMMIT`` per publish
    against a direct ``publish`` to Redis (alternating rounds; target at least 0.5).
@@ -203,6 +203,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rows", type=int, default=20000)
     parser.add_argument("--latency-jobs", type=int, default=600)
+    parser.add_argument(
+        "--parts", default="producer,relay,latency", help="which measurements to run"
+    )
     args = parser.parse_args()
     with bench_redis() as server, bench_postgres() as pg:
         migrate(pg.url)
@@ -212,9 +215,14 @@ def main() -> None:
         app = create_app("bench_outbox_producer", settings=settings)
         port = QueuePort(app)
         client = redis.Redis.from_url(server.url)
-        producer_throughput(port, pg.url, client, args.publishes, args.rounds)
-        relay_throughput(app, port, pg.url, client, args.rows)
-        latency(port, server.url, pg.url, args.latency_jobs, Path(tempfile.mkdtemp()))
+        parts = set(args.parts.split(","))
+        if "producer" in parts:
+            producer_throughput(port, pg.url, client, args.publishes, args.rounds)
+        if "relay" in parts:
+            for _ in range(args.rounds):
+                relay_throughput(app, port, pg.url, client, args.rows)
+        if "latency" in parts:
+            latency(port, server.url, pg.url, args.latency_jobs, Path(tempfile.mkdtemp()))
         port.close()
         client.close()
 

@@ -1,10 +1,10 @@
 """The outbox relay: committed ``core.outbox`` rows to the broker, in every worker and beat.
 
 Like the delay promoter, a relay thread runs in every worker's main process and every
-beat replica, so there is no process for users to run. A pass takes a batch of the
-oldest rows in a transaction (``FOR UPDATE SKIP LOCKED``: any number of relays take
-disjoint batches), hands their stored messages to the broker as they are, and deletes
-them in the same transaction only once the broker accepted them:
+beat replica, so there is no process for users to run. A pass deletes a batch of
+the oldest rows in a transaction (``FOR UPDATE SKIP LOCKED``: any number of relays take
+disjoint batches), hands their stored messages to the broker as they are, and commits
+the delete only once the broker accepted them:
 
 - Redis: one pipelined ``MULTI`` round trip per batch, ``LPUSH`` of each wire message onto
   its list (a ``schedule`` row goes into the delay store with its due time instead);
@@ -247,11 +247,16 @@ class OutboxRelay:
         with conn.cursor() as cur:
             try:
                 cur.execute(self._sql["claim_batch"], (self.settings.profile, limit))
-                rows = [Row(*record) for record in cur.fetchall()]
+                rows = sorted((Row(*record) for record in cur.fetchall()), key=lambda r: r.id)
                 plain = [row for row in rows if row.broker != "unique"]
                 accepted = self._sink.publish(plain) if plain else []
                 accepted += self._publish_unique([row for row in rows if row.broker == "unique"])
-                cur.execute(self._sql["delete_rows"], (accepted,))
+                if len(accepted) == len(rows):
+                    cur.execute(self._sql["commit_batch"])
+                else:  # keep the rows the broker did not accept
+                    cur.execute("ROLLBACK")
+                    if accepted:
+                        cur.execute(self._sql["delete_rows"], (accepted,))
             except BaseException:
                 if not conn.closed:
                     try:

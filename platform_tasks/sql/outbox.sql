@@ -11,22 +11,31 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
 LISTEN platform_outbox
 
 -- name: claim_batch
--- The oldest committed rows of this profile no other relay holds: locked until this
--- relay's transaction ends, so concurrent relays take disjoint batches, and a relay that
--- dies before its commit leaves its rows to the next one. The transaction begins in the
--- same round trip.
+-- Take the oldest committed rows of this profile no other relay holds, deleting them in
+-- a transaction that commits only once the broker accepted them (commit_batch): a relay
+-- that dies or fails before that rolls the delete back, and the rows are there for the
+-- next one. SKIP LOCKED: concurrent relays take disjoint batches. One write per row
+-- (the delete) and one round trip with the BEGIN. ARRAY(...) runs the index scan once
+-- (an IN (...) semi-join may be planned as a scan of the whole table per batch).
 BEGIN;
-SELECT id, broker, queue, target, message, entry_id, due_ms
-FROM core.outbox
-WHERE profile = %s
-ORDER BY id
-LIMIT %s
-FOR UPDATE SKIP LOCKED
+DELETE FROM core.outbox
+WHERE id = ANY(ARRAY(
+    SELECT id FROM core.outbox
+    WHERE profile = %s
+    ORDER BY id
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING id, broker, queue, target, message, entry_id, due_ms
+
+-- name: commit_batch
+-- Every row of the batch was accepted by the broker.
+COMMIT
 
 -- name: delete_rows
--- Rows the broker accepted, deleted and committed in one round trip.
-DELETE FROM core.outbox WHERE id = ANY(%s);
-COMMIT
+-- Some rows of a batch were not accepted (a RabbitMQ nack or return): the batch's delete
+-- was rolled back, and only the accepted rows are deleted, on their own.
+DELETE FROM core.outbox WHERE id = ANY(%s)
 
 -- name: measure
 -- Rows waiting and the age in seconds of the oldest one (NULL: none), by the server clock.
