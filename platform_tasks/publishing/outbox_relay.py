@@ -6,10 +6,11 @@ the oldest rows in a transaction (``FOR UPDATE SKIP LOCKED``: any number of rela
 disjoint batches), hands their stored messages to the broker as they are, and commits
 the delete only once the broker accepted them:
 
-- Redis: one pipelined ``MULTI`` round trip per batch, ``LPUSH`` of each wire message onto
+- Redis: one pipelined round trip per batch, ``LPUSH`` of each wire message onto
   its list (a ``schedule`` row goes into the delay store with its due time instead);
 - RabbitMQ: a batch on a confirm-mode channel; only confirmed rows are deleted (a row due
-  later goes into the delay store on the platform's Redis).
+  later goes through the delayed-delivery queues with its countdown, or into the delay
+  store on the platform's Redis with ``PLATFORM_RABBITMQ_DELAYS=delay_store``).
 
 A relay killed between the broker's acceptance and its commit leaves the rows locked by a
 transaction PostgreSQL rolls back: the next relay publishes them again, with the same job
@@ -79,7 +80,8 @@ class Row:
 
 
 class RedisSink:
-    """Publishes rows onto a Redis broker: one ``MULTI`` pipeline per batch."""
+    """Publishes rows onto a Redis broker: one pipelined round trip per batch (a failure
+    anywhere in it republishes the whole batch: the copies carry the same job ids)."""
 
     def __init__(self, settings: PlatformSettings) -> None:
         self.client = redis.Redis.from_url(
