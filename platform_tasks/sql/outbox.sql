@@ -16,8 +16,12 @@ LISTEN platform_outbox
 -- that dies or fails before that rolls the delete back, and the rows are there for the
 -- next one. SKIP LOCKED: concurrent relays take disjoint batches. One write per row
 -- (the delete) and one round trip with the BEGIN. ARRAY(...) runs the index scan once
--- (an IN (...) semi-join may be planned as a scan of the whole table per batch).
+-- (an IN (...) semi-join may be planned as a scan of the whole table per batch). The
+-- table churns faster than autovacuum's statistics follow: planned from statistics that
+-- say it is nearly empty, a batch becomes a sequential scan and sort of every row (and
+-- dead row) left, each time; the index on (profile, id) gives the order and the limit.
 BEGIN;
+SET LOCAL enable_seqscan = off;
 DELETE FROM core.outbox
 WHERE id = ANY(ARRAY(
     SELECT id FROM core.outbox
