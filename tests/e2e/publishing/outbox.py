@@ -88,9 +88,11 @@ def broker_lists(client: redis.Redis) -> dict[str, int]:
     return {key: n for key, n in found.items() if n}
 
 
-def wait_for(condition: Any, *, timeout: float, message: str, worker: CeleryProcess) -> None:
+def wait_for(
+    condition: Any, *, timeout: float, message: str, worker: CeleryProcess, interval: float = 0.2
+) -> None:
     """``wait_until`` that shows the worker's log tail at the deadline."""
     try:
-        wait_until(condition, timeout=timeout, interval=0.2, message=message)
+        wait_until(condition, timeout=timeout, interval=interval, message=message)
     except TimeoutError as exc:
         raise AssertionError(f"{exc}\n--- worker log tail ---\n{worker.log()[-6000:]}") from exc

@@ -31,8 +31,8 @@ ROWS = 1500
 """Fewer than the 5,000 of the first version: the consumer, not the relay, bounds the
 test's time (5,000 jobs took two minutes on two loaded cores)."""
 KILLS = 5
-SMALL_BATCHES = {"PLATFORM_OUTBOX_BATCH_SIZE": "3"}
-"""Small batches: a drain takes hundreds of round trips, so a kill lands in the middle."""
+SMALL_BATCHES = {"PLATFORM_OUTBOX_BATCH_SIZE": "1"}
+"""One row per batch: a drain takes a round trip per row, so a kill lands in the middle."""
 
 
 def commit_rows(port: QueuePort, database_url: str, count: int, per_tx: int = 500) -> list[str]:
@@ -81,6 +81,7 @@ def test_sigkill_the_relaying_worker_five_times_while_rows_drain(
                     timeout=30,
                     message="the relay is draining",
                     worker=worker,
+                    interval=0.01,
                 )
             worker.kill_group()  # SIGKILL: the relay's open batch is rolled back
             if outbox_rows(database_url):
@@ -134,6 +135,7 @@ def test_postgres_and_redis_restarts_while_rows_wait(
             timeout=30,
             message="the relay is draining",
             worker=worker,
+            interval=0.01,
         )
         offset = len(worker.log())
         postgres.stop(mode="immediate")

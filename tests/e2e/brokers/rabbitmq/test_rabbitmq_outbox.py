@@ -60,7 +60,7 @@ def test_outbox_on_rabbitmq_commits_run_once_rollbacks_never_kills_lose_nothing(
             redis_url,
             database_url,
             tmp_path / "first.log",
-            PLATFORM_OUTBOX_BATCH_SIZE="3",
+            PLATFORM_OUTBOX_BATCH_SIZE="1",
             **broker,
         )
         wait_for(
@@ -68,6 +68,7 @@ def test_outbox_on_rabbitmq_commits_run_once_rollbacks_never_kills_lose_nothing(
             timeout=60,
             message="the relay is draining",
             worker=first,
+            interval=0.01,
         )
         first.kill_group()
         left_after_kill = outbox_rows(database_url)
