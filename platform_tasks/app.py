@@ -57,9 +57,11 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     from platform_tasks.observability.event_batching import install as install_task_events
     from platform_tasks.observability.metrics import install as install_metrics
     from platform_tasks.publishing.delay_promoter import install as install_delay_promoter
+    from platform_tasks.publishing.outbox_relay import install as install_outbox_relay
 
     return [
         install_delay_promoter,
+        install_outbox_relay,
         install_scheduled_jobs,
         install_beat_leases,
         install_fanout,

@@ -14,7 +14,8 @@ acts on it. Deciding, in order:
    delivery without a mark has nothing there to read); an attempt stopped at its hard
    time limit; the attempt budget (a replay starts over; past ``max_attempts`` a
    crash-loop :class:`GaveUp`). A gate's verdict ends the delivery without running it;
-4. run ``task.execute(envelope, tx)`` in that transaction, within the job's limits
+4. run ``task.execute(envelope, tx)`` in that transaction (its publishes join it: see
+   :mod:`~platform_tasks.publishing.outbox`), within the job's limits
    (:func:`~platform_tasks.limits.admission.admit`); a handler that broke the
    transaction (closed it, ended it, or caught a SQL error so that ``COMMIT`` answers
    ``ROLLBACK``) failed its attempt like one that raised;
@@ -84,6 +85,7 @@ from platform_tasks.observability.alerts import configure_alerts
 from platform_tasks.observability.context import current_correlation_id
 from platform_tasks.observability.trace_context import current_trace_headers, trace_of
 from platform_tasks.postgres.database import Database, require_database_url
+from platform_tasks.publishing.outbox import handler_publishes
 from platform_tasks.publishing.queue_port import QueuePort
 
 if TYPE_CHECKING:
@@ -228,7 +230,10 @@ class DeliveryPipeline:
         error: Exception | None = None
         try:
             run.held = admit(run.task, run.envelope, run.delivery.unique_key)  # or wait
-            with running_job(self.cancels, tx.cursor, run.envelope, run.delivery):
+            with (
+                running_job(self.cancels, tx.cursor, run.envelope, run.delivery),
+                handler_publishes(tx.cursor, run.envelope.job_id, run.delivery.consumer),
+            ):
                 result = run.task.execute(run.envelope, tx.cursor)
         except Throttled as exc:
             tx.rollback()

@@ -18,8 +18,9 @@ sent is deferred until they are sent (:mod:`platform_tasks.jobs.warm_stop`), at 
 second signal) logs each admitted point whose trigger was not sent and gives back its
 lease.
 
-The scheduler also runs a delay promoter, so durable delays keep moving in deployments
-whose only long-lived process next to the workers is beat.
+The scheduler also runs a delay promoter and an outbox relay, so durable delays and jobs
+published in transactions keep moving in deployments whose only long-lived process next
+to the workers is beat.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from platform_tasks.jobs.worker import RUN_TASK
 from platform_tasks.observability.metrics_server import MetricsServer, serve
 from platform_tasks.observability.scheduler_metrics import BeatMetrics
 from platform_tasks.publishing.delay_promoter import Promoter, delay_promoter_for
+from platform_tasks.publishing.outbox_relay import OutboxRelay, outbox_relay_for
 
 if TYPE_CHECKING:
     from platform_tasks.kernel import PlatformCelery
@@ -80,6 +82,7 @@ class LeaseScheduler(beat.Scheduler):
         self.runtime: JobRuntime | None = None
         self.engine: TriggerEngine | None = None
         self.promoter: Promoter | None = None
+        self.relay: OutboxRelay | None = None
         self._offset_ms = 0  # Redis clock minus ours (see _observe_clock)
         self._clock_seen_ms = 0
         self._unsent: dict[str, PointResult] = {}  # token -> admitted, trigger not yet sent
@@ -120,6 +123,9 @@ class LeaseScheduler(beat.Scheduler):
         self.promoter = delay_promoter_for(self.app, name="platform-beat-delay-promoter")
         if self.promoter is not None:
             self.promoter.start()
+        self.relay = outbox_relay_for(self.app, name="platform-beat-outbox-relay")
+        if self.relay is not None:
+            self.relay.start()
         logger.info(
             "beat scheduler ready owner=%s ready_at_ms=%d active_jobs=%d",
             self.owner,
@@ -304,6 +310,9 @@ class LeaseScheduler(beat.Scheduler):
         if self.promoter is not None:
             self.promoter.stop()
             self.promoter = None
+        if self.relay is not None:
+            self.relay.stop()
+            self.relay = None
         if self.metrics_server is not None:
             self.metrics_server.close()
             self.metrics_server = None

@@ -196,7 +196,9 @@ def publish_blast(
                     "recipients": list(chunk.values()),
                 },
             }
-            job_id = port.publish(queue, payload)
+            # at once, even from a handler: waiting for room needs the jobs on the broker
+            # (their ids are derived, so a retried handler's copies are absorbed)
+            job_id = port.publish(queue, payload, tx=None)
             job_ids.append(job_id)
             in_flight.add(job_id)
     finally:

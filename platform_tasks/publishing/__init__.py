@@ -9,6 +9,8 @@
 - ``rabbitmq_delay_promoter`` the same for RabbitMQ brokers, with publisher confirms
 - ``native_delays``           delays the broker holds itself (countdown/eta)
 - ``confirmed_publisher``     AMQP confirm mode: a publish returns once the broker has it
+- ``outbox``                  ``publish(..., tx=)``: the message as a row of the caller's tx
+- ``outbox_relay``            committed outbox rows to the broker, from every worker and beat
 
 Nothing is imported here, so importing one module does not load the others.
 """

@@ -37,6 +37,11 @@ class NativeDelays:
         self._topology_declared = False
         self._bound: set[str] = set()
 
+    def ensure_routable(self, queue_name: str) -> None:
+        """Declare the delayed-delivery topology and bind ``queue_name`` to it (once per
+        queue and process), so a message published with a countdown is routed."""
+        self._ensure_routable(queue_name)
+
     def _ensure_routable(self, queue_name: str) -> None:
         if queue_name in self._bound:
             return

@@ -18,15 +18,17 @@ from pydantic_core import PydanticCustomError
 
 from platform_tasks.brokers.selection import broker_holds_delays
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7, validation_errors
+from platform_tasks.epoch import epoch_ms
 from platform_tasks.errors import ConfigurationError, NaiveDatetimeError
 from platform_tasks.headers import ATTEMPT_HEADER as ATTEMPT_HEADER
 from platform_tasks.headers import TENANT_HEADER
 from platform_tasks.limits.publish import UniquePublisher
-from platform_tasks.limits.unique import unique_publish
+from platform_tasks.limits.unique import UniquePublish, unique_publish
 from platform_tasks.observability.context import current_correlation_id
 from platform_tasks.observability.reserved_headers import reserved_header
 from platform_tasks.observability.trace_context import outgoing_headers
 from platform_tasks.publishing.delay_backend import DelayBackend, delay_backend_for
+from platform_tasks.publishing.outbox import JOIN, OutboxWriter, outbox_cursor
 from platform_tasks.publishing.reference_clock import ReferenceClock
 
 if TYPE_CHECKING:
@@ -98,10 +100,46 @@ class QueuePort:
             app, clock=self._clock, redis_client=redis_client
         )
         self._unique = UniquePublisher(self)
+        self._outbox: OutboxWriter | None = None
 
     def now(self) -> datetime:
         """The port's clock (aware): what "due now" is judged against."""
         return self._clock()
+
+    def _to_outbox(
+        self,
+        tx: Any,
+        queue: str,
+        payload: Mapping[str, Any],
+        options: PublishOptions,
+        run_at: datetime | None,
+        unique: UniquePublish | None = None,
+    ) -> uuid.UUID | None:
+        """Insert the finished message into ``core.outbox`` in ``tx`` (or the running
+        handler's transaction) instead of sending it; ``None`` when the publish goes to
+        the broker at once (see :mod:`~platform_tasks.publishing.outbox`). A unique
+        publish is stored as its request: the relay makes it once the row committed."""
+        target = outbox_cursor(tx)
+        if target is None:
+            return None
+        cursor, handler = target
+        if handler is not None and (not isinstance(payload, Mapping) or not payload.get("job_id")):
+            payload = {**payload, "job_id": str(handler.child_job_id())}
+        envelope = self.envelope(payload)
+        if run_at is not None and run_at <= self._clock():
+            run_at = None
+        send = self.send_options(queue, envelope, options, run_at)
+        due_ms = None if run_at is None else epoch_ms(run_at)
+        if self._outbox is None:
+            self._outbox = OutboxWriter(self.app)
+        if unique is not None:
+            self.delays.unique_locks()  # refused now where there is no delay store
+            row = self._outbox.unique_row(queue, envelope, options, unique, due_ms)
+            self._outbox.insert(cursor, row)
+            return envelope.job_id
+        now_ms = epoch_ms(self._clock())
+        self._outbox.insert(cursor, self._outbox.build(envelope.kind, send, due_ms, now_ms))
+        return envelope.job_id
 
     def envelope(self, payload: Mapping[str, Any]) -> Envelope[Any]:
         """Complete ``payload`` (job_id, correlation_id) and validate it as an envelope."""
@@ -155,8 +193,14 @@ class QueuePort:
         unique_key: str | None = None,
         unique_for: timedelta | None = None,
         unique_mode: str | None = None,
+        tx: Any = JOIN,
     ) -> uuid.UUID:
         """Validate and publish now; returns the job id (also the Celery task id).
+
+        ``tx`` (a PostgreSQL connection or cursor in a transaction): the finished message
+        is inserted into ``core.outbox`` in that transaction instead, and a relay publishes
+        it once it committed; rolled back, the job never existed. Inside a PlatformTask
+        handler the default joins the handler's transaction; ``tx=None`` publishes now.
 
         ``unique_key``/``unique_for``: while a job published with the key waits, another
         publish of it returns that job's id and publishes nothing; ``unique_mode=
@@ -165,6 +209,9 @@ class QueuePort:
         """
         options = _options(opts)
         unique = unique_publish(unique_key, unique_for, unique_mode)
+        staged = self._to_outbox(tx, queue, payload, options, None, unique)
+        if staged is not None:
+            return staged
         if unique is not None:
             return self._unique.publish(queue, payload, options, unique, None)
         envelope = self.envelope(payload)
@@ -181,8 +228,12 @@ class QueuePort:
         unique_key: str | None = None,
         unique_for: timedelta | None = None,
         unique_mode: str | None = None,
+        tx: Any = JOIN,
     ) -> uuid.UUID:
         """Validate and store for delivery at ``run_at`` (aware); a past time publishes now.
+
+        ``tx``: as for :meth:`publish`; the relay stores the row in the delay store with
+        its due time (RabbitMQ's native delays: publishes it with its countdown).
 
         On Redis the job waits in the delay store; on RabbitMQ in the broker's delayed
         delivery queues, arriving at ``run_at`` rounded up to the next whole second, or with
@@ -192,6 +243,9 @@ class QueuePort:
         _require_aware(run_at)
         options = _options(opts)
         unique = unique_publish(unique_key, unique_for, unique_mode)
+        staged = self._to_outbox(tx, queue, payload, options, run_at, unique)
+        if staged is not None:
+            return staged
         if unique is not None:
             return self._unique.publish(queue, payload, options, unique, run_at)
         envelope = self.envelope(payload)
@@ -228,6 +282,9 @@ class QueuePort:
     def close(self) -> None:
         self.delays.close()
         self._reference.close()
+        if self._outbox is not None:
+            self._outbox.close()
+            self._outbox = None
 
 
 def _require_aware(run_at: datetime) -> None:

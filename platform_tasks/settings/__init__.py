@@ -200,6 +200,13 @@ class PlatformSettings(BaseSettings):
     delay_lease_seconds: float = Field(default=30.0, ge=1, le=3600)
     """How long a promoter publishing to RabbitMQ holds claimed entries before another
     promoter may publish them again (``PLATFORM_RABBITMQ_DELAYS=delay_store``)."""
+    outbox_relay: bool = True
+    """Whether workers and beat run the outbox relay (``publish(..., tx=)``); turn it off
+    only where another process of the deployment runs one."""
+    outbox_poll_interval_seconds: float = Field(default=1.0, gt=0, le=60)
+    """How often a relay looks for outbox rows without a notification (``LISTEN`` wakes
+    it at every commit; this is the fallback)."""
+    outbox_batch_size: int = Field(default=500, ge=1, le=10_000)
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     processed_jobs_purge_cron: str = "17 3 * * *"
     """When the shipped ``platform.processed_jobs_cleanup`` job runs (5-field cron, UTC)."""

@@ -46,7 +46,8 @@ class RecordingPort:
         self.published: list[tuple[str, dict[str, Any], int]] = []
         self.pulled = 0
 
-    def publish(self, queue: str, payload: dict[str, Any]) -> uuid.UUID:
+    def publish(self, queue: str, payload: dict[str, Any], *, tx: Any) -> uuid.UUID:
+        assert tx is None, "a blast publishes at once, even from a handler"
         self.published.append((queue, payload, self.pulled))
         return uuid.UUID(payload["job_id"])
 

@@ -10,7 +10,11 @@ import yaml
 from prometheus_client import REGISTRY
 
 from platform_tasks.consumer import exporter_metrics as celery_exporter_metrics
-from platform_tasks.observability import metrics, scheduler_metrics  # noqa: F401 (registers the families)
+from platform_tasks.observability import (  # noqa: F401 (registers the families)
+    metrics,
+    outbox_metrics,
+    scheduler_metrics,
+)
 from tests.conftest import REPO_ROOT
 
 DASHBOARD = REPO_ROOT / "docs" / "grafana-workers.json"
@@ -54,6 +58,8 @@ def test_dashboard_queries_exported_names_and_shows_the_worker_series() -> None:
         "platform_queue_latency_seconds",
         "platform_dead_letters_pending",
         "platform_delay_promotion_lag_seconds",
+        "platform_outbox_rows_waiting",
+        "platform_outbox_lag_seconds",
     }
     assert wanted <= families, sorted(wanted - families)
 
@@ -66,6 +72,7 @@ def test_alert_rules_cover_latency_dead_letters_and_workers() -> None:
         "platform_queue_latency_seconds",
         "platform_dead_letters_pending",
         "celery_worker_up",
+        "platform_outbox_lag_seconds",
     } <= queried
 
 

@@ -1,0 +1,231 @@
+"""The transactional outbox against direct publishing, every ratio measured in one run.
+
+Run: .venv/bin/python bench/outbox.py [--publishes 3000] [--rounds 3] [--rows 20000]
+     [--latency-jobs 600] [--parts producer,relay,latency]
+
+1. Producer throughput: ``publish(..., tx=conn)`` with the client's ``COMMIT`` per publish
+   against a direct ``publish`` to Redis (alternating rounds; target at least 0.5).
+2. Relay throughput: ``--rows`` committed rows relayed onto Redis (claim, one pipelined
+   ``MULTI``/``LPUSH`` round trip per batch, delete, commit) against pushing the same wire
+   messages with pipelined ``LPUSH`` batches of the same size (target at least 0.8).
+3. Commit-to-start latency: a real ``celery worker -P prefork -c 2`` whose handler records
+   when it started; its capacity is measured with direct publishes first, then jobs are
+   published with ``tx=`` at half of it, each timed from its ``COMMIT`` to the start of its
+   handler (the relay in the worker woken by ``LISTEN/NOTIFY``), and the same at the same
+   rate with direct publishes (from the publish) as the baseline. p50 and p99 (target p99
+   under 50 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psycopg2
+import redis
+
+from bench._servers import bench_postgres, bench_redis
+from platform_tasks import QueuePort, create_app
+from platform_tasks.postgres.migrations import migrate
+from platform_tasks.publishing.outbox_relay import OutboxRelay
+from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = {"invoice_id": 1234, "amount_cents": 999, "currency": "EUR"}
+
+
+def payload(kind: str = "billing.charge") -> dict[str, object]:
+    return {"tenant_id": "t-1", "correlation_id": "c-1", "kind": kind, "data": DATA}
+
+
+def producer_throughput(
+    port: QueuePort, db_url: str, client: redis.Redis, n: int, rounds: int
+) -> None:
+    conn = psycopg2.connect(db_url)
+
+    def direct() -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            port.publish("direct", payload(), tx=None)
+        return n / (time.perf_counter() - start)
+
+    def in_tx() -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            port.publish("outbox", payload(), tx=conn)
+            conn.commit()
+        return n / (time.perf_counter() - start)
+
+    def clear() -> None:
+        client.delete("direct", "outbox")
+        with conn.cursor() as cur:
+            cur.execute("TRUNCATE core.outbox")
+        conn.commit()
+
+    direct(), in_tx(), clear()  # warm both paths
+    direct_rates, tx_rates = [], []
+    for _ in range(rounds):
+        direct_rates.append(direct())
+        tx_rates.append(in_tx())
+        clear()
+    d, t = statistics.median(direct_rates), statistics.median(tx_rates)
+    print(f"[producer] direct publish:           {d:8.0f} publishes/s (median of {rounds})")
+    print(f"[producer] publish(tx=) + COMMIT:    {t:8.0f} publishes/s (median of {rounds})")
+    print(f"[producer] ratio tx/direct: {t / d:.2f} (target >= 0.5)")
+    conn.close()
+
+
+def relay_throughput(
+    app: object, port: QueuePort, db_url: str, client: redis.Redis, rows: int
+) -> None:
+    conn = psycopg2.connect(db_url)
+    with conn:
+        for _ in range(rows):
+            port.publish("relayed", payload(), tx=conn)
+    with conn.cursor() as cur:
+        cur.execute("SELECT message FROM core.outbox ORDER BY id")
+        messages = [m for (m,) in cur.fetchall()]
+    conn.close()
+    batch = port.settings.outbox_batch_size
+
+    start = time.perf_counter()
+    for i in range(0, len(messages), batch):
+        with client.pipeline(transaction=False) as pipe:
+            for message in messages[i : i + batch]:
+                pipe.lpush("raw", message)
+            pipe.execute()
+    raw = time.perf_counter() - start
+
+    relay = OutboxRelay(app, metrics=False)  # type: ignore[arg-type]
+    start = time.perf_counter()
+    moved = relay.run_once()
+    relayed = time.perf_counter() - start
+    relay.close()
+    assert moved == rows and client.llen("relayed") == rows, (moved, client.llen("relayed"))
+    print(f"[relay] raw pipelined LPUSH of {rows} messages: {rows / raw:8.0f} msg/s")
+    print(f"[relay] relay (claim, publish, delete, commit): {rows / relayed:8.0f} msg/s")
+    print(f"[relay] ratio relay/raw: {raw / relayed:.2f} (target >= 0.8)")
+    client.delete("raw", "relayed")
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def latency(port: QueuePort, redis_url: str, db_url: str, jobs: int, tmp: Path) -> None:
+    client = redis.Redis.from_url(redis_url)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLATFORM_")}
+    env.update(
+        PLATFORM_REDIS_URL=redis_url,
+        PLATFORM_DATABASE_URL=db_url,
+        PLATFORM_PROFILE="bench",
+        PYTHONPATH=str(ROOT),
+    )
+    log = open(tmp / "worker.log", "wb")  # noqa: SIM115
+    argv = [
+        str(Path(sys.executable).parent / "celery"),
+        "-A",
+        "bench.outbox_app",
+        "worker",
+        "-P",
+        "prefork",
+        "-c",
+        "2",
+        "--without-mingle",
+        "--without-gossip",
+        "--loglevel",
+        "WARNING",
+    ]
+    worker = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        warm = [port.publish("bench_outbox", payload("bench.started"), tx=None) for _ in range(20)]
+        wait_until(lambda: client.hlen("bench:started") >= len(warm), timeout=120)
+        client.delete("bench:started")
+
+        # capacity: a burst of direct publishes, drained at the worker's full rate
+        burst = max(200, jobs // 2)
+        start = time.time()
+        for _ in range(burst):
+            port.publish("bench_outbox", payload("bench.started"), tx=None)
+        wait_until(lambda: client.hlen("bench:started") >= burst, timeout=300, interval=0.01)
+        capacity = burst / (max(float(v) for v in client.hvals("bench:started")) - start)
+        client.delete("bench:started")
+        rate = capacity / 2
+        print(f"[latency] worker capacity {capacity:.0f} jobs/s; publishing at {rate:.0f}/s")
+
+        def run(use_tx: bool) -> list[float]:
+            conn = psycopg2.connect(db_url)
+            sent: dict[str, float] = {}
+            t0 = time.perf_counter()
+            for i in range(jobs):
+                due = t0 + i / rate
+                pause = due - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)  # pacing the producer, not synchronisation
+                if use_tx:
+                    job = port.publish("bench_outbox", payload("bench.started"), tx=conn)
+                    conn.commit()
+                else:
+                    job = port.publish("bench_outbox", payload("bench.started"), tx=None)
+                sent[str(job)] = time.time()
+            conn.close()
+            wait_until(lambda: client.hlen("bench:started") >= jobs, timeout=300, interval=0.05)
+            started = {k.decode(): float(v) for k, v in client.hgetall("bench:started").items()}
+            client.delete("bench:started")
+            return [(started[job] - at) * 1000 for job, at in sent.items()]
+
+        for name, use_tx in (("direct publish -> start", False), ("tx COMMIT -> start", True)):
+            ms = run(use_tx)
+            print(
+                f"[latency] {name:24s} p50 {percentile(ms, 50):6.1f} ms  "
+                f"p99 {percentile(ms, 99):6.1f} ms  max {max(ms):6.1f} ms  ({len(ms)} jobs)"
+            )
+    finally:
+        worker.terminate()
+        worker.wait(60)
+        log.close()
+        client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--publishes", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rows", type=int, default=20000)
+    parser.add_argument("--latency-jobs", type=int, default=600)
+    parser.add_argument(
+        "--parts", default="producer,relay,latency", help="which measurements to run"
+    )
+    args = parser.parse_args()
+    with bench_redis() as server, bench_postgres() as pg:
+        migrate(pg.url)
+        settings = PlatformSettings.build(
+            redis_url=server.url, database_url=pg.url, profile="bench"
+        )
+        app = create_app("bench_outbox_producer", settings=settings)
+        port = QueuePort(app)
+        client = redis.Redis.from_url(server.url)
+        parts = set(args.parts.split(","))
+        if "producer" in parts:
+            producer_throughput(port, pg.url, client, args.publishes, args.rounds)
+        if "relay" in parts:
+            for _ in range(args.rounds):
+                relay_throughput(app, port, pg.url, client, args.rows)
+        if "latency" in parts:
+            latency(port, server.url, pg.url, args.latency_jobs, Path(tempfile.mkdtemp()))
+        port.close()
+        client.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+-- Queries of the transactional outbox, loaded by name by platform_tasks.publishing.outbox
+-- (the write, in the publisher's transaction) and platform_tasks.publishing.outbox_relay.
+
+-- name: insert_row
+-- One finished message, in the caller's transaction.
+INSERT INTO core.outbox (profile, broker, job_id, queue, target, message, entry_id, due_ms)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+
+-- name: listen
+-- The channel the insert trigger notifies at commit (migration 0009).
+LISTEN platform_outbox
+
+-- name: claim_batch
+-- Take the oldest committed rows of this profile no other relay holds, deleting them in
+-- a transaction that commits only once the broker accepted them (commit_batch): a relay
+-- that dies or fails before that rolls the delete back, and the rows are there for the
+-- next one. SKIP LOCKED: concurrent relays take disjoint batches. One write per row
+-- (the delete) and one round trip with the BEGIN. ARRAY(...) runs the index scan once
+-- (an IN (...) semi-join may be planned as a scan of the whole table per batch). The
+-- table churns faster than autovacuum's statistics follow: planned from statistics that
+-- say it is nearly empty, a batch becomes a sequential scan and sort of every row (and
+-- dead row) left, each time; the index on (profile, id) gives the order and the limit.
+BEGIN;
+SET LOCAL enable_seqscan = off;
+DELETE FROM core.outbox
+WHERE id = ANY(ARRAY(
+    SELECT id FROM core.outbox
+    WHERE profile = %s
+    ORDER BY id
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING id, broker, queue, target, message, entry_id, due_ms
+
+-- name: commit_batch
+-- Every row of the batch was accepted by the broker.
+COMMIT
+
+-- name: delete_rows
+-- Some rows of a batch were not accepted (a RabbitMQ nack or return): the batch's delete
+-- was rolled back, and only the accepted rows are deleted, on their own.
+DELETE FROM core.outbox WHERE id = ANY(%s)
+
+-- name: measure
+-- Rows waiting and the age in seconds of the oldest one (NULL: none), by the server clock.
+SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
+FROM core.outbox
+WHERE profile = %s
