@@ -10,15 +10,13 @@ ids of earlier points.
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from datetime import datetime
 
+from platform_tasks.envelope import derived_uuid7
 from platform_tasks.epoch import epoch_ms
 
 __all__ = ["derived_uuid7", "fan_out_job_id", "point_ms", "tenant_job_id"]
-
-_SEPARATOR = "\x1f"  # unit separator: cannot occur in job names, kinds or tenant ids
 
 
 def point_ms(point: datetime) -> int:
@@ -26,18 +24,6 @@ def point_ms(point: datetime) -> int:
     if point.tzinfo is None or point.utcoffset() is None:
         raise ValueError(f"point must be timezone-aware, got naive {point.isoformat()}")
     return epoch_ms(point)
-
-
-def derived_uuid7(timestamp_ms: int, *parts: str) -> uuid.UUID:
-    """A version 7 UUID with ``timestamp_ms`` as its time and ``parts`` as its entropy."""
-    digest = hashlib.sha256(_SEPARATOR.join(parts).encode()).digest()
-    rand = int.from_bytes(digest[:10], "big")
-    value = (timestamp_ms & ((1 << 48) - 1)) << 80
-    value |= 0x7 << 76
-    value |= ((rand >> 62) & 0xFFF) << 64
-    value |= 0b10 << 62
-    value |= rand & ((1 << 62) - 1)
-    return uuid.UUID(int=value)
 
 
 def fan_out_job_id(job: str, point: datetime, kind: str) -> uuid.UUID:

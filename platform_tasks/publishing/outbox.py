@@ -33,8 +33,8 @@ from platform_tasks.brokers.selection import (
     delay_countdown_seconds,
     delays_in_store,
 )
+from platform_tasks.envelope import derived_uuid7
 from platform_tasks.errors import ConfigurationError, PlatformError
-from platform_tasks.fanout.ids import derived_uuid7
 from platform_tasks.observability.trace_context import ambient_trace_headers
 from platform_tasks.postgres.queries import load_queries
 
