@@ -34,6 +34,7 @@ import psycopg2
 from celery import bootsteps
 from psycopg2.extensions import connection as Connection
 
+from platform_tasks.background import BackgroundThread
 from platform_tasks.dead_letters import incidents
 from platform_tasks.dead_letters.incidents import Claimed, GroupSummary
 from platform_tasks.observability.betterstack import (
@@ -115,7 +116,7 @@ def _when(value: Any) -> str:
     return value.isoformat() if value is not None else "unknown"
 
 
-class AlertSender:
+class AlertSender(BackgroundThread):
     """One pass at a time of counting, resolving and calling; run as a thread by
     :meth:`start` or pass by pass (:meth:`run_pass`) by tests and tools."""
 
@@ -292,21 +293,6 @@ class AlertSender:
             self._drop_connection()
             if self.sink is not None:
                 self.sink.close()
-
-    def start(self) -> None:
-        """Start the thread; a second call while it runs does nothing."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop after the current call (each call is bounded) and wait up to ``timeout``."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
 
     def close(self) -> None:
         """Close the connection and client of a sender run pass by pass."""

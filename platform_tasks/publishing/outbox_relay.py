@@ -40,6 +40,7 @@ import psycopg2
 import redis
 from celery import bootsteps
 
+from platform_tasks.background import BackgroundThread
 from platform_tasks.brokers.selection import broker_kind
 from platform_tasks.errors import BrokerPublishError
 from platform_tasks.keys import DelayKeys, delay_keys, rabbitmq_delay_keys
@@ -165,7 +166,7 @@ class AmqpSink:
             self._store = None
 
 
-class OutboxRelay:
+class OutboxRelay(BackgroundThread):
     """A background thread relaying committed outbox rows of this profile to the broker."""
 
     def __init__(
@@ -387,23 +388,15 @@ class OutboxRelay:
         finally:
             self.close()
 
-    def start(self) -> None:
-        """Start the thread (a second call while it runs does nothing)."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
+    def _starting(self) -> None:
         self._wake_r, self._wake_w = os.pipe()
-        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
-        self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop after the current batch (its transaction commits or rolls back)."""
-        self._stop.set()
+    def _stopping(self) -> None:
+        """Wake a loop waiting for a notification; the current batch commits or rolls back."""
         if self._wake_w >= 0:
             os.write(self._wake_w, b"x")
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+
+    def _stopped(self) -> None:
         for fd in (self._wake_r, self._wake_w):
             if fd >= 0:
                 os.close(fd)

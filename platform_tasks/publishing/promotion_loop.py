@@ -19,6 +19,8 @@ import threading
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from platform_tasks.background import BackgroundThread
+
 MIN_WAIT_SECONDS = 0.005
 """The shortest sleep between passes, so a promoter never spins on entries due within
 a few milliseconds of each other."""
@@ -99,7 +101,7 @@ class PromotionPass(Protocol):
 P = TypeVar("P", bound=PromotionPass)
 
 
-class PromotionLoop(Generic[P]):
+class PromotionLoop(BackgroundThread, Generic[P]):
     """A background thread that runs ``promotion``'s passes until stopped.
 
     One loop for every broker, so the back-off, logging and stopping cannot drift apart
@@ -143,18 +145,3 @@ class PromotionLoop(Generic[P]):
                 self._stop.wait(wait)
         finally:
             promotion.close()
-
-    def start(self) -> None:
-        """Start the thread; a second call while it runs does nothing."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Ask the thread to stop after the current batch and wait up to ``timeout``."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
