@@ -20,7 +20,7 @@ from platform_tasks.notifications import publish_blast
 from platform_tasks.notifications.blasts import blast_job_id
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing.servers import wait_until
-from tests.e2e.notifications_support import rig
+from tests.e2e.notifications.support import rig
 from tests.support.operations import Shell
 
 ENV = {"PLATFORM_PROVIDER_RATE_LIMITS": "resend=50/s"}
