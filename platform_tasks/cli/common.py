@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from platform_tasks.errors import PlatformError
@@ -31,3 +33,16 @@ def cli_error(exc: BaseException, settings: PlatformSettings | None) -> click.Cl
     if settings is not None:
         text = without_secrets(text, settings.database_url, settings.redis_url, settings.broker_url)
     return click.ClickException(text)
+
+
+NOTHING_MATCHED = 1
+
+
+def exit_if_nothing(count: int, message: str, *, as_json: bool) -> None:
+    """Exit 1 when a command changed no row, so scripts can tell; the reason goes to stderr
+    except under ``--json``, whose output must stay one parseable document."""
+    if count:
+        return
+    if not as_json:
+        click.echo(message, err=True)
+    sys.exit(NOTHING_MATCHED)

@@ -11,9 +11,11 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import wraps
 from typing import Any
 
 import click
@@ -23,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from platform_tasks.cli.common import cli_error, database_settings
+from platform_tasks.cli.common import NOTHING_MATCHED, cli_error, database_settings, exit_if_nothing
 from platform_tasks.cli.terminal_text import printable, printable_json
 from platform_tasks.dead_letters.dead_letter import DeadLetter
 from platform_tasks.dead_letters.store import (
@@ -45,7 +47,6 @@ from platform_tasks.settings import PlatformSettings, redact_url
 
 _RELATIVE = re.compile(r"^(\d+)\s*([smhdw])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-NOTHING_MATCHED = 1
 
 
 def parse_since(value: str, *, now: datetime | None = None) -> datetime:
@@ -190,8 +191,33 @@ def _filter_options(func: Any) -> Any:
     return func
 
 
-def _bulk_options(func: Any) -> Any:
-    """Options of the filter form of replay/discard (one logged operation)."""
+@dataclass(frozen=True)
+class BulkOptions:
+    """The filter form's options of replay/discard, read once for both commands."""
+
+    error_type: str | None
+    until: datetime | None
+    yes: bool
+    actor: str | None
+    operation_id: int | None
+
+
+def _bulk_options(func: Callable[..., None]) -> Any:
+    """Options of the filter form of replay/discard (one logged operation), handed to the
+    command as one ``options: BulkOptions`` so both commands read them the same way."""
+
+    @wraps(func)
+    def command(
+        *args: Any,
+        error_type: str | None,
+        until: datetime | None,
+        yes: bool,
+        actor: str | None,
+        operation_id: int | None,
+        **kwargs: Any,
+    ) -> None:
+        func(*args, options=BulkOptions(error_type, until, yes, actor, operation_id), **kwargs)
+
     options = [
         click.option("--error-type", help="Only rows with this error type (e.g. TimeoutError)."),
         click.option("--until", type=SINCE, help="Only rows created before: 6h, 7d, or ISO time."),
@@ -210,20 +236,17 @@ def _bulk_options(func: Any) -> Any:
             help="Continue this unfinished operation, with its stored filter.",
         ),
     ]
+    wrapped: Any = command
     for option in reversed(options):
-        func = option(func)
-    return func
+        wrapped = option(wrapped)
+    return wrapped
 
 
 def _bulk_filter(
-    ids: tuple[int, ...],
-    where: DeadLetterFilter,
-    error_type: str | None,
-    until: datetime | None,
-    operation_id: int | None,
+    ids: tuple[int, ...], where: DeadLetterFilter, options: BulkOptions
 ) -> OperationFilter:
     """The filter of the bulk form; its extra options are refused beside IDs."""
-    if ids and (error_type or until or operation_id is not None):
+    if ids and (options.error_type or options.until or options.operation_id is not None):
         raise click.UsageError(
             "--error-type, --until and --operation select rows by filter; "
             "do not combine them with IDs"
@@ -233,12 +256,46 @@ def _bulk_filter(
             queue=where.queue,
             kind=where.kind,
             tenant_id=where.tenant_id,
-            error_type=error_type,
+            error_type=options.error_type,
             since=where.since,
-            until=until,
+            until=options.until,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def _selection(
+    ids: tuple[int, ...],
+    queue: str | None,
+    kind: str | None,
+    tenant_id: str | None,
+    since: datetime | None,
+    options: BulkOptions,
+) -> tuple[DeadLetterFilter, OperationFilter]:
+    """The rows replay/discard act on: the by-ID filter and the filter form's, read the
+    same way by both commands."""
+    where = DeadLetterFilter(queue=queue, kind=kind, tenant_id=tenant_id, since=since)
+    return where, _bulk_filter(ids, where, options)
+
+
+def _require_selection(
+    ids: tuple[int, ...],
+    bulk_filter: OperationFilter,
+    everything: bool,
+    options: BulkOptions,
+    verb: str,
+    selection: str,
+) -> None:
+    """Refuse a replay/discard that names no rows (acting on every row takes ``--all``),
+    or that gives ``--all`` beside a ``selection`` (what the command can select by)."""
+    if not ids and bulk_filter.is_empty and not everything and options.operation_id is None:
+        raise click.UsageError(
+            f"give dead letter IDs, filters, or --all to {verb} every pending row"
+        )
+    if everything and (ids or not bulk_filter.is_empty):
+        raise click.UsageError(
+            f"--all {verb}s every pending row; do not combine it with {selection}"
+        )
 
 
 @click.group("dead-letters")
@@ -391,11 +448,7 @@ def replay_command(
     app_spec: str | None,
     batch_size: int | None,
     as_json: bool,
-    error_type: str | None,
-    until: datetime | None,
-    yes: bool,
-    actor: str | None,
-    operation_id: int | None,
+    options: BulkOptions,
 ) -> None:
     """Republish pending dead letters to their original queue with their original job id.
 
@@ -409,16 +462,8 @@ def replay_command(
     run 500 rows per transaction; rerunning the same filter after a crash continues it,
     as does --operation N. At a terminal it asks first unless --yes.
     """
-    where = DeadLetterFilter(queue=queue, kind=kind, tenant_id=tenant_id, since=since)
-    bulk_filter = _bulk_filter(ids, where, error_type, until, operation_id)
-    if not ids and bulk_filter.is_empty and not replay_all and operation_id is None:
-        raise click.UsageError(
-            "give dead letter IDs, filters, or --all to replay every pending row"
-        )
-    if replay_all and (ids or not bulk_filter.is_empty):
-        raise click.UsageError(
-            "--all replays every pending row; do not combine it with IDs or filters"
-        )
+    where, bulk_filter = _selection(ids, queue, kind, tenant_id, since, options)
+    _require_selection(ids, bulk_filter, replay_all, options, "replay", "IDs or filters")
     settings = database_settings()
     # Opened only once a row is to be published: a replay that matches nothing imports no
     # application and opens no broker connection.
@@ -431,69 +476,87 @@ def replay_command(
                 settings,
                 bulk_filter,
                 publisher,
+                options,
                 dry_run=dry_run,
                 everything=replay_all,
                 batch_size=batch_size or BULK_BATCH_SIZE,
-                yes=yes,
-                actor=actor,
-                operation_id=operation_id,
                 as_json=as_json,
             )
             return
-        try:
-            with _connection(settings) as conn:
-                report = replay_dead_letters(
-                    conn,
-                    open_publish=publisher.open,
-                    ids=list(ids) or None,
-                    where=where,
-                    dry_run=dry_run,
-                    batch_size=batch_size or REPLAY_BATCH_SIZE,
-                    max_bytes=settings.max_payload_bytes,
-                )
-        except ReplayError as exc:
-            raise cli_error(exc, settings) from None
+        _replay_by_ids(
+            settings,
+            publisher,
+            ids,
+            where,
+            dry_run=dry_run,
+            batch_size=batch_size or REPLAY_BATCH_SIZE,
+            as_json=as_json,
+        )
+
+
+def _replay_by_ids(
+    settings: PlatformSettings,
+    publisher: ReplayPublisher,
+    ids: tuple[int, ...],
+    where: DeadLetterFilter,
+    *,
+    dry_run: bool,
+    batch_size: int,
+    as_json: bool,
+) -> None:
+    """The by-ID replay: no operation is logged (the IDs are the record); the report is
+    printed once the rows are committed. Exits 1 when nothing was replayed."""
+    from platform_tasks.cli.bulk_dead_letters import NOTHING_REPLAYED
+
+    try:
+        with _connection(settings) as conn:
+            report = replay_dead_letters(
+                conn,
+                open_publish=publisher.open,
+                ids=list(ids) or None,
+                where=where,
+                dry_run=dry_run,
+                batch_size=batch_size,
+                max_bytes=settings.max_payload_bytes,
+            )
+    except ReplayError as exc:
+        raise cli_error(exc, settings) from None
     if as_json:
         _echo_json(_report_json(report))
     else:
         _print_report(report)
-    if not report.replayed:
-        if not as_json:
-            click.echo(
-                "nothing replayed: no pending dead letter with a readable envelope matched",
-                err=True,
-            )
-        sys.exit(NOTHING_MATCHED)
+    exit_if_nothing(len(report.replayed), NOTHING_REPLAYED, as_json=as_json)
 
 
 def _replay_by_filter(
     settings: PlatformSettings,
     where: OperationFilter,
     publisher: ReplayPublisher,
+    options: BulkOptions,
     *,
     dry_run: bool,
     everything: bool,
     batch_size: int,
-    yes: bool,
-    actor: str | None,
-    operation_id: int | None,
     as_json: bool,
 ) -> None:
+    """The filter form of replay: one logged operation, previewed (``--dry-run``) or
+    confirmed at a terminal first; imported lazily as the bulk modules are only needed
+    here."""
     from platform_tasks.cli import bulk_dead_letters as bulk
 
     if dry_run:
         with _connection(settings) as conn:
             bulk.dry_run(settings, conn, where, as_json)
         return
-    bulk.confirm(settings, where, "replay", yes)
+    bulk.confirm(settings, where, "replay", options.yes)
     bulk.replay(
         settings,
         where,
         everything=everything,
         open_publish=publisher.open,
         batch_size=batch_size,
-        actor=actor,
-        operation_id=operation_id,
+        actor=options.actor,
+        operation_id=options.operation_id,
         as_json=as_json,
     )
 
@@ -524,11 +587,7 @@ def discard_command(
     batch_size: int,
     dry_run: bool,
     as_json: bool,
-    error_type: str | None,
-    until: datetime | None,
-    yes: bool,
-    actor: str | None,
-    operation_id: int | None,
+    options: BulkOptions,
 ) -> None:
     """Mark pending dead letters discarded, keeping the reason. Exits 1 if none matched.
 
@@ -537,36 +596,16 @@ def discard_command(
     """
     if not reason.strip():
         raise click.BadParameter("must not be empty", param_hint="--reason")
-    where = DeadLetterFilter(queue=queue, kind=kind, tenant_id=tenant_id, since=since)
-    bulk_filter = _bulk_filter(ids, where, error_type, until, operation_id)
+    _, bulk_filter = _selection(ids, queue, kind, tenant_id, since, options)
     if not ids:
-        if bulk_filter.is_empty and not discard_all and operation_id is None:
-            raise click.UsageError(
-                "give dead letter IDs, filters, or --all to discard every pending row"
-            )
-        if discard_all and not bulk_filter.is_empty:
-            raise click.UsageError(
-                "--all discards every pending row; do not combine it with filters"
-            )
-        from platform_tasks.cli import bulk_dead_letters as bulk
-        from platform_tasks.operations.bulk import preview_dead_letters
-
-        settings = database_settings()
-        if dry_run:
-            preview = preview_dead_letters(settings, bulk_filter, sample_size=0)
-            click.echo(f"would discard {preview.matched} (nothing changed)")
-            if not preview.matched:
-                sys.exit(NOTHING_MATCHED)
-            return
-        bulk.confirm(settings, bulk_filter, "discard", yes)
-        bulk.discard(
-            settings,
+        _require_selection(ids, bulk_filter, discard_all, options, "discard", "filters")
+        _discard_by_filter(
             bulk_filter,
+            options,
             reason=reason,
             everything=discard_all,
             batch_size=batch_size,
-            actor=actor,
-            operation_id=operation_id,
+            dry_run=dry_run,
             as_json=as_json,
         )
         return
@@ -581,3 +620,39 @@ def discard_command(
     if not report.discarded:
         click.echo("nothing discarded: no pending dead letter matched", err=True)
         sys.exit(NOTHING_MATCHED)
+
+
+def _discard_by_filter(
+    bulk_filter: OperationFilter,
+    options: BulkOptions,
+    *,
+    reason: str,
+    everything: bool,
+    batch_size: int,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """The filter form of discard: one logged operation, previewed (``--dry-run``) or
+    confirmed at a terminal first; imported lazily as the bulk modules are only needed
+    here."""
+    from platform_tasks.cli import bulk_dead_letters as bulk
+    from platform_tasks.operations.bulk import preview_dead_letters
+
+    settings = database_settings()
+    if dry_run:
+        preview = preview_dead_letters(settings, bulk_filter, sample_size=0)
+        click.echo(f"would discard {preview.matched} (nothing changed)")
+        if not preview.matched:
+            sys.exit(NOTHING_MATCHED)
+        return
+    bulk.confirm(settings, bulk_filter, "discard", options.yes)
+    bulk.discard(
+        settings,
+        bulk_filter,
+        reason=reason,
+        everything=everything,
+        batch_size=batch_size,
+        actor=options.actor,
+        operation_id=options.operation_id,
+        as_json=as_json,
+    )
