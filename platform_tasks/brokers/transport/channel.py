@@ -21,7 +21,6 @@ is kombu's code; this class only replaces what touches the unacked state.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from queue import Empty
@@ -31,21 +30,20 @@ from typing import Any
 import redis
 from kombu.transport.redis import Channel as RedisChannel
 from kombu.utils.encoding import bytes_to_str
-from kombu.utils.json import dumps, loads
+from kombu.utils.json import loads
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from platform_tasks.brokers.scripts import script_source
 from platform_tasks.brokers.selection import sweep_interval
-from platform_tasks.brokers.transport import fair_lanes
+from platform_tasks.brokers.transport import fair_lanes, restore
 from platform_tasks.brokers.transport.fair_lanes import FairLanes, FetchList
 from platform_tasks.brokers.transport.qos import QoS
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.headers import UNREADABLE_HEADER, UNROUTABLE_HEADER
+from platform_tasks.headers import UNREADABLE_HEADER
 from platform_tasks.keys import (
     TRANSPORT_BACKOFF_STREAM,
     TRANSPORT_LEGACY_QUARANTINE,
-    fair_lane_keys,
 )
 
 logger = logging.getLogger("platform_tasks.transport")
@@ -559,75 +557,9 @@ class Channel(RedisChannel):  # type: ignore[misc]
         first queue marked with :data:`UNROUTABLE_HEADER`, where the worker's consumer
         dead-letters it; otherwise it would stay unacked for ever, swept again and again.
         """
-        try:
-            message, exchange, routing_key = loads(bytes_to_str(record))
-            try:
-                message["headers"]["redelivered"] = True
-                message["properties"]["delivery_info"]["redelivered"] = True
-                # Each delivery gets its own tag, hence its own record: a late ack of
-                # this copy (its worker was slow, not dead) cannot delete the record of
-                # the copy delivered next.
-                message["properties"]["delivery_tag"] = str(uuid.uuid4())
-            except (KeyError, TypeError):
-                pass
-            priority = self._get_message_priority(message, reverse=False)
-            try:
-                queues = self._lookup(exchange, routing_key)
-            except self.connection_errors:
-                raise
-            except Exception:
-                logger.warning(
-                    "no route for unacked message %s",
-                    tag,
-                    exc_info=True,
-                    extra={"event": "transport.route_lookup_failed"},
-                )
-                queues = []
-            if not queues and unroutable_here and self._active_queues:
-                queues = [self._active_queues[0]]
-                _mark_unroutable(message, exchange, routing_key, queues[0])
-                logger.error(
-                    "unacked message %s has no queue bound for exchange %r, routing key %r "
-                    "any more; handed to queue %s to be dead-lettered",
-                    tag,
-                    exchange,
-                    routing_key,
-                    queues[0],
-                    extra={
-                        "event": "transport.unroutable",
-                        "delivery_tag": tag,
-                        "exchange": exchange,
-                        "routing_key": routing_key,
-                    },
-                )
-            targets = [
-                (self.prefixed(self._q_for_pri(queue, priority)), self._is_fair(queue))
-                for queue in queues
-            ]
-        except self.connection_errors:
-            raise
-        except Exception:
-            logger.exception(
-                "cannot route unacked message %s back to its queue; it stays unacked",
-                tag,
-                extra={"event": "transport.restore_failed", "delivery_tag": tag},
-            )
-            return False
-        if not targets:
-            logger.warning(
-                "unacked message %s has no queue to go back to; it stays unacked until a "
-                "sweep hands it over",
-                tag,
-                extra={"event": "transport.restore_unroutable", "delivery_tag": tag},
-            )
-            return False
-        keys: list[str] = []
-        args = [tag, dumps(message), "1" if leftmost else "0"]
-        for list_key, fair in targets:
-            lane = fair_lane_keys(list_key)
-            keys.extend((list_key, lane.ring, lane.waiting, lane.lengths, lane.heads))
-            args.extend(("fair" if fair else "plain", lane.lane_prefix))
-        return bool(self.run_script("transport_restore", keys, args))
+        return restore.restore_record(
+            self, tag, record, leftmost=leftmost, unroutable_here=unroutable_here
+        )
 
     def extend_unacked(self, tags: Sequence[str]) -> int:
         """Refresh the unacked timestamps of ``tags`` (still recorded ones only)."""
@@ -655,17 +587,3 @@ def _log_if_unreadable(message: dict[str, Any], queue: str) -> None:
             why,
             extra={"event": "transport.message_unreadable", "queue": queue, "why": why},
         )
-
-
-def _mark_unroutable(message: dict[str, Any], exchange: str, routing_key: str, queue: str) -> None:
-    """Mark a message for the dead-letter path and route it to ``queue`` from now on.
-
-    The original exchange and routing key go into the header; the delivery info names the
-    anonymous exchange and ``queue``, so a requeue (the dead letter could not be written
-    yet) puts it back there instead of finding no route again.
-    """
-    headers = message.setdefault("headers", {})
-    headers[UNROUTABLE_HEADER] = {"exchange": exchange, "routing_key": routing_key}
-    info = message.setdefault("properties", {}).setdefault("delivery_info", {})
-    info["exchange"] = ""
-    info["routing_key"] = queue
