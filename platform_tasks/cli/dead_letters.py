@@ -6,16 +6,11 @@ matched (or a replay publish failed), 2 bad usage. ``list`` exits 0 even when em
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
-import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from functools import wraps
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -25,7 +20,21 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from platform_tasks.cli.common import NOTHING_MATCHED, cli_error, database_settings, exit_if_nothing
+from platform_tasks.cli.common import (
+    NOTHING_MATCHED,
+    cli_error,
+    database_settings,
+    exit_if_nothing,
+    load_app,
+)
+from platform_tasks.cli.dead_letter_selection import (
+    BulkOptions,
+    bulk_options,
+    filter_options,
+    require_selection,
+    selection,
+)
+from platform_tasks.cli.dead_letter_selection import parse_since as parse_since
 from platform_tasks.cli.terminal_text import printable, printable_json
 from platform_tasks.dead_letters.dead_letter import DeadLetter
 from platform_tasks.dead_letters.store import (
@@ -44,44 +53,6 @@ from platform_tasks.operations.bulk import BULK_BATCH_SIZE
 from platform_tasks.operations.filters import OperationFilter
 from platform_tasks.operations.publisher import ReplayPublisher
 from platform_tasks.settings import PlatformSettings, redact_url
-
-_RELATIVE = re.compile(r"^(\d+)\s*([smhdw])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def parse_since(value: str, *, now: datetime | None = None) -> datetime:
-    """``30m``, ``6h``, ``7d``, ``2w`` ago, or an ISO 8601 time (naive means UTC)."""
-    text = value.strip()
-    match = _RELATIVE.match(text)
-    if match:
-        delta = timedelta(**{_UNITS[match[2]]: int(match[1])})
-        return (now or datetime.now(UTC)) - delta
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} is neither a duration like 6h/7d nor an ISO 8601 time", param_hint="--since"
-        ) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-class _Since(click.ParamType):  # type: ignore[type-arg]
-    name = "WHEN"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> datetime:
-        if isinstance(value, datetime):
-            return value
-        try:
-            return parse_since(str(value))
-        except click.BadParameter as exc:
-            if param is not None:  # name the option given (--since or --until)
-                exc.param, exc.param_hint = param, None
-            raise
-
-
-SINCE = _Since()
 
 
 @contextmanager
@@ -179,132 +150,13 @@ def _echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
-def _filter_options(func: Any) -> Any:
-    options = [
-        click.option("--queue", help="Only rows of this queue."),
-        click.option("--kind", help="Only rows of this job kind (task name)."),
-        click.option("--tenant", "tenant_id", help="Only rows of this tenant."),
-        click.option("--since", type=SINCE, help="Only rows created since: 6h, 7d, or ISO time."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-@dataclass(frozen=True)
-class BulkOptions:
-    """The filter form's options of replay/discard, read once for both commands."""
-
-    error_type: str | None
-    until: datetime | None
-    yes: bool
-    actor: str | None
-    operation_id: int | None
-
-
-def _bulk_options(func: Callable[..., None]) -> Any:
-    """Options of the filter form of replay/discard (one logged operation), handed to the
-    command as one ``options: BulkOptions`` so both commands read them the same way."""
-
-    @wraps(func)
-    def command(
-        *args: Any,
-        error_type: str | None,
-        until: datetime | None,
-        yes: bool,
-        actor: str | None,
-        operation_id: int | None,
-        **kwargs: Any,
-    ) -> None:
-        func(*args, options=BulkOptions(error_type, until, yes, actor, operation_id), **kwargs)
-
-    options = [
-        click.option("--error-type", help="Only rows with this error type (e.g. TimeoutError)."),
-        click.option("--until", type=SINCE, help="Only rows created before: 6h, 7d, or ISO time."),
-        click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation."),
-        click.option(
-            "--actor",
-            envvar="PLATFORM_ACTOR",
-            default=None,
-            help="Who runs the operation (logged); default: the OS user.",
-        ),
-        click.option(
-            "--operation",
-            "operation_id",
-            type=int,
-            default=None,
-            help="Continue this unfinished operation, with its stored filter.",
-        ),
-    ]
-    wrapped: Any = command
-    for option in reversed(options):
-        wrapped = option(wrapped)
-    return wrapped
-
-
-def _bulk_filter(
-    ids: tuple[int, ...], where: DeadLetterFilter, options: BulkOptions
-) -> OperationFilter:
-    """The filter of the bulk form; its extra options are refused beside IDs."""
-    if ids and (options.error_type or options.until or options.operation_id is not None):
-        raise click.UsageError(
-            "--error-type, --until and --operation select rows by filter; "
-            "do not combine them with IDs"
-        )
-    try:
-        return OperationFilter(
-            queue=where.queue,
-            kind=where.kind,
-            tenant_id=where.tenant_id,
-            error_type=options.error_type,
-            since=where.since,
-            until=options.until,
-        )
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-
-
-def _selection(
-    ids: tuple[int, ...],
-    queue: str | None,
-    kind: str | None,
-    tenant_id: str | None,
-    since: datetime | None,
-    options: BulkOptions,
-) -> tuple[DeadLetterFilter, OperationFilter]:
-    """The rows replay/discard act on: the by-ID filter and the filter form's, read the
-    same way by both commands."""
-    where = DeadLetterFilter(queue=queue, kind=kind, tenant_id=tenant_id, since=since)
-    return where, _bulk_filter(ids, where, options)
-
-
-def _require_selection(
-    ids: tuple[int, ...],
-    bulk_filter: OperationFilter,
-    everything: bool,
-    options: BulkOptions,
-    verb: str,
-    selection: str,
-) -> None:
-    """Refuse a replay/discard that names no rows (acting on every row takes ``--all``),
-    or that gives ``--all`` beside a ``selection`` (what the command can select by)."""
-    if not ids and bulk_filter.is_empty and not everything and options.operation_id is None:
-        raise click.UsageError(
-            f"give dead letter IDs, filters, or --all to {verb} every pending row"
-        )
-    if everything and (ids or not bulk_filter.is_empty):
-        raise click.UsageError(
-            f"--all {verb}s every pending row; do not combine it with {selection}"
-        )
-
-
 @click.group("dead-letters")
 def dead_letters() -> None:
     """Review and act on rows of core.dead_letters."""
 
 
 @dead_letters.command("list")
-@_filter_options
+@filter_options
 @click.option("--status", type=click.Choice(STATUSES), help="Only rows in this status.")
 @click.option(
     "--limit",
@@ -367,28 +219,6 @@ def show_command(dead_letter_id: int, as_json: bool) -> None:
     console.print(printable(row.last_error or "", multiline=True), markup=False, highlight=False)
 
 
-def load_app(spec: str) -> Any:
-    """Import ``module:attr`` from the working directory, as ``celery -A`` does."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name:
-        raise click.BadParameter(f"{spec!r} is not module:attr", param_hint="--app")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(
-            f"cannot import {module_name!r}: {exc}", param_hint="--app"
-        ) from exc
-    app = getattr(module, attr or "app", None)
-    if app is None or not hasattr(app, "platform_settings"):
-        raise click.BadParameter(
-            f"{spec!r} is not a platform-tasks app (build it with platform_tasks.create_app)",
-            param_hint="--app",
-        )
-    return app
-
-
 def _report_json(report: ReplayReport) -> dict[str, Any]:
     return {
         "dry_run": report.dry_run,
@@ -416,7 +246,7 @@ def _print_report(report: ReplayReport) -> None:
 
 @dead_letters.command("replay")
 @click.argument("ids", metavar="[ID]...", nargs=-1, type=int)
-@_filter_options
+@filter_options
 @click.option("--all", "replay_all", is_flag=True, help="Replay every pending row.")
 @click.option("--dry-run", is_flag=True, help="Show what would be replayed; change nothing.")
 @click.option(
@@ -436,7 +266,7 @@ def _print_report(report: ReplayReport) -> None:
     f"{REPLAY_BATCH_SIZE} by IDs, {BULK_BATCH_SIZE} by filter].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-@_bulk_options
+@bulk_options
 def replay_command(
     ids: tuple[int, ...],
     queue: str | None,
@@ -462,8 +292,8 @@ def replay_command(
     run 500 rows per transaction; rerunning the same filter after a crash continues it,
     as does --operation N. At a terminal it asks first unless --yes.
     """
-    where, bulk_filter = _selection(ids, queue, kind, tenant_id, since, options)
-    _require_selection(ids, bulk_filter, replay_all, options, "replay", "IDs or filters")
+    where, bulk_filter = selection(ids, queue, kind, tenant_id, since, options)
+    require_selection(ids, bulk_filter, replay_all, options, "replay", "IDs or filters")
     settings = database_settings()
     # Opened only once a row is to be published: a replay that matches nothing imports no
     # application and opens no broker connection.
@@ -564,7 +394,7 @@ def _replay_by_filter(
 @dead_letters.command("discard")
 @click.argument("ids", metavar="[ID]...", nargs=-1, type=int)
 @click.option("--reason", required=True, help="Why these rows will not be replayed (stored).")
-@_filter_options
+@filter_options
 @click.option("--all", "discard_all", is_flag=True, help="Discard every pending row.")
 @click.option(
     "--batch-size",
@@ -575,7 +405,7 @@ def _replay_by_filter(
 )
 @click.option("--dry-run", is_flag=True, help="Show how many rows match; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-@_bulk_options
+@bulk_options
 def discard_command(
     ids: tuple[int, ...],
     reason: str,
@@ -596,9 +426,9 @@ def discard_command(
     """
     if not reason.strip():
         raise click.BadParameter("must not be empty", param_hint="--reason")
-    _, bulk_filter = _selection(ids, queue, kind, tenant_id, since, options)
+    _, bulk_filter = selection(ids, queue, kind, tenant_id, since, options)
     if not ids:
-        _require_selection(ids, bulk_filter, discard_all, options, "discard", "filters")
+        require_selection(ids, bulk_filter, discard_all, options, "discard", "filters")
         _discard_by_filter(
             bulk_filter,
             options,
