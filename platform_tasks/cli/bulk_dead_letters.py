@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from platform_tasks.cli.common import cli_error
+from platform_tasks.cli.common import NOTHING_MATCHED, cli_error, exit_if_nothing
 from platform_tasks.cli.terminal_text import printable
 from platform_tasks.dead_letters.batch import Outcome, Publish
 from platform_tasks.errors import ReplayError
@@ -32,7 +32,8 @@ from platform_tasks.operations.bulk import (
 from platform_tasks.operations.filters import OperationFilter
 from platform_tasks.settings import PlatformSettings
 
-NOTHING_MATCHED = 1
+NOTHING_DISCARDED = "nothing discarded: no pending dead letter matched"
+NOTHING_REPLAYED = "nothing replayed: no pending dead letter with a readable envelope matched"
 
 
 def confirm(settings: PlatformSettings, where: OperationFilter, verb: str, yes: bool) -> None:
@@ -68,8 +69,7 @@ def dry_run(settings: PlatformSettings, conn: Any, where: OperationFilter, as_js
     as before, its ``replayed`` array streamed); exit 1 when nothing would be replayed."""
     would = refused = 0
     refusals: list[dict[str, Any]] = []
-    if as_json:
-        click.echo('{"dry_run": true, "replayed": [', nl=False)
+    stream = _StreamedArray('{"dry_run": true, "replayed": [') if as_json else None
     rows = iter_matching(conn, where, max_bytes=settings.max_payload_bytes)
     for row_id, job_id, queue, why in rows:
         if why:
@@ -79,19 +79,59 @@ def dry_run(settings: PlatformSettings, conn: Any, where: OperationFilter, as_js
             else:
                 click.echo(f"refused {row_id}: {printable(why)}", err=True)
             continue
-        if as_json:
-            item = json.dumps({"id": row_id, "job_id": str(job_id), "queue": queue})
-            click.echo(("\n  " if not would else ",\n  ") + item, nl=False)
+        if stream is not None:
+            stream.add(_row_item(row_id, job_id, queue))
         else:
             click.echo(f"would replay {row_id}: job {job_id} to queue {printable(str(queue))}")
         would += 1
-    if as_json:
-        tail = json.dumps({"not_pending": [], "refused": refusals}, sort_keys=True)[1:]
-        click.echo(("\n]" if would else "]") + ", " + tail)
+    if stream is not None:
+        stream.close({"not_pending": [], "refused": refusals})
     else:
         click.echo(f"would replay {would}, refused {refused} (nothing changed)")
     if not would:
         sys.exit(NOTHING_MATCHED)
+
+
+class _StreamedArray:
+    """A JSON object whose first array is printed item by item as rows are committed, so
+    the output of a long run is never held in memory; the object's other keys follow."""
+
+    def __init__(self, head: str) -> None:
+        self.empty = True
+        click.echo(head, nl=False)
+
+    def add(self, item: dict[str, Any]) -> None:
+        """Print one array item (a separator first, unless it is the first)."""
+        click.echo(("\n  " if self.empty else ",\n  ") + json.dumps(item), nl=False)
+        self.empty = False
+
+    def close(self, rest: dict[str, Any]) -> None:
+        """End the array and the object with ``rest``'s keys (sorted, as ``--json`` is)."""
+        tail = json.dumps(rest, sort_keys=True)[1:]
+        click.echo(("\n]" if not self.empty else "]") + ", " + tail)
+
+
+def _row_item(row_id: int, job_id: Any, queue: Any) -> dict[str, Any]:
+    """A replayed row as ``--json`` prints it (the same keys as the by-ID form)."""
+    return {"id": row_id, "job_id": str(job_id), "queue": queue}
+
+
+def _batch_printer(stream: _StreamedArray | None) -> Callable[[Outcome], None]:
+    """The ``on_batch`` callback: print each committed batch's rows as soon as it commits,
+    so a crash mid-run still shows what was replayed."""
+
+    def printed(batch: Outcome) -> None:
+        for row in batch.replayed:
+            if stream is not None:
+                stream.add(_row_item(row.id, row.job_id, row.queue))
+            else:
+                click.echo(
+                    f"replayed {row.id}: job {row.job_id} to queue {printable(str(row.queue))}"
+                )
+        for row_id, why in batch.refused:
+            click.echo(f"refused {row_id}: {printable(why)}", err=True)
+
+    return printed
 
 
 def replay(
@@ -106,23 +146,7 @@ def replay(
     as_json: bool,
 ) -> None:
     """Run the bulk replay, printing each committed batch; exit 1 when nothing replayed."""
-    first = [True]
-    if as_json:
-        click.echo('{"dry_run": false, "replayed": [', nl=False)
-
-    def printed(batch: Outcome) -> None:
-        for row in batch.replayed:
-            if as_json:
-                item = json.dumps({"id": row.id, "job_id": str(row.job_id), "queue": row.queue})
-                click.echo(("\n  " if first[0] else ",\n  ") + item, nl=False)
-                first[0] = False
-            else:
-                click.echo(
-                    f"replayed {row.id}: job {row.job_id} to queue {printable(str(row.queue))}"
-                )
-        for row_id, why in batch.refused:
-            click.echo(f"refused {row_id}: {printable(why)}", err=True)
-
+    stream = _StreamedArray('{"dry_run": false, "replayed": [') if as_json else None
     try:
         result = bulk_replay(
             settings,
@@ -132,7 +156,7 @@ def replay(
             batch_size=batch_size,
             allow_empty_filter=everything,
             operation_id=operation_id,
-            on_batch=printed,
+            on_batch=_batch_printer(stream),
         )
     except ReplayError as exc:
         if as_json:
@@ -140,25 +164,18 @@ def replay(
         raise cli_error(exc, settings) from None
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    op = result.operation
-    if as_json:
-        summary = {
-            "operation": op.to_json(),
-            "resumed": result.resumed,
-            "refused": [{"id": i, "why": why} for i, why in result.refused],
-            "not_pending": [],
-        }
-        tail = json.dumps(summary, sort_keys=True)[1:]
-        click.echo(("\n]" if not first[0] else "]") + ", " + tail)
+    if stream is not None:
+        stream.close(
+            {
+                "operation": result.operation.to_json(),
+                "resumed": result.resumed,
+                "refused": [{"id": i, "why": why} for i, why in result.refused],
+                "not_pending": [],
+            }
+        )
     else:
         click.echo(_operation_line(result, "replayed"))
-    if op.done == 0:
-        if not as_json:
-            click.echo(
-                "nothing replayed: no pending dead letter with a readable envelope matched",
-                err=True,
-            )
-        sys.exit(NOTHING_MATCHED)
+    exit_if_nothing(result.operation.done, NOTHING_REPLAYED, as_json=as_json)
 
 
 def discard(
@@ -195,7 +212,4 @@ def discard(
         )
     else:
         click.echo(_operation_line(result, "discarded"))
-    if result.operation.done == 0:
-        if not as_json:
-            click.echo("nothing discarded: no pending dead letter matched", err=True)
-        sys.exit(NOTHING_MATCHED)
+    exit_if_nothing(result.operation.done, NOTHING_DISCARDED, as_json=as_json)

@@ -6,14 +6,11 @@ matched (or a replay publish failed), 2 bad usage. ``list`` exits 0 even when em
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -23,7 +20,21 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from platform_tasks.cli.common import cli_error, database_settings
+from platform_tasks.cli.common import (
+    NOTHING_MATCHED,
+    cli_error,
+    database_settings,
+    exit_if_nothing,
+    load_app,
+)
+from platform_tasks.cli.dead_letter_selection import (
+    BulkOptions,
+    bulk_options,
+    filter_options,
+    require_selection,
+    selection,
+)
+from platform_tasks.cli.dead_letter_selection import parse_since as parse_since
 from platform_tasks.cli.terminal_text import printable, printable_json
 from platform_tasks.dead_letters.dead_letter import DeadLetter
 from platform_tasks.dead_letters.store import (
@@ -42,45 +53,6 @@ from platform_tasks.operations.bulk import BULK_BATCH_SIZE
 from platform_tasks.operations.filters import OperationFilter
 from platform_tasks.operations.publisher import ReplayPublisher
 from platform_tasks.settings import PlatformSettings, redact_url
-
-_RELATIVE = re.compile(r"^(\d+)\s*([smhdw])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-NOTHING_MATCHED = 1
-
-
-def parse_since(value: str, *, now: datetime | None = None) -> datetime:
-    """``30m``, ``6h``, ``7d``, ``2w`` ago, or an ISO 8601 time (naive means UTC)."""
-    text = value.strip()
-    match = _RELATIVE.match(text)
-    if match:
-        delta = timedelta(**{_UNITS[match[2]]: int(match[1])})
-        return (now or datetime.now(UTC)) - delta
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} is neither a duration like 6h/7d nor an ISO 8601 time", param_hint="--since"
-        ) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-class _Since(click.ParamType):  # type: ignore[type-arg]
-    name = "WHEN"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> datetime:
-        if isinstance(value, datetime):
-            return value
-        try:
-            return parse_since(str(value))
-        except click.BadParameter as exc:
-            if param is not None:  # name the option given (--since or --until)
-                exc.param, exc.param_hint = param, None
-            raise
-
-
-SINCE = _Since()
 
 
 @contextmanager
@@ -178,76 +150,13 @@ def _echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
-def _filter_options(func: Any) -> Any:
-    options = [
-        click.option("--queue", help="Only rows of this queue."),
-        click.option("--kind", help="Only rows of this job kind (task name)."),
-        click.option("--tenant", "tenant_id", help="Only rows of this tenant."),
-        click.option("--since", type=SINCE, help="Only rows created since: 6h, 7d, or ISO time."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def _bulk_options(func: Any) -> Any:
-    """Options of the filter form of replay/discard (one logged operation)."""
-    options = [
-        click.option("--error-type", help="Only rows with this error type (e.g. TimeoutError)."),
-        click.option("--until", type=SINCE, help="Only rows created before: 6h, 7d, or ISO time."),
-        click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation."),
-        click.option(
-            "--actor",
-            envvar="PLATFORM_ACTOR",
-            default=None,
-            help="Who runs the operation (logged); default: the OS user.",
-        ),
-        click.option(
-            "--operation",
-            "operation_id",
-            type=int,
-            default=None,
-            help="Continue this unfinished operation, with its stored filter.",
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def _bulk_filter(
-    ids: tuple[int, ...],
-    where: DeadLetterFilter,
-    error_type: str | None,
-    until: datetime | None,
-    operation_id: int | None,
-) -> OperationFilter:
-    """The filter of the bulk form; its extra options are refused beside IDs."""
-    if ids and (error_type or until or operation_id is not None):
-        raise click.UsageError(
-            "--error-type, --until and --operation select rows by filter; "
-            "do not combine them with IDs"
-        )
-    try:
-        return OperationFilter(
-            queue=where.queue,
-            kind=where.kind,
-            tenant_id=where.tenant_id,
-            error_type=error_type,
-            since=where.since,
-            until=until,
-        )
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-
-
 @click.group("dead-letters")
 def dead_letters() -> None:
     """Review and act on rows of core.dead_letters."""
 
 
 @dead_letters.command("list")
-@_filter_options
+@filter_options
 @click.option("--status", type=click.Choice(STATUSES), help="Only rows in this status.")
 @click.option(
     "--limit",
@@ -310,28 +219,6 @@ def show_command(dead_letter_id: int, as_json: bool) -> None:
     console.print(printable(row.last_error or "", multiline=True), markup=False, highlight=False)
 
 
-def load_app(spec: str) -> Any:
-    """Import ``module:attr`` from the working directory, as ``celery -A`` does."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name:
-        raise click.BadParameter(f"{spec!r} is not module:attr", param_hint="--app")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(
-            f"cannot import {module_name!r}: {exc}", param_hint="--app"
-        ) from exc
-    app = getattr(module, attr or "app", None)
-    if app is None or not hasattr(app, "platform_settings"):
-        raise click.BadParameter(
-            f"{spec!r} is not a platform-tasks app (build it with platform_tasks.create_app)",
-            param_hint="--app",
-        )
-    return app
-
-
 def _report_json(report: ReplayReport) -> dict[str, Any]:
     return {
         "dry_run": report.dry_run,
@@ -359,7 +246,7 @@ def _print_report(report: ReplayReport) -> None:
 
 @dead_letters.command("replay")
 @click.argument("ids", metavar="[ID]...", nargs=-1, type=int)
-@_filter_options
+@filter_options
 @click.option("--all", "replay_all", is_flag=True, help="Replay every pending row.")
 @click.option("--dry-run", is_flag=True, help="Show what would be replayed; change nothing.")
 @click.option(
@@ -379,7 +266,7 @@ def _print_report(report: ReplayReport) -> None:
     f"{REPLAY_BATCH_SIZE} by IDs, {BULK_BATCH_SIZE} by filter].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-@_bulk_options
+@bulk_options
 def replay_command(
     ids: tuple[int, ...],
     queue: str | None,
@@ -391,11 +278,7 @@ def replay_command(
     app_spec: str | None,
     batch_size: int | None,
     as_json: bool,
-    error_type: str | None,
-    until: datetime | None,
-    yes: bool,
-    actor: str | None,
-    operation_id: int | None,
+    options: BulkOptions,
 ) -> None:
     """Republish pending dead letters to their original queue with their original job id.
 
@@ -409,16 +292,8 @@ def replay_command(
     run 500 rows per transaction; rerunning the same filter after a crash continues it,
     as does --operation N. At a terminal it asks first unless --yes.
     """
-    where = DeadLetterFilter(queue=queue, kind=kind, tenant_id=tenant_id, since=since)
-    bulk_filter = _bulk_filter(ids, where, error_type, until, operation_id)
-    if not ids and bulk_filter.is_empty and not replay_all and operation_id is None:
-        raise click.UsageError(
-            "give dead letter IDs, filters, or --all to replay every pending row"
-        )
-    if replay_all and (ids or not bulk_filter.is_empty):
-        raise click.UsageError(
-            "--all replays every pending row; do not combine it with IDs or filters"
-        )
+    where, bulk_filter = selection(ids, queue, kind, tenant_id, since, options)
+    require_selection(ids, bulk_filter, replay_all, options, "replay", "IDs or filters")
     settings = database_settings()
     # Opened only once a row is to be published: a replay that matches nothing imports no
     # application and opens no broker connection.
@@ -431,69 +306,87 @@ def replay_command(
                 settings,
                 bulk_filter,
                 publisher,
+                options,
                 dry_run=dry_run,
                 everything=replay_all,
                 batch_size=batch_size or BULK_BATCH_SIZE,
-                yes=yes,
-                actor=actor,
-                operation_id=operation_id,
                 as_json=as_json,
             )
             return
-        try:
-            with _connection(settings) as conn:
-                report = replay_dead_letters(
-                    conn,
-                    open_publish=publisher.open,
-                    ids=list(ids) or None,
-                    where=where,
-                    dry_run=dry_run,
-                    batch_size=batch_size or REPLAY_BATCH_SIZE,
-                    max_bytes=settings.max_payload_bytes,
-                )
-        except ReplayError as exc:
-            raise cli_error(exc, settings) from None
+        _replay_by_ids(
+            settings,
+            publisher,
+            ids,
+            where,
+            dry_run=dry_run,
+            batch_size=batch_size or REPLAY_BATCH_SIZE,
+            as_json=as_json,
+        )
+
+
+def _replay_by_ids(
+    settings: PlatformSettings,
+    publisher: ReplayPublisher,
+    ids: tuple[int, ...],
+    where: DeadLetterFilter,
+    *,
+    dry_run: bool,
+    batch_size: int,
+    as_json: bool,
+) -> None:
+    """The by-ID replay: no operation is logged (the IDs are the record); the report is
+    printed once the rows are committed. Exits 1 when nothing was replayed."""
+    from platform_tasks.cli.bulk_dead_letters import NOTHING_REPLAYED
+
+    try:
+        with _connection(settings) as conn:
+            report = replay_dead_letters(
+                conn,
+                open_publish=publisher.open,
+                ids=list(ids) or None,
+                where=where,
+                dry_run=dry_run,
+                batch_size=batch_size,
+                max_bytes=settings.max_payload_bytes,
+            )
+    except ReplayError as exc:
+        raise cli_error(exc, settings) from None
     if as_json:
         _echo_json(_report_json(report))
     else:
         _print_report(report)
-    if not report.replayed:
-        if not as_json:
-            click.echo(
-                "nothing replayed: no pending dead letter with a readable envelope matched",
-                err=True,
-            )
-        sys.exit(NOTHING_MATCHED)
+    exit_if_nothing(len(report.replayed), NOTHING_REPLAYED, as_json=as_json)
 
 
 def _replay_by_filter(
     settings: PlatformSettings,
     where: OperationFilter,
     publisher: ReplayPublisher,
+    options: BulkOptions,
     *,
     dry_run: bool,
     everything: bool,
     batch_size: int,
-    yes: bool,
-    actor: str | None,
-    operation_id: int | None,
     as_json: bool,
 ) -> None:
+    """The filter form of replay: one logged operation, previewed (``--dry-run``) or
+    confirmed at a terminal first; imported lazily as the bulk modules are only needed
+    here."""
     from platform_tasks.cli import bulk_dead_letters as bulk
 
     if dry_run:
         with _connection(settings) as conn:
             bulk.dry_run(settings, conn, where, as_json)
         return
-    bulk.confirm(settings, where, "replay", yes)
+    bulk.confirm(settings, where, "replay", options.yes)
     bulk.replay(
         settings,
         where,
         everything=everything,
         open_publish=publisher.open,
         batch_size=batch_size,
-        actor=actor,
-        operation_id=operation_id,
+        actor=options.actor,
+        operation_id=options.operation_id,
         as_json=as_json,
     )
 
@@ -501,7 +394,7 @@ def _replay_by_filter(
 @dead_letters.command("discard")
 @click.argument("ids", metavar="[ID]...", nargs=-1, type=int)
 @click.option("--reason", required=True, help="Why these rows will not be replayed (stored).")
-@_filter_options
+@filter_options
 @click.option("--all", "discard_all", is_flag=True, help="Discard every pending row.")
 @click.option(
     "--batch-size",
@@ -512,7 +405,7 @@ def _replay_by_filter(
 )
 @click.option("--dry-run", is_flag=True, help="Show how many rows match; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-@_bulk_options
+@bulk_options
 def discard_command(
     ids: tuple[int, ...],
     reason: str,
@@ -524,11 +417,7 @@ def discard_command(
     batch_size: int,
     dry_run: bool,
     as_json: bool,
-    error_type: str | None,
-    until: datetime | None,
-    yes: bool,
-    actor: str | None,
-    operation_id: int | None,
+    options: BulkOptions,
 ) -> None:
     """Mark pending dead letters discarded, keeping the reason. Exits 1 if none matched.
 
@@ -537,36 +426,16 @@ def discard_command(
     """
     if not reason.strip():
         raise click.BadParameter("must not be empty", param_hint="--reason")
-    where = DeadLetterFilter(queue=queue, kind=kind, tenant_id=tenant_id, since=since)
-    bulk_filter = _bulk_filter(ids, where, error_type, until, operation_id)
+    _, bulk_filter = selection(ids, queue, kind, tenant_id, since, options)
     if not ids:
-        if bulk_filter.is_empty and not discard_all and operation_id is None:
-            raise click.UsageError(
-                "give dead letter IDs, filters, or --all to discard every pending row"
-            )
-        if discard_all and not bulk_filter.is_empty:
-            raise click.UsageError(
-                "--all discards every pending row; do not combine it with filters"
-            )
-        from platform_tasks.cli import bulk_dead_letters as bulk
-        from platform_tasks.operations.bulk import preview_dead_letters
-
-        settings = database_settings()
-        if dry_run:
-            preview = preview_dead_letters(settings, bulk_filter, sample_size=0)
-            click.echo(f"would discard {preview.matched} (nothing changed)")
-            if not preview.matched:
-                sys.exit(NOTHING_MATCHED)
-            return
-        bulk.confirm(settings, bulk_filter, "discard", yes)
-        bulk.discard(
-            settings,
+        require_selection(ids, bulk_filter, discard_all, options, "discard", "filters")
+        _discard_by_filter(
             bulk_filter,
+            options,
             reason=reason,
             everything=discard_all,
             batch_size=batch_size,
-            actor=actor,
-            operation_id=operation_id,
+            dry_run=dry_run,
             as_json=as_json,
         )
         return
@@ -581,3 +450,39 @@ def discard_command(
     if not report.discarded:
         click.echo("nothing discarded: no pending dead letter matched", err=True)
         sys.exit(NOTHING_MATCHED)
+
+
+def _discard_by_filter(
+    bulk_filter: OperationFilter,
+    options: BulkOptions,
+    *,
+    reason: str,
+    everything: bool,
+    batch_size: int,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """The filter form of discard: one logged operation, previewed (``--dry-run``) or
+    confirmed at a terminal first; imported lazily as the bulk modules are only needed
+    here."""
+    from platform_tasks.cli import bulk_dead_letters as bulk
+    from platform_tasks.operations.bulk import preview_dead_letters
+
+    settings = database_settings()
+    if dry_run:
+        preview = preview_dead_letters(settings, bulk_filter, sample_size=0)
+        click.echo(f"would discard {preview.matched} (nothing changed)")
+        if not preview.matched:
+            sys.exit(NOTHING_MATCHED)
+        return
+    bulk.confirm(settings, bulk_filter, "discard", options.yes)
+    bulk.discard(
+        settings,
+        bulk_filter,
+        reason=reason,
+        everything=everything,
+        batch_size=batch_size,
+        actor=options.actor,
+        operation_id=options.operation_id,
+        as_json=as_json,
+    )

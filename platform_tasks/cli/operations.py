@@ -276,7 +276,7 @@ def cancel_command(
     ttl = _duration(keep) if keep else DEFAULT_RULE_TTL
     app = None
     if app_spec:
-        from platform_tasks.cli.dead_letters import load_app
+        from platform_tasks.cli.common import load_app
 
         app = load_app(app_spec)
     if dry_run or (not yes and sys.stdin.isatty()):

@@ -112,14 +112,7 @@ def record_stop(task: Any, request: Any, seconds: float) -> bool:
         )
         return False
     finally:
-        try:
-            counter.close()
-        except Exception:
-            logger.debug(
-                "closing the record's Redis client failed",
-                exc_info=True,
-                extra={"event": "consumer.time_limit_client_not_closed"},
-            )
+        _close_quietly(counter)
     logger.warning(
         "job %s was stopped at its hard time limit of %gs; requeued to settle the attempt",
         job_id,
@@ -127,6 +120,19 @@ def record_stop(task: Any, request: Any, seconds: float) -> bool:
         extra=fields,
     )
     return True
+
+
+def _close_quietly(counter: DeliveryCounter) -> None:
+    """Close the record's own Redis client; a failure is only logged, as record_stop must
+    never raise in the worker's main process."""
+    try:
+        counter.close()
+    except Exception:
+        logger.debug(
+            "closing the record's Redis client failed",
+            exc_info=True,
+            extra={"event": "consumer.time_limit_client_not_closed"},
+        )
 
 
 def _job_id(request: Any) -> str | None:

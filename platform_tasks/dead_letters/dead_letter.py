@@ -264,18 +264,48 @@ def insert_dead_letter(
     that leaves the job unrecorded): escaped values are listed under
     :data:`ESCAPED_KEY` in the stored payload and at the end of ``last_error``.
     """
+    texts, value, escaped = _storable_columns(
+        payload,
+        {
+            "queue": queue,
+            "kind": kind,
+            "tenant_id": tenant_id,
+            "last_error": last_error,
+            "error_type": error_type,
+            "reason": reason,
+            "correlation_id": correlation_id,
+        },
+    )
+    cursor.execute(
+        _queries()["insert_dead_letter"],
+        {
+            **texts,
+            "job_id": str(job_id) if job_id is not None else None,
+            "payload": Json(value),
+            "attempts": attempts,
+            "headers": Json(storable_payload(dict(headers)).value) if headers else None,
+        },
+    )
+    row = cursor.fetchone()
+    assert row is not None
+    dead_letter_id = int(row[0])
+    _log_inserted(dead_letter_id, job_id, reason, texts, escaped)
+    return dead_letter_id
+
+
+def _storable_columns(
+    payload: Any, columns: dict[str, str | None]
+) -> tuple[dict[str, str | None], Any, list[str]]:
+    """Every text column and the payload made storable, and what had to be escaped.
+
+    A job that could not be stored as it is must still become a dead letter, so escapes
+    are recorded rather than refused: listed under :data:`ESCAPED_KEY` in the payload and
+    at the end of ``last_error``, where a person reviewing the row sees them.
+    """
     stored = storable_payload(payload)
     escaped = list(stored.escaped)
     texts: dict[str, str | None] = {}
-    for column, text_value in (
-        ("queue", queue),
-        ("kind", kind),
-        ("tenant_id", tenant_id),
-        ("last_error", last_error),
-        ("error_type", error_type),
-        ("reason", reason),
-        ("correlation_id", correlation_id),
-    ):
+    for column, text_value in columns.items():
         if text_value is None:
             texts[column] = None
             continue
@@ -290,19 +320,18 @@ def insert_dead_letter(
         texts["last_error"] = (
             f"{texts['last_error'] or ''}\n(stored with escapes: {'; '.join(escaped)})"
         )
-    cursor.execute(
-        _queries()["insert_dead_letter"],
-        {
-            **texts,
-            "job_id": str(job_id) if job_id is not None else None,
-            "payload": Json(value),
-            "attempts": attempts,
-            "headers": Json(storable_payload(dict(headers)).value) if headers else None,
-        },
-    )
-    row = cursor.fetchone()
-    assert row is not None
-    dead_letter_id = int(row[0])
+    return texts, value, escaped
+
+
+def _log_inserted(
+    dead_letter_id: int,
+    job_id: uuid.UUID | None,
+    reason: str,
+    texts: dict[str, str | None],
+    escaped: list[str],
+) -> None:
+    """Log the new row with the stored (escaped) column values, never the raw ones, so a
+    log line cannot carry what the database would not."""
     logger.info(
         "dead letter %s written for job %s (%s)",
         dead_letter_id,
@@ -318,4 +347,3 @@ def insert_dead_letter(
             "escaped": escaped or None,
         },
     )
-    return dead_letter_id

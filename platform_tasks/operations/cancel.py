@@ -252,23 +252,7 @@ def cancel_jobs(
     with connect(settings, conn) as db:
         with db, db.cursor() as cur:
             operation = start_operation(cur, kind="cancel", actor=who, filter=where.to_json())
-            cur.execute(
-                "INSERT INTO core.cancel_rules (operation_id, tenant_id, kind, queue, cutoff, "
-                "expires_at) VALUES (%s, %s, %s, %s, COALESCE(to_timestamp(%s), now()), "
-                "now() + %s) RETURNING cutoff, expires_at",
-                (
-                    operation.id,
-                    where.tenant_id,
-                    where.kind,
-                    where.queue,
-                    _reference_now(settings),
-                    rule_ttl,
-                ),
-            )
-            row = cur.fetchone()
-            assert row is not None
-            rule = Rule(operation.id, where, row[0], row[1])
-            cur.execute("DELETE FROM core.cancel_rules WHERE expires_at <= now()")
+            rule = _insert_rule(cur, operation, where, settings, rule_ttl)
         logger.info(
             "operation %s (cancel) started by %s on %s",
             operation.id,
@@ -282,32 +266,7 @@ def cancel_jobs(
                 "filter": where.to_json(),
             },
         )
-        started = time.monotonic()
-        delayed = 0
-        try:
-            for client, keys in _delay_stores(settings):
-                try:
-                    delayed += _sweep(db, client, keys, where, rule, _key_prefix(app))
-                finally:
-                    client.close()
-            left = PROPAGATION_SECONDS - (time.monotonic() - started)
-            if left > 0:
-                time.sleep(left)  # consumers' rule caches expire (see PROPAGATION_SECONDS)
-            with db, db.cursor() as cur:
-                operation = finish_operation(
-                    cur,
-                    operation.id,
-                    outcome="succeeded",
-                    detail=f"{delayed} delayed job(s) cancelled now; queued jobs are "
-                    f"cancelled as consumers reach them until {rule.expires_at.isoformat()}",
-                )
-        except BaseException as exc:
-            db.rollback()
-            with db, db.cursor() as cur:
-                finish_operation(
-                    cur, operation.id, outcome="failed", detail=f"{type(exc).__name__}: {exc}"
-                )
-            raise
+        operation, delayed = _sweep_and_finish(db, settings, where, rule, operation, app)
     logger.info(
         "operation %s (cancel): %d delayed job(s) cancelled; rule in force until %s",
         operation.id,
@@ -322,6 +281,75 @@ def cancel_jobs(
         },
     )
     return CancelResult(operation, delayed, rule)
+
+
+def _insert_rule(
+    cur: Any,
+    operation: Operation,
+    where: JobFilter,
+    settings: PlatformSettings,
+    rule_ttl: timedelta,
+) -> Rule:
+    """Store the cancel rule consumers read, in the operation's transaction, so a rule
+    never exists without its operation; expired rules are pruned on the way."""
+    cur.execute(
+        "INSERT INTO core.cancel_rules (operation_id, tenant_id, kind, queue, cutoff, "
+        "expires_at) VALUES (%s, %s, %s, %s, COALESCE(to_timestamp(%s), now()), "
+        "now() + %s) RETURNING cutoff, expires_at",
+        (
+            operation.id,
+            where.tenant_id,
+            where.kind,
+            where.queue,
+            _reference_now(settings),
+            rule_ttl,
+        ),
+    )
+    row = cur.fetchone()
+    assert row is not None
+    rule = Rule(operation.id, where, row[0], row[1])
+    cur.execute("DELETE FROM core.cancel_rules WHERE expires_at <= now()")
+    return rule
+
+
+def _sweep_and_finish(
+    db: Connection,
+    settings: PlatformSettings,
+    where: JobFilter,
+    rule: Rule,
+    operation: Operation,
+    app: PlatformCelery | None,
+) -> tuple[Operation, int]:
+    """Sweep every delay store, wait until consumers have read the rule, then finish the
+    operation; any failure (even an interrupt) marks it failed so it never stays running.
+    Returns the finished operation and how many delayed jobs were cancelled."""
+    started = time.monotonic()
+    delayed = 0
+    try:
+        for client, keys in _delay_stores(settings):
+            try:
+                delayed += _sweep(db, client, keys, where, rule, _key_prefix(app))
+            finally:
+                client.close()
+        left = PROPAGATION_SECONDS - (time.monotonic() - started)
+        if left > 0:
+            time.sleep(left)  # consumers' rule caches expire (see PROPAGATION_SECONDS)
+        with db, db.cursor() as cur:
+            operation = finish_operation(
+                cur,
+                operation.id,
+                outcome="succeeded",
+                detail=f"{delayed} delayed job(s) cancelled now; queued jobs are "
+                f"cancelled as consumers reach them until {rule.expires_at.isoformat()}",
+            )
+    except BaseException as exc:
+        db.rollback()
+        with db, db.cursor() as cur:
+            finish_operation(
+                cur, operation.id, outcome="failed", detail=f"{type(exc).__name__}: {exc}"
+            )
+        raise
+    return operation, delayed
 
 
 def _reference_now(settings: PlatformSettings) -> float | None:

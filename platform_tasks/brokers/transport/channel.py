@@ -21,7 +21,6 @@ is kombu's code; this class only replaces what touches the unacked state.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from queue import Empty
@@ -31,21 +30,20 @@ from typing import Any
 import redis
 from kombu.transport.redis import Channel as RedisChannel
 from kombu.utils.encoding import bytes_to_str
-from kombu.utils.json import dumps, loads
+from kombu.utils.json import loads
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from platform_tasks.brokers.scripts import script_source
 from platform_tasks.brokers.selection import sweep_interval
-from platform_tasks.brokers.transport import fair_lanes
-from platform_tasks.brokers.transport.fair_lanes import FairLanes, FetchList
+from platform_tasks.brokers.transport import fair_lanes, fetch_plans, restore
+from platform_tasks.brokers.transport.fair_lanes import FairLanes
+from platform_tasks.brokers.transport.fetch_plans import FETCH
 from platform_tasks.brokers.transport.qos import QoS
 from platform_tasks.errors import ConfigurationError
-from platform_tasks.headers import UNREADABLE_HEADER, UNROUTABLE_HEADER
+from platform_tasks.headers import UNREADABLE_HEADER
 from platform_tasks.keys import (
     TRANSPORT_BACKOFF_STREAM,
-    TRANSPORT_LEGACY_QUARANTINE,
-    fair_lane_keys,
 )
 
 logger = logging.getLogger("platform_tasks.transport")
@@ -53,17 +51,6 @@ logger = logging.getLogger("platform_tasks.transport")
 MIN_REDIS_VERSION = (6, 2)
 """BLMOVE (the blocking wait) exists since Redis 6.2."""
 
-MULTI_LIST_WAIT = 0.1
-"""Seconds one wait blocks when the channel consumes several lists.
-
-BLMOVE blocks on one list (the one that last delivered a message). A message landing on
-another list (another queue, another priority step) is noticed at the next fetch, so
-with several lists the wait is kept this short; with exactly one list it is
-``brpop_timeout`` (1 s), since that list's push wakes the wait at once."""
-
-PACKED_FETCHES_KEPT = 64
-"""Packed fetch commands a channel keeps (one per queue order and consume state)."""
-FETCH = "EVALSHA"
 WAIT = "BLMOVE"
 BACKOFF = "XREAD"
 
@@ -248,35 +235,6 @@ class Channel(RedisChannel):
             self._noack_queues.discard(queue)
         return result
 
-    def _fetch_plan(self, queues: Sequence[str], *, record: bool) -> tuple[list[str], list[str]]:
-        """(queue, priority) of each list in consumption order (kombu's BRPOP order) and
-        the script's KEYS and ARGV for them: per list a record flag, then the queue names,
-        then the priority steps (an unreadable item is wrapped with its queue and step).
-        When a queue is fair, the plan is ``transport_fair_fetch``'s (``fair_lanes``)."""
-        self._fetch_lists = [(q, pri) for pri in self.priority_steps for q in queues]
-        if any(self._is_fair(queue) for queue in queues):
-            self._fetch_script = fair_lanes.SCRIPT
-            lists = [
-                FetchList(
-                    list_key=self.prefixed(self._q_for_pri(queue, pri)),
-                    queue=queue,
-                    priority=pri,
-                    record=record and queue not in self._noack_queues,
-                    fair=self._is_fair(queue),
-                )
-                for queue, pri in self._fetch_lists
-            ]
-            return self.fair.plan(lists, self.prefixed(TRANSPORT_LEGACY_QUARANTINE))
-        self._fetch_script = "transport_fetch"
-        keys = [self.prefixed(TRANSPORT_LEGACY_QUARANTINE)]
-        flags: list[str] = []
-        for queue, pri in self._fetch_lists:
-            keys.append(self.prefixed(self._q_for_pri(queue, pri)))
-            flags.append("1" if record and queue not in self._noack_queues else "0")
-        names = [queue for queue, _ in self._fetch_lists]
-        steps = [str(pri) for _, pri in self._fetch_lists]
-        return keys, [*flags, *names, *steps]
-
     def _brpop_start(self, timeout: float | None = None) -> None:
         if timeout is None:
             timeout = self.brpop_timeout
@@ -294,12 +252,12 @@ class Channel(RedisChannel):
             self._poll_stage = BACKOFF
             replies_within = pause
         elif self._wait_next:
-            key, wait = self._wait_plan(queues, timeout)
+            key, wait = fetch_plans.wait_plan(self, queues, timeout)
             command = [WAIT, key, key, "RIGHT", "RIGHT", wait]
             self._poll_stage = WAIT
             replies_within = wait
         else:
-            packed = self._packed_fetch(queues)
+            packed = fetch_plans.packed_fetch(self, queues)
             self._poll_stage = FETCH
             replies_within = 0.0
         connection = self.client.connection
@@ -313,53 +271,6 @@ class Channel(RedisChannel):
             connection.send_packed_command(packed)
         else:
             connection.send_command(*command)
-
-    def _packed_fetch(self, queues: Sequence[str]) -> Any:
-        """The fetch command for ``queues``, packed once per plan and then reused.
-
-        The command names every list (a queue at each priority step, and on a fair queue
-        its ring and counters): with four queues that is 150 arguments, and packing them
-        for every message cost the worker's event loop more than the script costs Redis
-        (``bench/fair_dispatch.py``). A plan changes only with the queue order, the
-        no-ack and fair sets and the queues' expiry, which make the cache key.
-        """
-        cache_key = (
-            tuple(queues),
-            frozenset(self._noack_queues),
-            frozenset(self.fair.adopted),
-            frozenset(self._expires),
-        )
-        cached = self._packed_fetches.get(cache_key)
-        if cached is not None:
-            self._fetch_lists, self._fetch_script, packed = cached
-            return packed
-        keys, flags = self._fetch_plan(queues, record=True)
-        unacked = [self.prefixed(self.unacked_key), self.prefixed(self.unacked_index_key)]
-        sha = self._script(self._fetch_script).sha
-        packed = self.client.connection.pack_command(
-            FETCH, sha, len(keys) + 2, *unacked, *keys, *flags
-        )
-        if len(self._packed_fetches) >= PACKED_FETCHES_KEPT:
-            self._packed_fetches.clear()
-        self._packed_fetches[cache_key] = (list(self._fetch_lists), self._fetch_script, packed)
-        return packed
-
-    def _wait_plan(self, queues: Sequence[str], timeout: float) -> tuple[str, float]:
-        """The list the idle wait blocks on, and for how long.
-
-        It blocks on the list that delivered the last message (where the next one most
-        likely lands), else on the default-priority list of the queue next in turn. A
-        push onto that list wakes it at once; a push onto any other list is seen at the
-        next fetch, so with several lists the wait is at most ``MULTI_LIST_WAIT``.
-        """
-        hot = self._hot_list
-        if hot is None or hot[0] not in queues:
-            hot = (queues[0], self.default_priority)
-        lists = len(queues) * len(self.priority_steps)
-        wait = timeout or 0
-        if lists > 1:
-            wait = min(wait or MULTI_LIST_WAIT, MULTI_LIST_WAIT)
-        return self.prefixed(self._q_for_pri(*hot)), wait
 
     def _brpop_read(self, **options: Any) -> bool:
         connection = self.client.connection
@@ -460,10 +371,10 @@ class Channel(RedisChannel):
         return True
 
     def _fetch_now(self, queue: str, *, record: bool) -> dict[str, Any] | None:
-        keys, flags = self._fetch_plan([queue], record=record)
+        keys, flags = fetch_plans.fetch_plan(self, [queue], record=record)
         reply = self.run_script(self._fetch_script, keys, flags)
         if int(reply[0]) == 0 and self._adopt_for_get(queue):
-            keys, flags = self._fetch_plan([queue], record=record)
+            keys, flags = fetch_plans.fetch_plan(self, [queue], record=record)
             reply = self.run_script(self._fetch_script, keys, flags)
         self._maybe_update_queues_expire(self.sync_client, queue)
         if int(reply[0]) == 0:
@@ -507,12 +418,7 @@ class Channel(RedisChannel):
         queues = [queue for queue in self._active_queues if self._is_fair(queue)]
         if not queues:
             return 0
-        lists = [
-            FetchList(self.prefixed(self._q_for_pri(queue, pri)), queue, pri, False, True)
-            for pri in self.priority_steps
-            for queue in queues
-        ]
-        keys, args = self.fair.plan(lists, self.prefixed(TRANSPORT_LEGACY_QUARANTINE), mode="sort")
+        keys, args = fetch_plans.sort_plan(self, queues)
         sorted_total = 0
         for _ in range(fair_lanes.SORT_BATCHES_PER_TICK):
             moved = int(self.run_script(fair_lanes.SCRIPT, keys, args)[1])
@@ -559,75 +465,9 @@ class Channel(RedisChannel):
         first queue marked with :data:`UNROUTABLE_HEADER`, where the worker's consumer
         dead-letters it; otherwise it would stay unacked for ever, swept again and again.
         """
-        try:
-            message, exchange, routing_key = loads(bytes_to_str(record))
-            try:
-                message["headers"]["redelivered"] = True
-                message["properties"]["delivery_info"]["redelivered"] = True
-                # Each delivery gets its own tag, hence its own record: a late ack of
-                # this copy (its worker was slow, not dead) cannot delete the record of
-                # the copy delivered next.
-                message["properties"]["delivery_tag"] = str(uuid.uuid4())
-            except (KeyError, TypeError):
-                pass
-            priority = self._get_message_priority(message, reverse=False)
-            try:
-                queues = self._lookup(exchange, routing_key)
-            except self.connection_errors:
-                raise
-            except Exception:
-                logger.warning(
-                    "no route for unacked message %s",
-                    tag,
-                    exc_info=True,
-                    extra={"event": "transport.route_lookup_failed"},
-                )
-                queues = []
-            if not queues and unroutable_here and self._active_queues:
-                queues = [self._active_queues[0]]
-                _mark_unroutable(message, exchange, routing_key, queues[0])
-                logger.error(
-                    "unacked message %s has no queue bound for exchange %r, routing key %r "
-                    "any more; handed to queue %s to be dead-lettered",
-                    tag,
-                    exchange,
-                    routing_key,
-                    queues[0],
-                    extra={
-                        "event": "transport.unroutable",
-                        "delivery_tag": tag,
-                        "exchange": exchange,
-                        "routing_key": routing_key,
-                    },
-                )
-            targets = [
-                (self.prefixed(self._q_for_pri(queue, priority)), self._is_fair(queue))
-                for queue in queues
-            ]
-        except self.connection_errors:
-            raise
-        except Exception:
-            logger.exception(
-                "cannot route unacked message %s back to its queue; it stays unacked",
-                tag,
-                extra={"event": "transport.restore_failed", "delivery_tag": tag},
-            )
-            return False
-        if not targets:
-            logger.warning(
-                "unacked message %s has no queue to go back to; it stays unacked until a "
-                "sweep hands it over",
-                tag,
-                extra={"event": "transport.restore_unroutable", "delivery_tag": tag},
-            )
-            return False
-        keys: list[str] = []
-        args = [tag, dumps(message), "1" if leftmost else "0"]
-        for list_key, fair in targets:
-            lane = fair_lane_keys(list_key)
-            keys.extend((list_key, lane.ring, lane.waiting, lane.lengths, lane.heads))
-            args.extend(("fair" if fair else "plain", lane.lane_prefix))
-        return bool(self.run_script("transport_restore", keys, args))
+        return restore.restore_record(
+            self, tag, record, leftmost=leftmost, unroutable_here=unroutable_here
+        )
 
     def extend_unacked(self, tags: Sequence[str]) -> int:
         """Refresh the unacked timestamps of ``tags`` (still recorded ones only)."""
@@ -655,17 +495,3 @@ def _log_if_unreadable(message: dict[str, Any], queue: str) -> None:
             why,
             extra={"event": "transport.message_unreadable", "queue": queue, "why": why},
         )
-
-
-def _mark_unroutable(message: dict[str, Any], exchange: str, routing_key: str, queue: str) -> None:
-    """Mark a message for the dead-letter path and route it to ``queue`` from now on.
-
-    The original exchange and routing key go into the header; the delivery info names the
-    anonymous exchange and ``queue``, so a requeue (the dead letter could not be written
-    yet) puts it back there instead of finding no route again.
-    """
-    headers = message.setdefault("headers", {})
-    headers[UNROUTABLE_HEADER] = {"exchange": exchange, "routing_key": routing_key}
-    info = message.setdefault("properties", {}).setdefault("delivery_info", {})
-    info["exchange"] = ""
-    info["routing_key"] = queue

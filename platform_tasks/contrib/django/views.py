@@ -160,6 +160,19 @@ def _run_bulk(request: HttpRequest, action: str) -> HttpResponse:
         )
         messages.error(request, f"the {action} failed: {safe_error(exc)}")
         return HttpResponseRedirect(back)
+    _report_bulk(request, action, actor, where, result)
+    return HttpResponseRedirect(_operation_url(result.operation.id))
+
+
+def _report_bulk(
+    request: HttpRequest,
+    action: str,
+    actor: str,
+    where: operations.OperationFilter,
+    result: operations.BulkResult,
+) -> None:
+    """Log the finished operation and tell the user its outcome, including the rows left
+    pending (the first :data:`REFUSED_SHOWN`, so one bad batch cannot flood the page)."""
     op = result.operation
     logger.info(
         "bulk %s by %s (%s): operation %d %s, %d of %d done, %d failed",
@@ -187,7 +200,6 @@ def _run_bulk(request: HttpRequest, action: str) -> HttpResponse:
             f"{len(result.refused)} rows were left pending: {shown}"
             + (f" (and {more} more)" if more > 0 else ""),
         )
-    return HttpResponseRedirect(_operation_url(op.id))
 
 
 def queue_pause(admin_site: Any, request: HttpRequest, action: str) -> HttpResponse:
