@@ -54,7 +54,6 @@ from platform_tasks.jobs.runner import RunOutcome, run_point
 from platform_tasks.jobs.trigger import PointOutcome, PointResult, TriggerEngine
 from platform_tasks.keys import jobs_namespace
 from platform_tasks.testing.consumer import (
-    JobOutcome,
     PlatformJobs,
     platform_app,
     platform_celery_app,
@@ -69,6 +68,7 @@ from platform_tasks.testing.consumer import (
     platform_worker,
     platform_worker_parameters,
 )
+from platform_tasks.testing.outcomes import JobOutcome
 
 if TYPE_CHECKING:
     from platform_tasks.kernel import PlatformCelery

@@ -15,14 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from platform_tasks.errors import ServerStartError
-from platform_tasks.testing.servers import (
-    RedisServer,
-    _port_is_free,
-    _Process,
-    find_redis_server,
-    free_port,
-    wait_until,
-)
+from platform_tasks.testing.server_process import _port_is_free, _Process
+from platform_tasks.testing.servers import RedisServer, find_redis_server, free_port, wait_until
 
 CLUSTER_BUS_OFFSET = 10000
 """A Redis Cluster node also listens on its port plus this offset (the cluster bus)."""
