@@ -22,14 +22,12 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from psycopg2.extensions import connection as Connection
 from psycopg2.extensions import cursor as Cursor
-from psycopg2.extras import Json
 
 from platform_tasks.dead_letters.batch import (
     Discard,
@@ -42,14 +40,17 @@ from platform_tasks.dead_letters.batch import (
 )
 from platform_tasks.dead_letters.dead_letter import DeadLetter
 from platform_tasks.errors import ReplayError
+from platform_tasks.operations.bulk_run import (
+    BulkRun,
+    check_filter,
+    finish_run,
+    operation_queries,
+    operation_run,
+)
 from platform_tasks.operations.filters import OperationFilter
 from platform_tasks.operations.log import (
     Operation,
     connect,
-    default_actor,
-    fetch_operation,
-    finish_operation,
-    start_operation,
 )
 from platform_tasks.operations.publisher import ReplayPublisher
 from platform_tasks.postgres.queries import load_queries
@@ -81,8 +82,6 @@ REFUSED_KEPT = 100
 BatchCallback = Callable[[Outcome], None]
 """Called with the outcome of each committed batch of a bulk replay."""
 
-LOCK_CLASS = 0x6F707320  # "ops ": advisory locks (class, operation id) of running operations
-
 
 @dataclass(frozen=True)
 class Preview:
@@ -107,10 +106,6 @@ class BulkResult:
     """The ``(queue, kind, error type)`` groups of the rows this run replayed or discarded."""
 
 
-def _queries() -> dict[str, str]:
-    return load_queries("operations")
-
-
 def preview_dead_letters(
     settings: PlatformSettings,
     where: OperationFilter,
@@ -126,12 +121,14 @@ def preview_dead_letters(
     if sample_size < 0:
         raise ValueError(f"sample_size must be >= 0, got {sample_size}")
     with connect(settings, conn) as db, db, db.cursor() as cur:
-        cur.execute(_queries()["count_matching"], where.params())
+        cur.execute(operation_queries()["count_matching"], where.params())
         row = cur.fetchone()
         matched = int(row[0]) if row else 0
         sample: list[DeadLetter] = []
         if sample_size and matched:
-            cur.execute(_queries()["sample_matching"], {**where.params(), "limit": sample_size})
+            cur.execute(
+                operation_queries()["sample_matching"], {**where.params(), "limit": sample_size}
+            )
             names = [column[0] for column in cur.description or ()]
             sample = [DeadLetter.from_row(names, values) for values in cur.fetchall()]
     return Preview(matched, sample)
@@ -145,210 +142,29 @@ def iter_matching(
     server-side cursor in one read-only transaction (one batch of payloads in memory)."""
     with conn, conn.cursor(name="platform_operations_dry_run") as cur:
         cur.itersize = BULK_BATCH_SIZE
-        cur.execute(_queries()["stream_matching"], where.params())
+        cur.execute(operation_queries()["stream_matching"], where.params())
         for row_id, queue, payload in cur:
             refusal = replay_refusal(queue, payload, max_bytes=max_bytes)
             job_id = None if refusal else uuid.UUID(str(payload["job_id"]))
             yield int(row_id), job_id, queue, refusal
 
 
-@dataclass
-class _Run:
-    """One run of an operation on one connection: where it is and what it did."""
-
-    operation: Operation
-    where: OperationFilter
-    resumed: bool
-    after_id: int
-    max_id: int
-    refused: list[tuple[int, str]] = field(default_factory=list)
-    groups: set[Group] = field(default_factory=set)
-    skipped: list[int] = field(default_factory=list)
-    """Matching rows another transaction held when their batch was locked (``SKIP
-    LOCKED``): revisited, waiting for their holder, once the walk is done."""
-
-
-def _check(
-    where: OperationFilter, batch_size: int, allow_empty_filter: bool, operation_id: int | None
-) -> None:
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if operation_id is None and where.is_empty and not allow_empty_filter:
-        raise ValueError(
-            "an empty filter means every pending dead letter: give a filter (queue, kind, "
-            "tenant_id, error_type, since, until) or allow_empty_filter=True (--all)"
-        )
-
-
-def _try_lock(cur: Cursor, operation_id: int) -> bool:
-    cur.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, operation_id % 2**31))
-    row = cur.fetchone()
-    return bool(row and row[0])
-
-
-def _unlock(db: Connection, operation_id: int) -> None:
-    if db.closed:
-        return
-    try:
-        with db, db.cursor() as cur:
-            cur.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, operation_id % 2**31))
-    except Exception:  # the session ends soon; its locks end with it
-        logger.warning(
-            "could not release the lock of operation %s",
-            operation_id,
-            exc_info=True,
-            extra={"event": "operations.unlock_failed", "operation_id": operation_id},
-        )
-
-
-def _claim(
-    db: Connection, kind: str, where: OperationFilter, actor: str, operation_id: int | None
-) -> _Run:
-    """Continue an unfinished operation of this kind and filter whose process is gone, or
-    start a new one; either way hold its advisory lock for this session."""
-    queries = _queries()
-    with db, db.cursor() as cur:
-        if operation_id is not None:
-            found = fetch_operation(cur, operation_id)
-            if found is None:
-                raise ValueError(f"operation {operation_id} not found")
-            if found.kind != kind or found.outcome != "running":
-                raise ValueError(
-                    f"operation {operation_id} is a {found.kind} operation that is "
-                    f"{found.outcome}; only a running {kind} operation can be continued"
-                )
-            stored = OperationFilter.from_json(found.filter)
-            if not where.is_empty and where != stored:
-                raise ValueError(
-                    f"operation {operation_id} has filter {stored.describe()}, "
-                    f"not {where.describe()}"
-                )
-            if not _try_lock(cur, found.id):
-                raise ValueError(f"operation {operation_id} is being run by another process")
-            return _Run(found, stored, True, found.last_id, found.max_id or 0)
-        cur.execute(queries["unfinished"], {"kind": kind, "filter": Json(where.to_json())})
-        for (candidate,) in cur.fetchall():
-            if _try_lock(cur, int(candidate)):
-                found = fetch_operation(cur, int(candidate))
-                if found is None or found.outcome != "running":  # finished meanwhile
-                    _release_in(cur, int(candidate))
-                    continue
-                return _Run(found, where, True, found.last_id, found.max_id or 0)
-        cur.execute(queries["count_matching"], where.params())
-        row = cur.fetchone()
-        matched, max_id = (int(row[0]), int(row[1] or 0)) if row else (0, 0)
-        operation = start_operation(
-            cur, kind=kind, actor=actor, filter=where.to_json(), matched=matched
-        )
-        cur.execute("UPDATE core.operations SET max_id = %s WHERE id = %s", (max_id, operation.id))
-        _try_lock(cur, operation.id)
-        return _Run(operation, where, False, 0, max_id)
-
-
-def _release_in(cur: Cursor, operation_id: int) -> None:
-    cur.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, operation_id % 2**31))
-
-
-@contextmanager
-def _operation(
-    settings: PlatformSettings,
-    conn: Connection | None,
-    kind: str,
-    where: OperationFilter,
-    actor: str | None,
-    operation_id: int | None,
-) -> Iterator[tuple[Connection, _Run]]:
-    with connect(settings, conn) as db:
-        run = _claim(db, kind, where, actor or default_actor(), operation_id)
-        _log_start(run, kind)
-        try:
-            yield db, run
-        except BaseException as exc:
-            if not db.closed:
-                db.rollback()
-                try:
-                    detail = f"{type(exc).__name__}: {exc}"
-                    with db, db.cursor() as cur:
-                        run.operation = finish_operation(
-                            cur, run.operation.id, outcome="failed", detail=detail
-                        )
-                except Exception:
-                    logger.warning(
-                        "could not record the failure of operation %s",
-                        run.operation.id,
-                        exc_info=True,
-                        extra={
-                            "event": "operations.finish_failed",
-                            "operation_id": run.operation.id,
-                        },
-                    )
-            raise
-        finally:
-            _unlock(db, run.operation.id)
-
-
-def _finish(db: Connection, run: _Run) -> Operation:
-    with db, db.cursor() as cur:
-        current = fetch_operation(cur, run.operation.id, lock=True)
-        assert current is not None
-        outcome = "succeeded" if current.failed == 0 else "partial"
-        operation = finish_operation(cur, current.id, outcome=outcome)
-    logger.info(
-        "operation %s (%s) %s: %d done, %d failed of %d matched",
-        operation.id,
-        operation.kind,
-        operation.outcome,
-        operation.done,
-        operation.failed,
-        operation.matched,
-        extra={
-            "event": "operations.finished",
-            "operation_id": operation.id,
-            "kind": operation.kind,
-            "outcome": operation.outcome,
-            "done": operation.done,
-            "failed": operation.failed,
-            "matched": operation.matched,
-        },
-    )
-    return operation
-
-
-def _log_start(run: _Run, kind: str) -> None:
-    logger.info(
-        "operation %s (%s) %s by %s on %s",
-        run.operation.id,
-        kind,
-        "continued" if run.resumed else "started",
-        run.operation.actor,
-        run.where.describe(),
-        extra={
-            "event": "operations.started",
-            "operation_id": run.operation.id,
-            "kind": kind,
-            "resumed": run.resumed,
-            "actor": run.operation.actor,
-            "filter": run.where.to_json(),
-        },
-    )
-
-
-def _advance(cur: Cursor, run: _Run, *, done: int, failed: int, last_id: int) -> None:
+def _advance(cur: Cursor, run: BulkRun, *, done: int, failed: int, last_id: int) -> None:
     cur.execute(
-        _queries()["advance"],
+        operation_queries()["advance"],
         {"id": run.operation.id, "done": done, "failed": failed, "last_id": last_id},
     )
     run.after_id = last_id
 
 
-def _note_skipped(cur: Cursor, run: _Run, locked: Sequence[int], batch_size: int) -> None:
+def _note_skipped(cur: Cursor, run: BulkRun, locked: Sequence[int], batch_size: int) -> None:
     """Remember the matching rows of this batch's id range that it could not lock.
 
     Called before :func:`_advance` moves ``after_id``: the range is ``(after_id, last
     locked id]``, or up to ``max_id`` for the last batch (fewer rows than the limit)."""
     upto = locked[-1] if len(locked) >= batch_size else run.max_id
     cur.execute(
-        _queries()["skipped_in_range"],
+        operation_queries()["skipped_in_range"],
         {**run.where.params(), "after_id": run.after_id, "upto_id": upto, "locked": list(locked)},
     )
     seen = set(run.skipped)  # a short last batch and the empty one after it share a range
@@ -357,7 +173,7 @@ def _note_skipped(cur: Cursor, run: _Run, locked: Sequence[int], batch_size: int
 
 def _walk(
     db: Connection,
-    run: _Run,
+    run: BulkRun,
     action: Replay | Discard,
     batch_size: int,
     now: datetime | None,
@@ -372,7 +188,7 @@ def _walk(
         params.update(limit=batch_size, payloads=payloads)
         batch = settle_batch(
             db,
-            _queries()["lock_batch"],
+            operation_queries()["lock_batch"],
             params,
             action,
             now=now,
@@ -394,7 +210,7 @@ def _walk(
             _settled(run, action, batch, on_batch)
 
 
-def _record(cur: Cursor, run: _Run, batch: Outcome, batch_size: int, *, walking: bool) -> None:
+def _record(cur: Cursor, run: BulkRun, batch: Outcome, batch_size: int, *, walking: bool) -> None:
     """Count the batch in the operation, in the batch's transaction. ``walking``: the rows
     are the walk's next batch, so its ``last_id`` moves past them (or to just before a row
     whose publish failed); revisited skipped rows leave it where it is."""
@@ -410,7 +226,7 @@ def _record(cur: Cursor, run: _Run, batch: Outcome, batch_size: int, *, walking:
 
 
 def _settled(
-    run: _Run, action: Replay | Discard, batch: Outcome, on_batch: BatchCallback | None
+    run: BulkRun, action: Replay | Discard, batch: Outcome, on_batch: BatchCallback | None
 ) -> None:
     """After a batch committed: keep what the run reports, log it, raise a failed publish."""
     run.groups |= batch.groups
@@ -425,7 +241,7 @@ def _settled(
         raise ReplayError(row_id, [r.id for r in batch.replayed], cause) from cause
 
 
-def _take_skipped(run: _Run, batch_size: int) -> list[int]:
+def _take_skipped(run: BulkRun, batch_size: int) -> list[int]:
     taken, run.skipped = run.skipped[:batch_size], run.skipped[batch_size:]
     return taken
 
@@ -467,20 +283,20 @@ def bulk_replay(
     prints its rows as it goes; nothing is kept across batches). Needs
     ``settings.database_url`` and the broker settings.
     """
-    _check(where, batch_size, allow_empty_filter, operation_id)
+    check_filter(where, batch_size, allow_empty_filter, operation_id)
     with ReplayPublisher(settings, app=app) as publisher:
         action = Replay(
             publish,
             open_publish=open_publish or publisher.open,
             max_bytes=settings.max_payload_bytes,
         )
-        with _operation(settings, conn, "replay", where, actor, operation_id) as (db, run):
+        with operation_run(settings, conn, "replay", where, actor, operation_id) as (db, run):
             _walk(db, run, action, batch_size, now, on_batch)
-            operation = _finish(db, run)
+            operation = finish_run(db, run)
     return BulkResult(operation, run.resumed, run.refused, frozenset(run.groups))
 
 
-def _log_batch(run: _Run, kind: str, done: int, failed: int, first: int, last: int) -> None:
+def _log_batch(run: BulkRun, kind: str, done: int, failed: int, first: int, last: int) -> None:
     logger.info(
         "operation %s (%s): batch of ids %d..%d, %d done, %d failed",
         run.operation.id,
@@ -520,9 +336,9 @@ def bulk_discard(
     """
     if not reason or not reason.strip():
         raise ValueError("a discard needs a reason (--reason)")
-    _check(where, batch_size, allow_empty_filter, operation_id)
-    with _operation(settings, conn, "discard", where, actor, operation_id) as (db, run):
+    check_filter(where, batch_size, allow_empty_filter, operation_id)
+    with operation_run(settings, conn, "discard", where, actor, operation_id) as (db, run):
         action = Discard(f"{reason.strip()} (operation {run.operation.id})")
         _walk(db, run, action, batch_size, now)
-        operation = _finish(db, run)
+        operation = finish_run(db, run)
     return BulkResult(operation, run.resumed, [], frozenset(run.groups))
