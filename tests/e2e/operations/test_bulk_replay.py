@@ -16,7 +16,7 @@ import psycopg2
 import pytest
 import redis
 
-from platform_tasks.operations.bulk import LOCK_CLASS
+from platform_tasks.operations.bulk_run import LOCK_CLASS
 from platform_tasks.testing.servers import wait_until
 from tests.support.operations import (
     APP,
