@@ -50,7 +50,7 @@ from platform_tasks.postgres.queries import load_queries
 from platform_tasks.publishing.promotion_loop import failure_backoff
 
 if TYPE_CHECKING:
-    from platform_tasks.app import PlatformCelery
+    from platform_tasks.kernel import PlatformCelery
     from platform_tasks.publishing.confirmed_publisher import ConfirmedPublisher
     from platform_tasks.publishing.queue_port import QueuePort
     from platform_tasks.settings import PlatformSettings
