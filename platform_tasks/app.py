@@ -47,6 +47,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     from platform_tasks.consumer.exporter_metrics import install as install_exporter
     from platform_tasks.consumer.hooks import install as install_pipeline_hooks
     from platform_tasks.consumer.queue_pause import install as install_queue_pause
+    from platform_tasks.consumer.runnable import install as install_runnable_gauge
     from platform_tasks.consumer.span_hooks import install as install_span_hooks
     from platform_tasks.consumer.task import install as install_platform_task
     from platform_tasks.contrib.beat_leases import install as install_beat_leases
@@ -72,6 +73,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
         install_exporter,
         install_span_hooks,
         install_queue_latency,
+        install_runnable_gauge,
         install_fair_metrics,
         install_worker_queues,
         install_broker_checks,

@@ -7,6 +7,7 @@ orphaned, so names are versioned (``v1``) rather than edited.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 ROOT = "platform"
@@ -325,9 +326,17 @@ def concurrency_key(profile: str, task: str, key: str) -> str:
 
 
 def concurrency_waiting_key(profile: str, task: str) -> str:
-    """Sorted set of the jobs of ``task`` waiting on a cap: member job id, score the time
-    (ms) they are due back."""
-    return f"{base_namespace(profile)}:limits:v1:cap_waiting:{task}"
+    """Sorted set of the jobs of ``task`` waiting on a cap: member the JSON array ``[job
+    id, queue, key]`` (:func:`cap_waiting_member`), score the time (ms) they are due back.
+    ``v2``: v1 members were the job id alone, so the runnable gauge could not tell which
+    key's cap (and which queue) a job due back waits on."""
+    return f"{base_namespace(profile)}:limits:v2:cap_waiting:{task}"
+
+
+def cap_waiting_member(job_id: str, queue: str, key: str) -> str:
+    """The member of :func:`concurrency_waiting_key` for one job (compact JSON, so the
+    same job refused again on the same queue and key is the same member)."""
+    return json.dumps([job_id, queue, key], separators=(",", ":"))
 
 
 def throttle_tag(profile: str, task: str) -> str:

@@ -11,6 +11,13 @@
   oldest of its tenant lanes' heads, whose ready times the fair transport keeps in a
   sorted set (``fair_lane_parts.lua``). Measured on Redis brokers; RabbitMQ cannot show
   a message without delivering it, so there it is absent.
+- ``platform_queue_runnable{queue}`` — of those messages, the jobs a new worker could
+  start now: 0 for a paused queue, else the length less the jobs back from a concurrency
+  cap that is still full (what the layers above count, through :func:`set_parked_reader`:
+  :mod:`platform_tasks.consumer.runnable`). Jobs waiting in the delay store (delays,
+  retries, throttles, caps) are on no queue, so none of these gauges counts them. The
+  signal to autoscale workers on (docs/autoscaling.md); absent when the platform's Redis
+  cannot be read
 - ``platform_dead_letters_pending{queue}`` — ``pending_review`` rows of
   ``core.dead_letters``, read at most every :data:`DEAD_LETTER_REFRESH_SECONDS`
 
@@ -28,13 +35,15 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from platform_tasks.app_state import AppState
 from platform_tasks.headers import PUBLISHED_AT_HEADER
 from platform_tasks.keys import fair_lane_keys
 from platform_tasks.observability.metrics import add_exposition_registrar
@@ -42,7 +51,14 @@ from platform_tasks.observability.metrics import add_exposition_registrar
 if TYPE_CHECKING:
     from platform_tasks.kernel import PlatformCelery
 
-__all__ = ["DEAD_LETTER_REFRESH_SECONDS", "QueueCollector", "register_queue_metrics"]
+__all__ = [
+    "DEAD_LETTER_REFRESH_SECONDS",
+    "NotRunnable",
+    "ParkedReader",
+    "QueueCollector",
+    "register_queue_metrics",
+    "set_parked_reader",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +67,31 @@ UNKNOWN = "unknown"
 _PENDING_SQL = (
     "SELECT queue, count(*) FROM core.dead_letters WHERE status = 'pending_review' GROUP BY queue"
 )
+
+
+@dataclass(frozen=True)
+class NotRunnable:
+    """What waits on the broker but no worker could start now: the paused queues, and
+    per queue the jobs back from a concurrency cap that is still full."""
+
+    paused: frozenset[str] = frozenset()
+    blocked: Mapping[str, int] = field(default_factory=dict)
+
+    def runnable(self, queue: str, length: int) -> int:
+        return 0 if queue in self.paused else max(0, length - self.blocked.get(queue, 0))
+
+
+ParkedReader = Callable[[Sequence[str]], NotRunnable]
+"""Called with the measured queues on a scrape; raises when it cannot read (the
+runnable gauge is then left out rather than wrong)."""
+
+_PARKED: AppState[ParkedReader] = AppState("platform_parked_reader")
+"""Kept on the app: pauses and caps belong to the layers above the broker's."""
+
+
+def set_parked_reader(app: PlatformCelery, reader: ParkedReader) -> None:
+    """Have the runnable gauge of ``app`` leave out what ``reader`` says cannot start."""
+    _PARKED.set(app, reader)
 
 
 def queues_of(app: PlatformCelery) -> list[str]:
@@ -183,6 +224,22 @@ class QueueCollector(Collector):
         self._pending = (now, counts)
         return counts
 
+    # -- runnable -----------------------------------------------------------------------
+
+    def _not_runnable(self, queues: Sequence[str]) -> NotRunnable | None:
+        reader = _PARKED.get(self.app)
+        if reader is None:
+            return NotRunnable()
+        try:
+            return reader(queues)
+        except Exception as exc:
+            logger.warning(
+                "cannot read paused queues and full caps (%s); runnable gauge left out",
+                type(exc).__name__,
+                extra={"event": "metrics.runnable_unavailable"},
+            )
+            return None
+
     # -- collect ------------------------------------------------------------------------
 
     def collect(self) -> Iterator[Metric]:
@@ -199,12 +256,20 @@ class QueueCollector(Collector):
             "Dead letters pending review, by queue.",
             labels=["queue"],
         )
+        runnable = GaugeMetricFamily(
+            "platform_queue_runnable",
+            "Jobs waiting in the queue that a new worker could start now (0 when paused).",
+            labels=["queue"],
+        )
         with self._lock:
             queues = queues_of(self.app)
+            parked = self._not_runnable(queues)
             now = self._clock()
             try:
                 for queue, count, ready_at, head_read in self._broker(queues):
                     length.add_metric([queue], count)
+                    if parked is not None:
+                        runnable.add_metric([queue], parked.runnable(queue, count))
                     if head_read and (ready_at is not None or count == 0):
                         age = 0.0 if ready_at is None else max(0.0, now - ready_at)
                         latency.add_metric([queue], age)
@@ -219,6 +284,7 @@ class QueueCollector(Collector):
             for queue, count in sorted((counts or {}).items()):
                 pending.add_metric([queue], count)
         yield length
+        yield runnable
         yield latency
         yield pending
 

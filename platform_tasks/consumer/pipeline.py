@@ -229,7 +229,9 @@ class DeliveryPipeline:
         tx = run.transaction
         error: Exception | None = None
         try:
-            run.held = admit(run.task, run.envelope, run.delivery.unique_key)  # or wait
+            delivery = run.delivery  # a job refused by its cap comes back to this queue
+            queue = delivery.queue or self.app.conf.task_default_queue or "default"
+            run.held = admit(run.task, run.envelope, delivery.unique_key, queue)  # or wait
             with (
                 running_job(self.cancels, tx.cursor, run.envelope, run.delivery),
                 handler_publishes(tx.cursor, run.envelope.job_id, run.delivery.consumer),

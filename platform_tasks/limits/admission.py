@@ -162,8 +162,13 @@ def spec_of(task: Any) -> LimitSpec:
     return spec
 
 
-def admit(task: Any, envelope: Any, unique_key: str | None = None) -> Admitted:
-    """Pass the job's limits (see the module docstring) or raise ``Throttled``."""
+def admit(
+    task: Any, envelope: Any, unique_key: str | None = None, queue: str | None = None
+) -> Admitted:
+    """Pass the job's limits (see the module docstring) or raise ``Throttled``.
+
+    ``queue`` is the queue the delivery came from, where a job refused by its cap comes
+    back (recorded with the refusal for the runnable gauge)."""
     spec = spec_of(task)
     if not spec.limited and unique_key is None:
         return NOTHING_HELD
@@ -177,7 +182,7 @@ def admit(task: Any, envelope: Any, unique_key: str | None = None) -> Admitted:
                 ttl_ms = int(spec.lease_ttl.total_seconds() * 1000)
                 wait_ms = cap_wait_ms(spec.cap_retry)
                 decision, waiting = runtime.leases().acquire_and_track(
-                    task.name, key, job, spec.max_concurrency, ttl_ms, wait_ms
+                    task.name, key, job, spec.max_concurrency, ttl_ms, wait_ms, queue or ""
                 )
                 record_cap(task.name, refused=not decision.granted, waiting=waiting)
                 if not decision.granted:

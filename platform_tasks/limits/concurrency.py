@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from platform_tasks.brokers.redis_client import REDIS_ERRORS
 from platform_tasks.brokers.scripts import script_source
-from platform_tasks.keys import concurrency_key, concurrency_waiting_key
+from platform_tasks.keys import cap_waiting_member, concurrency_key, concurrency_waiting_key
 from platform_tasks.limits.scripting import evalsha, pipelined
 
 logger = logging.getLogger(__name__)
@@ -87,21 +87,31 @@ class ConcurrencyLeases:
         return CapDecision(bool(int(raw[0])), int(raw[1]), int(raw[2]))
 
     def acquire_and_track(
-        self, task: str, key: str, job_id: str, cap: int, ttl_ms: int, retry_ms: int
+        self,
+        task: str,
+        key: str,
+        job_id: str,
+        cap: int,
+        ttl_ms: int,
+        retry_ms: int,
+        queue: str = "",
     ) -> tuple[CapDecision, int]:
         """:meth:`acquire`, and keep the task's set of jobs waiting on a cap up to date.
 
         A granted job leaves the set; a refused one is in it until it is due back plus
-        :data:`WAITING_GRACE_MS`. Returns the decision and the jobs waiting on a cap of
-        ``task`` after it (the ``platform_jobs_waiting_on_cap`` gauge).
+        :data:`WAITING_GRACE_MS`, with the queue it comes back to and its key (the
+        runnable gauge, :mod:`platform_tasks.limits.parked`, reads them). Returns the
+        decision and the jobs waiting on a cap of ``task`` after it (the
+        ``platform_jobs_waiting_on_cap`` gauge).
         """
         waiting = concurrency_waiting_key(self.profile, task)
+        member = cap_waiting_member(job_id, queue, key)
 
         # a granted job costs one round trip: the acquire, leaving the waiting set, its
         # count, and dropping entries stale by the Redis time this process saw last
         def build(pipe: Any) -> None:
             evalsha(pipe, self._acquire, [self.key(task, key)], [job_id, cap, ttl_ms])
-            pipe.zrem(waiting, job_id)
+            pipe.zrem(waiting, member)
             pipe.zremrangebyscore(waiting, "-inf", self._seen_ms - WAITING_GRACE_MS)
             pipe.zcard(waiting)
 
@@ -111,7 +121,7 @@ class ConcurrencyLeases:
         if decision.granted:
             return decision, int(counted)
         with self.client.pipeline(transaction=False) as pipe:
-            pipe.zadd(waiting, {job_id: decision.now_ms + retry_ms})
+            pipe.zadd(waiting, {member: decision.now_ms + retry_ms})
             pipe.pexpire(waiting, retry_ms + WAITING_GRACE_MS)
             pipe.zcard(waiting)
             counted = pipe.execute()[-1]

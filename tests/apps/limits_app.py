@@ -25,6 +25,7 @@ QUEUE = "limits"
 LEASE_TTL_SECONDS = 3
 CAP = 2
 THROTTLE = "5/s"
+RARE = "1/h"
 
 RUNS_TABLE_SQL = (
     "CREATE TABLE IF NOT EXISTS public.limit_runs ("
@@ -69,6 +70,17 @@ def capped(envelope: Envelope[Run], tx: Any) -> None:
 )
 def throttled(envelope: Envelope[Run], tx: Any) -> None:
     _run("throttled", envelope, tx)
+
+
+@app.task(
+    name="tests.limits.rare",
+    base=PlatformTask,
+    data_model=Run,
+    throttle_total=RARE,
+)
+def rare(envelope: Envelope[Run], tx: Any) -> None:
+    """Throttled to one an hour: every job after the first waits in the delay store."""
+    _run("rare", envelope, tx)
 
 
 @app.task(name="tests.limits.plain", base=PlatformTask, data_model=Run)
