@@ -4,7 +4,8 @@
 install:
 	./scripts/bootstrap
 
-# Run the platform locally: Redis, PostgreSQL, migrations, worker, two beat replicas, Flower.
+# Run the platform locally: Redis, PostgreSQL, migrations, worker, two beat replicas, Flower,
+# the operations console (its URL and a development login are printed).
 run: install
 	.venv/bin/platform-tasks dev
 

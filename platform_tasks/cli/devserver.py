@@ -2,9 +2,9 @@
 
 One command gives a developer the whole platform on embedded defaults — real Redis and
 PostgreSQL (unless the environment points at existing ones), migrations, a worker, two
-beat replicas and Flower — and stops every process it started when interrupted. Worker
-and beat are restarted cold when a job definition changes, so no timer of an old
-definition survives.
+beat replicas, Flower and the operations console — and stops every process it started
+when interrupted. Worker and beat are restarted cold when a job definition changes, so no
+timer of an old definition survives.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ class DevOptions:
     beat_replicas: int
     samples: int
     jobs_dir: Path
+    console_port: int = 8000
 
 
 class DevPlatform:
@@ -92,6 +93,7 @@ class DevPlatform:
         self.workers: list[ManagedProcess] = []
         self.beats: list[ManagedProcess] = []
         self.flower: ManagedProcess | None = None
+        self.console: ManagedProcess | None = None
         self.generation = 0
 
     @property
@@ -138,9 +140,11 @@ class DevPlatform:
         celery = Path(sys.executable).with_name("celery")
         return [str(celery), "-A", self.options.app, *args]
 
-    def _process(self, name: str, argv: list[str]) -> ManagedProcess:
+    def _process(
+        self, name: str, argv: list[str], env: Mapping[str, str] | None = None
+    ) -> ManagedProcess:
         process = ManagedProcess(
-            name, argv, self.logs_dir / f"{name}.log", self.env, self.options.project_dir
+            name, argv, self.logs_dir / f"{name}.log", env or self.env, self.options.project_dir
         )
         process.start()
         return process
@@ -175,15 +179,41 @@ class DevPlatform:
         )
 
     def wait_for_flower(self, timeout: float = 60.0) -> None:
-        import urllib.request
-
         url = f"http://127.0.0.1:{self.options.flower_port}/"
+        wait_until(
+            lambda: _answers(url), timeout=timeout, interval=0.25, message=f"Flower at {url}"
+        )
 
-        def answers() -> bool:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return bool(response.status == 200)
+    @property
+    def console_url(self) -> str:
+        return f"http://127.0.0.1:{self.options.console_port}/"
 
-        wait_until(answers, timeout=timeout, interval=0.25, message=f"Flower at {url}")
+    def start_console(self, login_env: Mapping[str, str]) -> None:
+        """``platform-tasks console`` on loopback, its admin user set from ``login_env``
+        (:mod:`platform_tasks.cli.dev_login`); the password travels in its environment
+        only, never on its command line."""
+        port = self.options.console_port or free_port()
+        self.options.console_port = port
+        argv = [sys.executable, "-m", "platform_tasks.cli", "console", "--port", str(port)]
+        self.console = self._process("console", argv, {**self.env, **login_env})
+
+    def wait_for_console(self, timeout: float = 90.0) -> bool:
+        """Whether the console answers its login page (``False``: it exited, e.g. without
+        the django extra; its log says why)."""
+        console = self.console
+        url = f"{self.console_url}admin/login/"
+        wait_until(
+            lambda: (
+                console is None
+                or console.popen is None
+                or console.popen.poll() is not None
+                or _answers(url)
+            ),
+            timeout=timeout,
+            interval=0.25,
+            message=f"the console at {url}",
+        )
+        return console is not None and console.popen is not None and console.popen.poll() is None
 
     def publish_samples(self) -> list[str]:
         """Call the app module's ``publish_samples(count)``, in a child process.
@@ -216,20 +246,37 @@ class DevPlatform:
         return out.stdout.split()
 
     def all_pids(self) -> list[int]:
-        processes: Iterable[ManagedProcess | None] = [*self.workers, *self.beats, self.flower]
+        processes: Iterable[ManagedProcess | None] = [
+            *self.workers,
+            *self.beats,
+            self.flower,
+            self.console,
+        ]
         return [p.pid for p in processes if p is not None and p.pid is not None]
 
     def shutdown(self) -> None:
         self.stop_workers_and_beat()
-        if self.flower is not None:
-            self.flower.stop()
-            self.flower = None
+        for process in (self.console, self.flower):
+            if process is not None:
+                process.stop()
+        self.console = self.flower = None
         if self.postgres is not None:
             self.postgres.stop()
             self.postgres = None
         if self.redis is not None:
             self.redis.stop()
             self.redis = None
+
+
+def _answers(url: str) -> bool:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 def definition_changes(paths: Iterable[str]) -> set[str]:

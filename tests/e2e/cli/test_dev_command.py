@@ -1,5 +1,6 @@
-"""``platform-tasks dev``: all starts, samples run, a job file added while it runs restarts
-worker and beat cold and then runs, Ctrl-C cleans up."""
+"""``platform-tasks dev``: all starts, samples run, the console answers with the printed
+development login (in headless Chromium), a job file added while it runs restarts worker
+and beat cold and then runs, Ctrl-C cleans up."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
 
 from platform_tasks.testing.servers import wait_until
 from tests.conftest import REPO_ROOT
+from tests.support.console import headless_chromium
 
 
 class Output:
@@ -59,6 +64,28 @@ job = define_job(handler=run, interval=timedelta(seconds=2))
 """
 
 
+def _console_shows_the_queues(output: str, tmp_path: Path) -> None:
+    """Log in with the printed development login and see the dead letters and queues."""
+    console = re.search(r"Console\s+(http://\S+/)", output)
+    login = re.search(r"Login\s+(\S+) / (\S+) \(development only", output)
+    assert console and login, output
+    url, (username, password) = console.group(1), login.groups()
+    login_file = tmp_path / "data" / "console-login"
+    assert login_file.read_text().strip() == password
+    assert login_file.stat().st_mode & 0o077 == 0, "the development password is private"
+    with headless_chromium(tmp_path) as web:
+        web.get(f"{url}admin/login/")
+        web.find_element(By.ID, "id_username").send_keys(username)
+        web.find_element(By.ID, "id_password").send_keys(password)
+        web.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+        WebDriverWait(web, 30).until(expected_conditions.url_to_be(f"{url}admin/"))
+        web.get(f"{url}admin/platform_console/deadletter/")
+        assert web.find_elements(By.ID, "changelist"), web.page_source[:2000]
+        web.get(f"{url}admin/platform_console/queue/")
+        queues = [row.text for row in web.find_elements(By.CSS_SELECTOR, "tr.queue-row")]
+        assert any(text.startswith("default") for text in queues), queues
+
+
 def test_dev_runs_everything_and_stops_everything(tmp_path: Path) -> None:
     jobs_dir = tmp_path / "jobs"
     jobs_dir.mkdir()
@@ -73,6 +100,8 @@ def test_dev_runs_everything_and_stops_everything(tmp_path: Path) -> None:
             "--data-dir",
             str(tmp_path / "data"),
             "--flower-port",
+            "0",
+            "--console-port",
             "0",
             "--jobs-dir",
             str(jobs_dir),
@@ -107,8 +136,9 @@ def test_dev_runs_everything_and_stops_everything(tmp_path: Path) -> None:
                 timeout=60,
                 message=f"sample {job_id} processed",
             )
+        _console_shows_the_queues(out.text(), tmp_path)
         seen |= _descendants(proc.pid)
-        assert len(seen) >= 6, "redis, postgres, worker (+pool), two beats, flower"
+        assert len(seen) >= 7, "redis, postgres, worker (+pool), two beats, flower, console"
 
         before = _descendants(proc.pid)
         # a new user adds a job while the platform runs, as in the README
