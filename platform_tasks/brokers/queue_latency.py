@@ -126,6 +126,7 @@ class QueueCollector(Collector):
         self._connection: Any = None
         self._pending: tuple[float, dict[str, int]] | None = None
         self._pending_failed = False
+        self._parked_failed = False
 
     # -- broker -------------------------------------------------------------------------
 
@@ -231,14 +232,18 @@ class QueueCollector(Collector):
         if reader is None:
             return NotRunnable()
         try:
-            return reader(queues)
+            parked = reader(queues)
         except Exception as exc:
-            logger.warning(
-                "cannot read paused queues and full caps (%s); runnable gauge left out",
-                type(exc).__name__,
-                extra={"event": "metrics.runnable_unavailable"},
-            )
+            if not self._parked_failed:  # once per outage, not on every scrape
+                logger.warning(
+                    "cannot read paused queues and full caps (%s); runnable gauge left out",
+                    type(exc).__name__,
+                    extra={"event": "metrics.runnable_unavailable"},
+                )
+            self._parked_failed = True
             return None
+        self._parked_failed = False
+        return parked
 
     # -- collect ------------------------------------------------------------------------
 
