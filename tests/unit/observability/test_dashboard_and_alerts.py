@@ -21,6 +21,7 @@ DASHBOARD = REPO_ROOT / "docs" / "grafana-workers.json"
 ALERTS = REPO_ROOT / "docs" / "prometheus-alerts.yml"
 QUEUE_GAUGES = (
     "celery_queue_length",
+    "platform_queue_runnable",
     "platform_queue_latency_seconds",
     "platform_dead_letters_pending",
 )
@@ -60,6 +61,7 @@ def test_dashboard_queries_exported_names_and_shows_the_worker_series() -> None:
         "platform_delay_promotion_lag_seconds",
         "platform_outbox_rows_waiting",
         "platform_outbox_lag_seconds",
+        "platform_queue_runnable",
     }
     assert wanted <= families, sorted(wanted - families)
 
