@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 from psycopg2.extensions import connection as Connection
 from psycopg2.extensions import cursor as Cursor
 
+from platform_tasks.batches.endings import batch_id_of, mark_discarded, reopen
 from platform_tasks.dead_letters.dead_letter import ESCAPED_KEY
 from platform_tasks.envelope import parse_envelope
 from platform_tasks.errors import EnvelopeError
@@ -219,9 +220,15 @@ def _replay(
             continue
         assert row.queue is not None  # a row without a queue is refused
         publish = action.publisher()
+        in_batch = batch_id_of(row.headers if isinstance(row.headers, dict) else None)
+        if in_batch is not None:  # re-opened before the publish, undone if it fails
+            cur.execute("SAVEPOINT platform_batch_reopen")
+            reopen(cur, str(row.payload["job_id"]), row.headers)
         try:
             job_id = uuid.UUID(str(_republish(publish, row.queue, row.payload, row.headers)))
         except Exception as exc:
+            if in_batch is not None:
+                cur.execute("ROLLBACK TO SAVEPOINT platform_batch_reopen")
             outcome.stopped = (row.id, exc)
             break
         outcome.replayed.append(ReplayedRow(row.id, job_id, row.queue))
@@ -258,6 +265,7 @@ def _discard(
         _queries()["mark_discarded"],
         {"ids": outcome.discarded, "reason": action.reason, "now": now},
     )
+    mark_discarded(cur, outcome.discarded)  # a batch child's final outcome
 
 
 def _log_settled(outcome: Outcome, action: Replay | Discard) -> None:

@@ -328,7 +328,9 @@ def _sweep_and_finish(
     try:
         for client, keys in _delay_stores(settings):
             try:
-                delayed += _sweep(db, client, keys, where, rule, _key_prefix(app))
+                delayed += _sweep(
+                    db, client, keys, where, rule, _key_prefix(app), _callback_port(settings, app)
+                )
             finally:
                 client.close()
         left = PROPAGATION_SECONDS - (time.monotonic() - started)
@@ -350,6 +352,22 @@ def _sweep_and_finish(
             )
         raise
     return operation, delayed
+
+
+def _callback_port(settings: PlatformSettings, app: PlatformCelery | None) -> Any:
+    """What publishes the callbacks of a batch whose last child the sweep cancels: the
+    app's queue port, or one built from the settings; made only if one fires."""
+    made: list[Any] = []
+
+    def port() -> Any:
+        if not made:
+            from platform_tasks.app import platform_queue_port
+            from platform_tasks.publishing.queue_port import QueuePort
+
+            made.append(QueuePort(app) if app is not None else platform_queue_port(settings))
+        return made[0]
+
+    return port
 
 
 def _reference_now(settings: PlatformSettings) -> float | None:
@@ -375,7 +393,13 @@ def _reference_now(settings: PlatformSettings) -> float | None:
 
 
 def _sweep(
-    db: Connection, client: Any, keys: Any, where: JobFilter, rule: Rule, key_prefix: str
+    db: Connection,
+    client: Any,
+    keys: Any,
+    where: JobFilter,
+    rule: Rule,
+    key_prefix: str,
+    port: Any = None,
 ) -> int:
     """Record then remove the matching delay-store entries; how many were recorded.
 
@@ -413,6 +437,7 @@ def _sweep(
                     payload=envelope,
                     attempts=0,
                     where="delayed",
+                    port=port,
                 )
                 cancelled += row is not None
         store.remove([item.entry_id for item in eligible])
