@@ -20,7 +20,7 @@ CROSS JOIN LATERAL (
     FROM core.batch_jobs j WHERE j.batch_id = b.batch_id
 ) c
 WHERE (%(before)s::timestamptz IS NULL OR b.created_at < %(before)s)
-  AND (NOT %(open_only)s OR b.complete_fired_at IS NULL OR c.outstanding > 0)
+  AND (NOT %(open_only)s OR c.outstanding > 0)
 ORDER BY b.created_at DESC, b.batch_id
 LIMIT %(limit)s
 
