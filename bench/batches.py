@@ -119,12 +119,14 @@ def run_plain(port: QueuePort, db_url: str, n: int) -> tuple[float, str]:
 
 def run_batch(port: QueuePort, db_url: str, n: int) -> tuple[float, str]:
     conn = psycopg2.connect(db_url)
-    with conn:
-        with port.batch(
+    with (
+        conn,
+        port.batch(
             on_complete=Callback(QUEUE, CALLBACK, "t1", {"name": "complete"}), tx=conn
-        ) as batch:
-            for _ in range(n):
-                batch.publish(QUEUE, child())
+        ) as batch,
+    ):
+        for _ in range(n):
+            batch.publish(QUEUE, child())
     start = time.perf_counter()
     with LockSampler(db_url) as sampler:
         wait_until(
