@@ -104,8 +104,6 @@ def count_ending(
             _first_death(cur, batch, port)
         if remaining == 0:
             complete_if_done(cur, batch, port)
-        else:
-            store.bump_progress(cur, batch)
     return [batch for batch, _ in counted]
 
 

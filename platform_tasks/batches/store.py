@@ -22,7 +22,6 @@ __all__ = [
     "ChildRow",
     "Completion",
     "add_jobs",
-    "bump_progress",
     "counts",
     "create_batch",
     "end_job",
@@ -107,7 +106,8 @@ def end_job(
     cur: Any, job_id: uuid.UUID | str, outcome: str, batch_id: uuid.UUID | str | None = None
 ) -> list[tuple[uuid.UUID, int]]:
     """Count the child's ending once: ``(batch id, its shard's remaining)`` per batch it
-    was counted in; empty when it is no child or had ended already."""
+    was counted in; empty when it is no child or had ended already. One round trip, which
+    also moves the batch's ``progressed_at`` (at most once a second)."""
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
     cur.execute(
@@ -119,11 +119,6 @@ def end_job(
         },
     )
     return [(uuid.UUID(str(batch)), int(remaining)) for batch, remaining in cur.fetchall()]
-
-
-def bump_progress(cur: Any, batch_id: uuid.UUID) -> None:
-    """Move ``progressed_at`` to now if it is more than a second old."""
-    cur.execute(sql("bump_progress"), {"batch": str(batch_id)})
 
 
 def remaining_after_lock(cur: Any, batch_id: uuid.UUID) -> int:

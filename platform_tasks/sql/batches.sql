@@ -54,21 +54,23 @@ WITH locked AS (
     WHERE bj.batch_id = locked.batch_id AND bj.job_id = locked.job_id
       AND locked.outcome IS NULL
     RETURNING bj.batch_id, bj.job_id
+), counted AS (
+    UPDATE core.batch_shards s
+    SET remaining = s.remaining - 1
+    FROM ended, core.batches b
+    WHERE b.batch_id = ended.batch_id
+      AND s.batch_id = ended.batch_id
+      AND s.shard = ((hashtext(ended.job_id::text) %% b.shards) + b.shards) %% b.shards
+    RETURNING s.batch_id, s.remaining
+), bumped AS (
+    -- the batch progressed: progressed_at moves at most once a second (a row every child
+    -- wrote would be the hot row the shards avoid); a transaction that finds it fresh
+    -- writes nothing. A shard brought to zero moves it in lock_batch instead.
+    UPDATE core.batches SET progressed_at = now()
+    WHERE batch_id IN (SELECT batch_id FROM counted WHERE remaining > 0)
+      AND progressed_at < now() - interval '1 second'
 )
-UPDATE core.batch_shards s
-SET remaining = s.remaining - 1
-FROM ended, core.batches b
-WHERE b.batch_id = ended.batch_id
-  AND s.batch_id = ended.batch_id
-  AND s.shard = ((hashtext(ended.job_id::text) %% b.shards) + b.shards) %% b.shards
-RETURNING s.batch_id, s.remaining
-
--- name: bump_progress
--- The batch progressed: progressed_at moves at most once a second (a row every child
--- wrote would be the hot row the shards avoid); a transaction that finds it fresh writes
--- nothing.
-UPDATE core.batches SET progressed_at = now()
-WHERE batch_id = %(batch)s AND progressed_at < now() - interval '1 second'
+SELECT batch_id, remaining FROM counted
 
 -- name: lock_batch
 -- A shard reached zero: lock the batch's row, then its advisory lock, in that order in

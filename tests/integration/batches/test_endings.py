@@ -93,7 +93,10 @@ def test_children_count_once_and_each_callback_fires_once_replay_brings_success(
     assert all(json.loads(m)["headers"][BATCH_HEADER] == str(batch) for m in messages)
     query(database_url, "TRUNCATE core.outbox")
 
+    query(database_url, "UPDATE core.batches SET progressed_at = now() - interval '1 hour'")
     assert end(database_url, jobs[0], "applied", port) == [batch]
+    stale = "SELECT progressed_at < now() - interval '1 minute' FROM core.batches"
+    assert query(database_url, stale)[0][0] is False, "an ending moves progressed_at"
     assert end(database_url, jobs[0], "applied", port) == [], "a duplicate counts nothing"
     assert end(database_url, jobs[1], "dead_lettered", port) == [batch]
     assert [c["name"] for c in callbacks_in_outbox(database_url)] == ["death"]
