@@ -49,7 +49,7 @@ WITH locked AS (
     FOR UPDATE
 ), ended AS (
     UPDATE core.batch_jobs bj
-    SET outcome = %(outcome)s, ended_at = now()
+    SET outcome = %(outcome)s, ended_at = clock_timestamp()
     FROM locked
     WHERE bj.batch_id = locked.batch_id AND bj.job_id = locked.job_id
       AND locked.outcome IS NULL
@@ -66,9 +66,9 @@ WITH locked AS (
     -- the batch progressed: progressed_at moves at most once a second (a row every child
     -- wrote would be the hot row the shards avoid); a transaction that finds it fresh
     -- writes nothing. A shard brought to zero moves it in lock_batch instead.
-    UPDATE core.batches SET progressed_at = now()
+    UPDATE core.batches SET progressed_at = clock_timestamp()
     WHERE batch_id IN (SELECT batch_id FROM counted WHERE remaining > 0)
-      AND progressed_at < now() - interval '1 second'
+      AND progressed_at < clock_timestamp() - interval '1 second'
 )
 SELECT batch_id, remaining FROM counted
 
@@ -76,7 +76,7 @@ SELECT batch_id, remaining FROM counted
 -- A shard reached zero: lock the batch's row, then its advisory lock, in that order in
 -- every transaction (no deadlock), so the shard-zero transactions sum one after another
 -- and the last of them sees every other shard committed.
-UPDATE core.batches SET progressed_at = now() WHERE batch_id = %(batch)s;
+UPDATE core.batches SET progressed_at = clock_timestamp() WHERE batch_id = %(batch)s;
 SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(batch)s::text))
 
 -- name: remaining
