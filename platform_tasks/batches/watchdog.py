@@ -68,9 +68,10 @@ class Stall:
 def stall_message(stall: Stall, stalled_for: timedelta) -> str:
     """The alert's text: which batch, for how long, and where its children are."""
     name = f" ({stall.description})" if stall.description else ""
-    minutes = stalled_for.total_seconds() / 60
+    seconds = stalled_for.total_seconds()
+    span = f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
     return (
-        f"batch {stall.batch_id}{name} has made no progress for {minutes:.0f} min "
+        f"batch {stall.batch_id}{name} has made no progress for {span} "
         f"(since {stall.last_progress.isoformat()}): {stall.outstanding} children outstanding: "
         f"{stall.places.describe()}; see platform-tasks batches show {stall.batch_id}"
     )
