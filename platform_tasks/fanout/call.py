@@ -135,7 +135,7 @@ def fan_out(
     publisher = port if port is not None else bound_port()
     spec = _checked_on_complete(on_complete, publisher)
     job_id = fan_out_job_id(ctx.name, ctx.scheduled_for, kind)
-    request = {
+    request: dict[str, Any] = {
         "job": ctx.name,
         "point": ctx.scheduled_for.isoformat(),
         "queue": queue,
@@ -155,25 +155,29 @@ def fan_out(
             "data": request,
         },
     )
+    _log_requested(job_id, ctx, request)
+    return job_id
+
+
+def _log_requested(job_id: uuid.UUID, ctx: Any, request: Mapping[str, Any]) -> None:
     logger.info(
         "fan-out %s of %s at %s to %s handed to %s",
         job_id,
         ctx.name,
-        ctx.scheduled_for.isoformat(),
-        kind,
+        request["point"],
+        request["kind"],
         FANOUT_QUEUE,
         extra={
             "event": "fanout.requested",
             "fanout_job_id": str(job_id),
             "job": ctx.name,
-            "point": ctx.scheduled_for.isoformat(),
-            "kind": kind,
-            "queue": queue,
-            "tiers": tiers,
-            "on_complete": spec is not None,
+            "point": request["point"],
+            "kind": request["kind"],
+            "queue": request["queue"],
+            "tiers": request["tiers"],
+            "on_complete": "on_complete" in request,
         },
     )
-    return job_id
 
 
 def _checked_on_complete(on_complete: Any, port: Any) -> dict[str, Any] | None:
