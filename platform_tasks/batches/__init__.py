@@ -12,5 +12,6 @@ from __future__ import annotations
 
 from platform_tasks.batches.api import Batch, batch_of
 from platform_tasks.batches.callbacks import Callback
+from platform_tasks.batches.children import NotInBatchError
 
-__all__ = ["Batch", "Callback", "batch_of"]
+__all__ = ["Batch", "Callback", "NotInBatchError", "batch_of"]

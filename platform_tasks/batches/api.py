@@ -18,18 +18,17 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from platform_tasks.batches import store
 from platform_tasks.batches.callbacks import CALLBACK_NAMES, checked_spec
+from platform_tasks.batches.children import NotInBatchError, RunningChild, current_child
+from platform_tasks.batches.endings import complete_if_done
 from platform_tasks.envelope import uuid7
-from platform_tasks.errors import PlatformError
-from platform_tasks.publishing.outbox import JOIN, OutboxTransactionError, _check, outbox_cursor
 
 if TYPE_CHECKING:
+    from platform_tasks.publishing.outbox import HandlerTransaction
     from platform_tasks.publishing.queue_port import PublishOptions, QueuePort
 
 __all__ = [
@@ -43,29 +42,14 @@ __all__ = [
     "open_batch",
 ]
 
+_PORTS_DEFAULT: Any = object()
+"""A :class:`Batch`'s ``tx`` when its children take the port's default ``tx`` (inside a
+handler: the handler's transaction, with derived ids)."""
+
 DEFAULT_SHARDS = 32
 """Rows a batch's remaining count is spread over: children ending at once rarely meet
 on one (a transaction holds its shard's row lock only from its count to its commit)."""
 MAX_SHARDS = 1024
-
-
-class NotInBatchError(PlatformError, LookupError):
-    """``batch_of`` was called where no batch child is running."""
-
-
-@dataclass
-class RunningChild:
-    """The batch of the child job running in this context, and the children it added,
-    which join the batch in its transaction just before its own ending is counted."""
-
-    batch_id: uuid.UUID
-    added: list[store.ChildRow] = field(default_factory=list)
-
-
-current_child: ContextVar[RunningChild | None] = ContextVar(
-    "platform_current_batch_child", default=None
-)
-"""Set by the consumer pipeline around the handler of a job that belongs to a batch."""
 
 
 class Batch:
@@ -116,65 +100,45 @@ class Batch:
         opts: Mapping[str, Any] | PublishOptions | None,
         run_at: datetime | None,
     ) -> uuid.UUID:
-        envelope = self.port.publish_child(self._tx, queue, payload, opts, run_at, self._id)
+        given = {} if self._tx is _PORTS_DEFAULT else {"tx": self._tx}
+        envelope = self.port.publish_child(queue, payload, opts, run_at, self._id, **given)
         self.children.append(
             store.ChildRow(envelope.job_id, queue, envelope.kind, envelope.tenant_id)
         )
         return envelope.job_id
 
 
-def _cursor_of(tx: Any) -> tuple[Any, bool]:
-    """A cursor in ``tx``'s transaction, and whether it was opened here (to close)."""
-    _, is_cursor = _check(tx)
-    return (tx, False) if is_cursor else (tx.cursor(), True)
-
-
 @contextmanager
 def open_batch(
     port: QueuePort,
+    cur: Any,
+    handler: HandlerTransaction | None,
     *,
-    on_complete: Any = None,
-    on_success: Any = None,
-    on_death: Any = None,
+    callbacks: Mapping[str, Any],
     description: str = "",
     shards: int = DEFAULT_SHARDS,
-    tx: Any = JOIN,
 ) -> Iterator[Batch]:
-    """See :meth:`~platform_tasks.publishing.queue_port.QueuePort.batch`."""
+    """The body of :meth:`~platform_tasks.publishing.queue_port.QueuePort.batch`, in the
+    transaction of ``cur`` (``handler``: the running handler's, whose publishes it joins)."""
     if not isinstance(description, str):
         raise TypeError(f"description must be a string, got {type(description).__name__}")
     if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
         raise ValueError(f"shards must be an integer from 1 to {MAX_SHARDS}, got {shards!r}")
-    given = {"on_complete": on_complete, "on_success": on_success, "on_death": on_death}
-    specs = {name: checked_spec(name, given[name], port) for name in CALLBACK_NAMES}
-    target = outbox_cursor(tx)
-    if target is None:
-        raise OutboxTransactionError(
-            "batch() needs tx= (a PostgreSQL connection or cursor in a transaction): the "
-            "batch and its children are created in that transaction, or not at all"
-        )
-    given_tx, handler = target
-    cur, opened = _cursor_of(given_tx)
-    try:
-        batch_id = uuid7() if handler is None else handler.child_job_id()
-        store.create_batch(
-            cur,
-            batch_id,
-            profile=port.settings.profile,
-            description=description,
-            shards=shards,
-            callbacks=specs,
-        )
-        batch = Batch(port, batch_id, tx if handler is not None else given_tx, [])
-        yield batch
-        store.add_jobs(cur, batch_id, batch.children)
-        if not batch.children:  # nothing to wait for: complete (and clean) at once
-            from platform_tasks.batches.endings import complete_if_done
-
-            complete_if_done(cur, batch_id, lambda: port)
-    finally:
-        if opened:
-            cur.close()
+    specs = {name: checked_spec(name, callbacks.get(name), port) for name in CALLBACK_NAMES}
+    batch_id = uuid7() if handler is None else handler.child_job_id()
+    store.create_batch(
+        cur,
+        batch_id,
+        profile=port.settings.profile,
+        description=description,
+        shards=shards,
+        callbacks=specs,
+    )
+    batch = Batch(port, batch_id, _PORTS_DEFAULT if handler is not None else cur, [])
+    yield batch
+    store.add_jobs(cur, batch_id, batch.children)
+    if not batch.children:  # nothing to wait for: complete (and clean) at once
+        complete_if_done(cur, batch_id, lambda: port)
 
 
 def batch_of(port: QueuePort) -> Batch:
@@ -187,4 +151,4 @@ def batch_of(port: QueuePort) -> Batch:
             "batch_of() is for the handler of a job that belongs to a batch; this job "
             "carries no platform_batch_id header"
         )
-    return Batch(port, child.batch_id, JOIN, child.added)
+    return Batch(port, child.batch_id, _PORTS_DEFAULT, child.added)

@@ -13,22 +13,22 @@ letter publishes ``on_death`` the same way.
 
 ``discarded`` is an operator's decision about a dead letter (``dead-letters discard``):
 the child had ended already (dead-lettered), so nothing is counted again; its outcome
-becomes ``discarded`` (:func:`mark_discarded`), final, and the batch cannot succeed.
-A replay of a child's dead letter re-opens the batch (:func:`reopen`), in the replay's
-transaction.
+becomes ``discarded``, final, and the batch cannot succeed. A replay of a child's dead
+letter re-opens the batch in the replay's transaction. Both are done by the dead-letter
+step itself (:mod:`platform_tasks.dead_letters.batch`, its SQL in ``dead_letters.sql``).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from platform_tasks.batches import store
-from platform_tasks.batches.api import RunningChild, current_child
 from platform_tasks.batches.callbacks import fire
+from platform_tasks.batches.children import RunningChild, current_child
 from platform_tasks.headers import BATCH_HEADER
 
 if TYPE_CHECKING:
@@ -41,8 +41,6 @@ __all__ = [
     "complete_if_done",
     "count_applied",
     "count_ending",
-    "mark_discarded",
-    "reopen",
 ]
 
 logger = logging.getLogger(__name__)
@@ -149,19 +147,3 @@ def _log_fired(batch_id: uuid.UUID, name: str, job_id: uuid.UUID) -> None:
             "job_id": str(job_id),
         },
     )
-
-
-def reopen(cur: Any, job_id: uuid.UUID | str, headers: Mapping[str, Any] | None) -> list[uuid.UUID]:
-    """A dead-lettered child is replayed: it counts as outstanding again, in the replay's
-    transaction (before its message is published, so its next ending finds it open)."""
-    batch = batch_id_of(headers)
-    if batch is None:
-        return []
-    return store.reopen_job(cur, job_id, batch)
-
-
-def mark_discarded(cur: Any, dead_letter_ids: Sequence[int]) -> None:
-    """Dead letters discarded by an operator: their children's outcome becomes
-    ``discarded`` (they ended already; nothing is counted again)."""
-    if dead_letter_ids:
-        cur.execute(store.sql("mark_discarded"), {"ids": list(dead_letter_ids)})

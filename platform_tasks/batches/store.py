@@ -28,7 +28,6 @@ __all__ = [
     "mark_complete",
     "mark_death",
     "remaining_after_lock",
-    "reopen_job",
     "shards_of",
     "sql",
 ]
@@ -160,15 +159,3 @@ def mark_death(cur: Any, batch_id: uuid.UUID) -> tuple[Mapping[str, Any] | None,
     cur.execute(sql("mark_death"), {"batch": str(batch_id)})
     row = cur.fetchone()
     return None if row is None else (row[0], row[1])
-
-
-def reopen_job(
-    cur: Any, job_id: uuid.UUID | str, batch_id: uuid.UUID | str | None = None
-) -> list[uuid.UUID]:
-    """A dead-lettered child is replayed: count it as not ended again; the batches it
-    re-opened."""
-    cur.execute(
-        sql("reopen_job"),
-        {"job": str(job_id), "batch": None if batch_id is None else str(batch_id)},
-    )
-    return [uuid.UUID(str(row[0])) for row in cur.fetchall()]

@@ -214,20 +214,12 @@ def record_cancelled(
         return None
     cur.execute(COUNT_DONE, {"n": 1, "id": rule_id})
     if job_id is not None:
-        count_ending(cur, str(job_id), "cancelled", port or _platform_port())
+        count_ending(cur, str(job_id), "cancelled", port or _no_port)
     return int(row[0])
 
 
-def _platform_port() -> PortFactory:
-    """A port built from the environment's settings, made only if a callback fires."""
-
-    def make() -> QueuePort:
-        from platform_tasks.app import platform_queue_port
-        from platform_tasks.settings import PlatformSettings
-
-        return platform_queue_port(PlatformSettings.from_env())
-
-    return make
+def _no_port() -> QueuePort:
+    raise RuntimeError("a cancel recorded without a queue port cannot fire batch callbacks")
 
 
 @dataclass(frozen=True)

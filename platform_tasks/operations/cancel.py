@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg2.extensions import connection as Connection
 
+from platform_tasks.batches.endings import PortFactory
 from platform_tasks.brokers.delay_location import delay_store_location
 from platform_tasks.consumer.cancels import (
     RULES_MAX_AGE_SECONDS,
@@ -354,20 +355,12 @@ def _sweep_and_finish(
     return operation, delayed
 
 
-def _callback_port(settings: PlatformSettings, app: PlatformCelery | None) -> Any:
-    """What publishes the callbacks of a batch whose last child the sweep cancels: the
-    app's queue port, or one built from the settings; made only if one fires."""
-    made: list[Any] = []
+def _callback_port(settings: PlatformSettings, app: PlatformCelery | None) -> PortFactory:
+    """The port that publishes a batch's callbacks when the sweep ends its last child."""
+    from platform_tasks.app import platform_queue_port
+    from platform_tasks.publishing.queue_port import QueuePort
 
-    def port() -> Any:
-        if not made:
-            from platform_tasks.app import platform_queue_port
-            from platform_tasks.publishing.queue_port import QueuePort
-
-            made.append(QueuePort(app) if app is not None else platform_queue_port(settings))
-        return made[0]
-
-    return port
+    return lambda: QueuePort(app) if app is not None else platform_queue_port(settings)
 
 
 def _reference_now(settings: PlatformSettings) -> float | None:
@@ -393,13 +386,7 @@ def _reference_now(settings: PlatformSettings) -> float | None:
 
 
 def _sweep(
-    db: Connection,
-    client: Any,
-    keys: Any,
-    where: JobFilter,
-    rule: Rule,
-    key_prefix: str,
-    port: Any = None,
+    db: Connection, client: Any, keys: Any, where: JobFilter, rule: Rule, key_prefix: str, port: Any
 ) -> int:
     """Record then remove the matching delay-store entries; how many were recorded.
 

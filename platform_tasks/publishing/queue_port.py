@@ -8,8 +8,8 @@ its id), and keep ``data`` out of what Flower and logs show.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -32,10 +32,12 @@ from platform_tasks.observability.trace_context import outgoing_headers
 from platform_tasks.publishing.delay_backend import DelayBackend, delay_backend_for
 from platform_tasks.publishing.outbox import (
     JOIN,
+    HandlerTransaction,
     OutboxTransactionError,
     OutboxWriter,
     outbox_cursor,
 )
+from platform_tasks.publishing.outbox import _check as check_transaction
 from platform_tasks.publishing.reference_clock import ReferenceClock
 
 if TYPE_CHECKING:
@@ -153,12 +155,13 @@ class QueuePort:
 
     def publish_child(
         self,
-        tx: Any,
         queue: str,
         payload: Mapping[str, Any],
         opts: Mapping[str, Any] | PublishOptions | None,
         run_at: datetime | None,
         batch_id: uuid.UUID,
+        *,
+        tx: Any = JOIN,
     ) -> Envelope[Any]:
         """A batch's child, through the outbox in ``tx`` with the batch's header (see
         :meth:`batch`); its envelope."""
@@ -167,7 +170,8 @@ class QueuePort:
         staged = self._to_outbox(tx, queue, payload, _options(opts), run_at, None, batch_id)
         if staged is None:
             raise OutboxTransactionError(
-                "a batch's children are published in a transaction: pass tx= to batch()"
+                "a batch's children are published in a transaction: the handler of a batch "
+                "child, or a batch() given tx="
             )
         return staged
 
@@ -194,15 +198,15 @@ class QueuePort:
         the field. ``shards`` spreads the counting over that many rows. See
         ``docs/batches.md``.
         """
-        return open_batch(
-            self,
-            on_complete=on_complete,
-            on_success=on_success,
-            on_death=on_death,
-            description=description,
-            shards=shards,
-            tx=tx,
-        )
+        callbacks = {"on_complete": on_complete, "on_success": on_success, "on_death": on_death}
+        target = outbox_cursor(tx)
+        if target is None:
+            raise OutboxTransactionError(
+                "batch() needs tx= (a PostgreSQL connection or cursor in a transaction): the "
+                "batch and its children are created in that transaction, or not at all"
+            )
+        given, handler = target
+        return _batch_in(self, given, handler, callbacks, description, shards)
 
     def envelope(self, payload: Mapping[str, Any]) -> Envelope[Any]:
         """Complete ``payload`` (job_id, correlation_id) and validate it as an envelope."""
@@ -348,6 +352,29 @@ class QueuePort:
         if self._outbox is not None:
             self._outbox.close()
             self._outbox = None
+
+
+@contextmanager
+def _batch_in(
+    port: QueuePort,
+    tx: Any,
+    handler: HandlerTransaction | None,
+    callbacks: Mapping[str, Any],
+    description: str,
+    shards: int,
+) -> Iterator[Batch]:
+    """:func:`~platform_tasks.batches.api.open_batch` on a cursor of ``tx`` (checked as an
+    outbox publish checks it; one opened here is closed after)."""
+    _, is_cursor = check_transaction(tx)
+    cur = tx if is_cursor else tx.cursor()
+    try:
+        with open_batch(
+            port, cur, handler, callbacks=callbacks, description=description, shards=shards
+        ) as batch:
+            yield batch
+    finally:
+        if not is_cursor:
+            cur.close()
 
 
 def _require_aware(run_at: datetime) -> None:

@@ -15,7 +15,9 @@ import pytest
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.batches import Callback
-from platform_tasks.batches.endings import count_ending, reopen
+from platform_tasks.batches.endings import count_ending
+from platform_tasks.dead_letters.dead_letter import DeadLetter
+from platform_tasks.dead_letters.store import replay_dead_letters
 from platform_tasks.envelope import uuid7
 from platform_tasks.headers import BATCH_HEADER
 from platform_tasks.settings import PlatformSettings
@@ -61,14 +63,18 @@ def child(**data: Any) -> dict[str, Any]:
 
 def make_batch(port: QueuePort, database_url: str, n: int, shards: int = 4) -> list[uuid.UUID]:
     conn = psycopg2.connect(database_url)
-    with conn, conn.cursor() as cur, port.batch(
-        on_complete=cb("complete"),
-        on_success=cb("success"),
-        on_death=cb("death"),
-        description="test",
-        shards=shards,
-        tx=cur,
-    ) as batch:
+    with (
+        conn,
+        conn.cursor() as cur,
+        port.batch(
+            on_complete=cb("complete"),
+            on_success=cb("success"),
+            on_death=cb("death"),
+            description="test",
+            shards=shards,
+            tx=cur,
+        ) as batch,
+    ):
         jobs = [batch.publish(QUEUE, child(n=i)) for i in range(n)]
     conn.close()
     return [batch.id, *jobs]
@@ -116,11 +122,30 @@ def test_children_count_once_and_each_callback_fires_once_replay_brings_success(
     }
     assert end(database_url, jobs[4], "applied", port) == []
 
-    # a replay of the dead letter re-opens the batch; its success fires on_success once
+    # a replay of the dead letter re-opens the batch (in the replay's transaction)
     conn = psycopg2.connect(database_url)
     with conn, conn.cursor() as cur:
-        assert reopen(cur, jobs[1], {BATCH_HEADER: str(batch)}) == [batch]
+        DeadLetter(
+            job_id=jobs[1],
+            queue=QUEUE,
+            kind=CHILD,
+            tenant_id="t1",
+            correlation_id="c",
+            payload={**child(), "job_id": str(jobs[1]), "correlation_id": "c"},
+            attempts=1,
+            last_error="boom",
+            error_type="Broken",
+            reason="permanent_error",
+            headers={BATCH_HEADER: str(batch)},
+        ).write(cur)
+    replayed: list[Any] = []
+    replay_dead_letters(
+        conn, lambda queue, payload, opts=None: replayed.append(opts) or payload["job_id"]
+    )
     conn.close()
+    assert replayed == [{"headers": {BATCH_HEADER: str(batch)}}], "the child stays in its batch"
+    open_again = "SELECT outcome FROM core.batch_jobs WHERE job_id = %s"
+    assert query(database_url, open_again, str(jobs[1]))[0][0] is None
     end(database_url, jobs[1], "applied", port)
     names = [c["name"] for c in callbacks_in_outbox(database_url)]
     assert names == ["death", "complete"], "one child still cancelled: not clean"
@@ -169,9 +194,11 @@ def test_the_last_two_endings_at_once_fire_one_callback(port: QueuePort, databas
         shard = query(database_url, "SELECT ((hashtext(%s) %% 2) + 2) %% 2", job)[0][0]
         picked.setdefault(int(shard), job)
     conn = psycopg2.connect(database_url)
-    with conn, conn.cursor() as cur, port.batch(
-        on_complete=cb("complete"), on_success=cb("success"), shards=2, tx=cur
-    ) as b:
+    with (
+        conn,
+        conn.cursor() as cur,
+        port.batch(on_complete=cb("complete"), on_success=cb("success"), shards=2, tx=cur) as b,
+    ):
         first = b.publish(QUEUE, {**child(), "job_id": picked[0]})
         second = b.publish(QUEUE, {**child(), "job_id": picked[1]})
     conn.close()
