@@ -38,7 +38,8 @@ def test_fan_out_killed_mid_publish_and_redelivered_applies_every_tenant_once(
     tmp_path: Path,
 ) -> None:
     """Needs PLATFORM_TENANTS_QUERY: the gated query holds the stream before ``t-0500``
-    while ``fanout_hold`` has a row, so the kill lands mid-publish on purpose, not by luck."""
+    while ``fanout_hold`` has a row, so the kill lands mid-publish on purpose, not by luck,
+    after the jobs of the first 500 tenants have all ended."""
     tenants = make_tenants(1000)
     sql(database_url, "INSERT INTO public.fanout_hold VALUES ('hold the stream at t-0500')")
     env = platform_env(
@@ -61,6 +62,13 @@ def test_fan_out_killed_mid_publish_and_redelivered_applies_every_tenant_once(
             lambda: progress(database_url) == (500, False),
             timeout=60,
             message="the fan-out published 500 tenants and waits at t-0500",
+        )
+        # the first 500 tenants' jobs all end while the fan-out is held mid-publish: its
+        # batch must not complete (the fan-out job's own row keeps it open)
+        wait_until(
+            lambda: applied(database_url) == 500,
+            timeout=120,
+            message="the first 500 tenant jobs applied while the fan-out waits",
         )
         first.kill_group()
         sql(database_url, "DELETE FROM public.fanout_hold")
