@@ -3,14 +3,24 @@
 -- except claim_stall, which records the one alert of a stall.
 
 -- name: list_batches
--- The newest batches (created before %(before)s when given), each with its children
--- counted by outcome (NULL: outstanding). One index scan on batches_created_at, then
--- each batch's own rows of core.batch_jobs (its primary key's prefix).
+-- The newest batches (created before %(before)s when given; only those with a shard still
+-- counting children when %(open_only)s), each with its children counted by outcome (NULL:
+-- outstanding). The page is chosen on core.batches alone (index batches_created_at, the
+-- shards' few rows per batch); only its batches have their core.batch_jobs rows counted
+-- (the primary key's prefix).
+WITH page AS (
+    SELECT b.* FROM core.batches b
+    WHERE (%(before)s::timestamptz IS NULL OR b.created_at < %(before)s)
+      AND (NOT %(open_only)s OR EXISTS (SELECT 1 FROM core.batch_shards s
+                                       WHERE s.batch_id = b.batch_id AND s.remaining > 0))
+    ORDER BY b.created_at DESC, b.batch_id
+    LIMIT %(limit)s
+)
 SELECT b.batch_id, b.profile, b.description, b.created_at, b.progressed_at,
        b.complete_fired_at, b.success_fired_at, b.death_fired_at, b.stall_alerted_at,
        b.on_complete, b.on_success, b.on_death,
        c.applied, c.dead_lettered, c.discarded, c.cancelled, c.outstanding
-FROM core.batches b
+FROM page b
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE outcome = 'applied') AS applied,
            count(*) FILTER (WHERE outcome = 'dead_lettered') AS dead_lettered,
@@ -19,10 +29,7 @@ CROSS JOIN LATERAL (
            count(*) FILTER (WHERE outcome IS NULL) AS outstanding
     FROM core.batch_jobs j WHERE j.batch_id = b.batch_id
 ) c
-WHERE (%(before)s::timestamptz IS NULL OR b.created_at < %(before)s)
-  AND (NOT %(open_only)s OR c.outstanding > 0)
 ORDER BY b.created_at DESC, b.batch_id
-LIMIT %(limit)s
 
 -- name: one_batch
 -- One batch with its children counted by outcome (as list_batches).
