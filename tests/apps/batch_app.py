@@ -11,6 +11,7 @@ it runs in ``public.batch_callbacks`` (again no unique key: a second run shows).
 from __future__ import annotations
 
 import json
+import os
 from datetime import timedelta
 from typing import Any
 
@@ -25,7 +26,8 @@ CALLBACK = "tests.batch.callback"
 
 TABLES_SQL = (
     "CREATE TABLE IF NOT EXISTS public.batch_effects ("
-    " job_id uuid NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp());"
+    " job_id uuid NOT NULL, pid integer NOT NULL,"
+    " applied_at timestamptz NOT NULL DEFAULT clock_timestamp());"
     "CREATE TABLE IF NOT EXISTS public.batch_fixed (job_id uuid PRIMARY KEY);"
     "CREATE TABLE IF NOT EXISTS public.batch_callbacks ("
     " job_id uuid NOT NULL, batch_id uuid NOT NULL, name text NOT NULL, counts jsonb NOT NULL,"
@@ -72,7 +74,7 @@ def port() -> QueuePort:
 @app.task(name=CHILD, base=PlatformTask, data_model=Child, permanent_errors=(Broken,))
 def child(envelope: Envelope[Child], tx: Any) -> None:
     job = str(envelope.job_id)
-    tx.execute("INSERT INTO public.batch_effects (job_id) VALUES (%s)", (job,))
+    tx.execute("INSERT INTO public.batch_effects (job_id, pid) VALUES (%s, %s)", (job, os.getpid()))
     if envelope.data.fail:
         tx.execute("SELECT 1 FROM public.batch_fixed WHERE job_id = %s", (job,))
         if tx.fetchone() is None:

@@ -22,6 +22,7 @@ import psycopg2
 from platform_tasks import QueuePort
 from platform_tasks.batches import Callback
 from platform_tasks.dead_letters.store import replay_dead_letters
+from platform_tasks.envelope import uuid7
 from platform_tasks.headers import BATCH_HEADER
 from platform_tasks.operations import cancel_jobs
 from platform_tasks.operations.filters import JobFilter
@@ -119,9 +120,61 @@ def publish_batch(
     return batch.id, jobs
 
 
+def last_two_at_once(
+    port: QueuePort, database_url: str, worker: CeleryProcess
+) -> tuple[uuid.UUID, list[int]]:
+    """Two children, one per shard, due in two seconds; the test holds the batch's row lock
+    until both wait on it (each brought its shard to zero), then lets them go at once.
+    The batch and the processes that applied the two children."""
+    picked: dict[int, str] = {}
+    while len(picked) < 2:
+        job = str(uuid7())
+        shard = query(database_url, "SELECT ((hashtext(%s) %% 2) + 2) %% 2", job)[0][0]
+        picked.setdefault(int(shard), job)
+    due = datetime.now(UTC) + timedelta(seconds=2)  # the lock is taken well before
+    conn = psycopg2.connect(database_url)
+    with conn, conn.cursor() as cur, port.batch(
+        on_complete=cb("complete"), on_success=cb("success"), shards=2, tx=cur
+    ) as b:
+        for job in picked.values():
+            b.schedule(QUEUE, {**child(), "job_id": job}, due)
+    holder = conn
+    hold = holder.cursor()
+    hold.execute("SELECT 1 FROM core.batches WHERE batch_id = %s FOR UPDATE", (str(b.id),))
+    waiting = (
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+        "WHERE NOT l.granted AND a.query LIKE '%%core.batches%%'"
+    )
+    wait_for(
+        lambda: query(database_url, waiting)[0][0] >= 2,
+        timeout=30,
+        message="both last children wait on the batch",
+        worker=worker,
+    )
+    assert names(database_url, b.id) == []
+    holder.commit()
+    holder.close()
+    wait_for(
+        lambda: len(names(database_url, b.id)) >= 2,
+        timeout=30,
+        message="the pair's callbacks ran",
+        worker=worker,
+    )
+    pids = [
+        int(p)
+        for (p,) in query(
+            database_url,
+            "SELECT pid FROM public.batch_effects WHERE job_id = ANY(%s::uuid[])",
+            list(picked.values()),
+        )
+    ]
+    return b.id, pids
+
+
 def test_batches_through_workers_sigkills_duplicates_replay_cancel_and_growth(
     redis_url: str, database_url: str, tmp_path: Path
 ) -> None:
+    query(database_url, "DROP TABLE IF EXISTS public.batch_effects")
     query(database_url, TABLES_SQL)
     query(database_url, "TRUNCATE public.batch_effects, public.batch_fixed, public.batch_callbacks")
     payloads = [child(fail=n % FAILING_EVERY == 0) for n in range(CHILDREN)]
@@ -138,10 +191,10 @@ def test_batches_through_workers_sigkills_duplicates_replay_cancel_and_growth(
             )
         one = start_worker(started, redis_url, database_url, tmp_path / "w1.log", "w1")
         two = start_worker(started, redis_url, database_url, tmp_path / "w2.log", "w2")
+
         def effects():
-            return int(
-                    query(database_url, "SELECT count(*) FROM public.batch_effects")[0][0]
-                )
+            return int(query(database_url, "SELECT count(*) FROM public.batch_effects")[0][0])
+
         workers = [one, two]
         for kill in range(KILLS):  # SIGKILL a worker mid-run (w2, then w1), start it again
             target = (kill + 1) * CHILDREN // (KILLS + 2)
@@ -228,6 +281,9 @@ def test_batches_through_workers_sigkills_duplicates_replay_cancel_and_growth(
             worker=one,
         )
 
+        # -- the last two children end at the same moment in two processes: one callback
+        pair, pids = last_two_at_once(port, database_url, one)
+
         # -- a child adds 100 children to its own batch: no completion before they end
         grown, (parent,) = publish_batch(port, database_url, [child(add=100)])
         wait_for(
@@ -255,6 +311,11 @@ def test_batches_through_workers_sigkills_duplicates_replay_cancel_and_growth(
     cancelled_calls = fired(database_url, cancelled_batch)
     assert [name for name, _, _ in cancelled_calls] == ["complete"]
     assert cancelled_calls[0][1]["cancelled"] == 1 and cancelled_calls[0][1]["applied"] == 1
+    assert names(database_url, pair) == ["complete", "success"] or names(database_url, pair) == [
+        "success",
+        "complete",
+    ]
+    assert len(set(pids)) == 2, "the two children ran in two processes"
     assert len(added) == 100
     assert [name for name, _, _ in grown_calls] in (
         ["complete", "success"],

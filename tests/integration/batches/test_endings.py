@@ -20,6 +20,7 @@ from platform_tasks.dead_letters.dead_letter import DeadLetter
 from platform_tasks.dead_letters.store import replay_dead_letters
 from platform_tasks.envelope import uuid7
 from platform_tasks.headers import BATCH_HEADER
+from platform_tasks.postgres.queries import load_queries
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing.servers import wait_until
 from tests.apps.batch_app import CALLBACK, CHILD, QUEUE
@@ -236,3 +237,36 @@ def test_the_last_two_endings_at_once_fire_one_callback(port: QueuePort, databas
         thread.join(10)
     assert errors == []
     assert [c["name"] for c in callbacks_in_outbox(database_url)] == ["complete", "success"]
+
+
+def test_an_ending_during_a_replays_reopen_waits_for_it_and_counts(
+    port: QueuePort, database_url: str
+) -> None:
+    """The replay re-opens a dead-lettered child and publishes it before committing; the
+    child, applied meanwhile, counts once the re-open committed (not skipped as ended)."""
+    query(database_url, "TRUNCATE core.outbox, core.batches CASCADE")
+    batch, job = make_batch(port, database_url, 1, shards=1)
+    end(database_url, job, "dead_lettered", port)
+    replay = psycopg2.connect(database_url)
+    replay.cursor().execute(
+        load_queries("dead_letters")["reopen_batch_child"], {"job": str(job), "batch": str(batch)}
+    )
+    counted: list[list[uuid.UUID]] = []
+    applied = threading.Thread(
+        target=lambda: counted.append(end(database_url, job, "applied", port))
+    )
+    applied.start()
+    wait_until(
+        lambda: query(database_url, "SELECT count(*) FROM pg_locks WHERE NOT granted")[0][0] >= 1,
+        timeout=10,
+        message="the ending waits on the re-open",
+    )
+    replay.commit()
+    replay.close()
+    applied.join(10)
+    assert counted == [[batch]]
+    assert [c["name"] for c in callbacks_in_outbox(database_url)] == [
+        "death",
+        "complete",
+        "success",
+    ]
