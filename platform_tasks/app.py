@@ -39,6 +39,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
     Explicit installation (no import-time ``connect``) keeps importing the package free of
     side effects; each line belongs to the module that owns the concern.
     """
+    from platform_tasks.batches.watchdog import install as install_batch_watchdog
     from platform_tasks.brokers.queue_latency import install as install_queue_latency
     from platform_tasks.brokers.selection import install as install_broker_checks
     from platform_tasks.brokers.transport.fair_metrics import install as install_fair_metrics
@@ -81,6 +82,7 @@ def _installers() -> list[Callable[[PlatformCelery], None]]:
         install_notification_rails,
         install_queue_pause,
         install_alert_sender,
+        install_batch_watchdog,
     ]
 
 

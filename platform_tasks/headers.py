@@ -23,6 +23,7 @@ from __future__ import annotations
 
 __all__ = [
     "ATTEMPT_HEADER",
+    "BATCH_HEADER",
     "CARRIED_HEADER",
     "LEASE_HEADER",
     "NESTED_HEADER",
@@ -65,6 +66,11 @@ PUBLISH_TIME_HEADER = "platform_publish_time"
 throttles, and a replay sets a new one. A cancel rule judges "published before the
 cancel" by it (job ids carry no reliable time: blast chunk ids are hashes, fan-out
 children's carry the point's time)."""
+
+BATCH_HEADER = "platform_batch_id"
+"""The batch a job belongs to (the batch id as text), set on a batch's children. It is
+carried through delays, retries, dead letters and replay like the other platform headers,
+so every ending of the job is counted against its batch. A job without it costs nothing."""
 
 UNIQUE_HEADER = "platform_unique"
 """The unique key of a unique publish, so the consumer releases it when the job starts."""

@@ -45,6 +45,7 @@ class LazyGroup(click.Group):
     cls=LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"]},
     lazy_commands={
+        "batches": "platform_tasks.cli.batches:batches",
         "console": "platform_tasks.cli.console:console",
         "dead-letters": "platform_tasks.cli.dead_letters:dead_letters",
         "dev": "platform_tasks.cli.dev:dev",

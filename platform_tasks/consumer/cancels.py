@@ -29,10 +29,12 @@ import psycopg2.errors
 from psycopg2.extensions import cursor as Cursor
 from psycopg2.extras import Json
 
+from platform_tasks.batches.endings import PortFactory, count_ending
 from platform_tasks.observability.trace_context import publish_time_of
 
 if TYPE_CHECKING:
     from platform_tasks.consumer.verdicts import Duplicate
+    from platform_tasks.publishing.queue_port import QueuePort
 
 __all__ = [
     "RULES_MAX_AGE_SECONDS",
@@ -188,9 +190,11 @@ def record_cancelled(
     payload: Any,
     attempts: int,
     where: str,
+    port: PortFactory | None = None,
 ) -> int | None:
     """Write the accounting row of a cancelled job (the caller commits); its id, or
-    ``None`` when the job already had one. Counted in the operation's ``done``."""
+    ``None`` when the job already had one. Counted in the operation's ``done`` and, for
+    a batch's child, as its ending (``port`` publishes the callbacks that makes due)."""
     cur.execute(
         INSERT_CANCELLED,
         {
@@ -209,7 +213,13 @@ def record_cancelled(
     if row is None:
         return None
     cur.execute(COUNT_DONE, {"n": 1, "id": rule_id})
+    if job_id is not None:
+        count_ending(cur, str(job_id), "cancelled", port or _no_port)
     return int(row[0])
+
+
+def _no_port() -> QueuePort:
+    raise RuntimeError("a cancel recorded without a queue port cannot fire batch callbacks")
 
 
 @dataclass(frozen=True)
@@ -249,7 +259,9 @@ def running_job(check: CancelCheck, cursor: Cursor, envelope: Any, delivery: Any
         current_job.reset(token)
 
 
-def cancel_delivery(check: CancelCheck, tx: Any, envelope: Any, delivery: Any) -> Duplicate | None:
+def cancel_delivery(
+    check: CancelCheck, tx: Any, envelope: Any, delivery: Any, port: PortFactory | None = None
+) -> Duplicate | None:
     """Before the handler runs (the job claimed in ``tx``): a ``Duplicate("cancelled")``
     verdict, with the accounting row and the claim committed, when a cancel rule matches
     the job; ``None`` to run it. An error propagates (the delivery waits)."""
@@ -278,6 +290,7 @@ def cancel_delivery(check: CancelCheck, tx: Any, envelope: Any, delivery: Any) -
         payload=payload,
         attempts=_attempts_spent(delivery.header_attempt),
         where="queued",
+        port=port,
     )
     problem = tx.commit()
     if problem is not None:

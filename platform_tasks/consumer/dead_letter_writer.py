@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from platform_tasks.batches.endings import PortFactory, batch_id_of, count_ending
 from platform_tasks.consumer import idempotency
 from platform_tasks.consumer.delivery import Delivery
 from platform_tasks.consumer.retry import POISON
@@ -61,10 +62,13 @@ class DeadLetterWriter:
         database: Database,
         beside: Database,
         sleep: Callable[[float], None] | None = None,
+        *,
+        port: PortFactory | None = None,
     ) -> None:
         self.database = database
         self.beside = beside
         self._sleep = sleep
+        self._port = port
 
     def write(self, record: DeadLetter, mode: Mode, consumer: str = "") -> Written:
         """Write ``record`` the ``mode`` way, retried until PostgreSQL takes it."""
@@ -89,6 +93,7 @@ class DeadLetterWriter:
                 if pending is not None:
                     return Duplicate("dead_lettered", pending)
             dead_letter_id = record.write(tx.cursor)
+            self._count_batch_ending(tx.cursor, record)
             if mode is Mode.CLAIMED:
                 assert record.job_id is not None
                 idempotency.release(tx.cursor, record.job_id, consumer)
@@ -96,6 +101,17 @@ class DeadLetterWriter:
             if problem is not None:
                 raise problem
             return dead_letter_id
+
+    def _count_batch_ending(self, cur: Any, record: DeadLetter) -> None:
+        """A batch child's dead letter ends it, counted in the dead letter's transaction."""
+        batch = batch_id_of(record.headers)
+        if batch is None or record.job_id is None:
+            return
+        count_ending(cur, record.job_id, "dead_lettered", self._port or _no_port, batch)
+
+
+def _no_port() -> Any:
+    raise RuntimeError("a dead letter writer without a queue port cannot fire batch callbacks")
 
 
 @contextmanager

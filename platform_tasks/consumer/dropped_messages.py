@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery.worker.consumer import Consumer
 
+from platform_tasks.batches.endings import batch_id_of, count_ending
 from platform_tasks.consumer.hooks import Hooks, hooks_of
 from platform_tasks.consumer.servers import INFRASTRUCTURE_ERRORS
 from platform_tasks.dead_letters.dead_letter import DeadLetter
@@ -48,6 +49,7 @@ from platform_tasks.postgres.database import Database, require_database_url
 
 if TYPE_CHECKING:
     from platform_tasks.kernel import PlatformCelery
+    from platform_tasks.publishing.queue_port import QueuePort
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +70,7 @@ class PlatformConsumer(Consumer):
     """Celery's consumer, with every "drop this message" path ending in a dead letter."""
 
     _platform_db: Database | None = None
+    _platform_port: QueuePort | None = None
 
     def on_decode_error(self, message: Any, exc: Exception) -> None:
         self._dead_letter(message, UNDECODABLE, exc)
@@ -101,6 +104,14 @@ class PlatformConsumer(Consumer):
         return on_task_received
 
     # -- writing ---------------------------------------------------------------------------
+
+    def _port(self) -> QueuePort:
+        """The queue port a batch's callbacks are published with (made when one fires)."""
+        if self._platform_port is None:
+            from platform_tasks.publishing.queue_port import QueuePort
+
+            self._platform_port = QueuePort(self.app)
+        return self._platform_port
 
     def _database(self) -> Database:
         if self._platform_db is None:
@@ -168,8 +179,9 @@ class PlatformConsumer(Consumer):
 
     def _write_any_form(self, message: Any, record: DeadLetter) -> int:
         """Write the record; if PostgreSQL refuses it (not an outage), its barest form."""
+        batch = batch_id_of(_headers(message))
         try:
-            return self._write(record)
+            return self._write(record, batch)
         except Exception as err:
             if isinstance(err, (ConfigurationError, *INFRASTRUCTURE_ERRORS)):
                 raise
@@ -178,14 +190,17 @@ class PlatformConsumer(Consumer):
                 type(err).__name__,
                 extra={"event": "consumer.dropped_message_stored_raw"},
             )
-            return self._write(bare_record(message, record))
+            return self._write(bare_record(message, record), batch)
 
-    def _write(self, record: DeadLetter) -> int:
+    def _write(self, record: DeadLetter, batch: uuid.UUID | None = None) -> int:
+        """Write the row; a batch child's message also ends the child, in that transaction."""
         database = self._database()
         try:
             conn = database.connection()
             with conn.cursor() as cur:
                 dead_letter_id = record.write(cur)
+                if batch is not None and record.job_id is not None:
+                    count_ending(cur, record.job_id, "dead_lettered", self._port, batch)
             conn.commit()
             return dead_letter_id
         except BaseException:

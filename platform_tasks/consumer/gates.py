@@ -86,7 +86,9 @@ Gate = Callable[["DeliveryPipeline", Run], Verdict | None]
 
 def cancelled(pipeline: DeliveryPipeline, run: Run) -> Verdict | None:
     """An operator cancelled the job (``platform-tasks jobs cancel``): committed, not run."""
-    return cancel_delivery(pipeline.cancels, run.transaction, run.envelope, run.delivery)
+    return cancel_delivery(
+        pipeline.cancels, run.transaction, run.envelope, run.delivery, port=pipeline.port
+    )
 
 
 def read_state(pipeline: DeliveryPipeline, run: Run) -> Verdict | None:

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import Retry
 
 from platform_tasks.app_state import ProcessState
+from platform_tasks.batches.endings import batch_child, count_applied
 from platform_tasks.brokers.redis_client import build_redis
 from platform_tasks.consumer.attempts import DeliveryCounter, delivery_ttl_seconds
 from platform_tasks.consumer.cancels import CancelCheck, running_job
@@ -123,7 +124,7 @@ class DeliveryPipeline:
         self._port = port
         self.marks = marks if marks is not None else DeliveryMarks.beside(database)
         self.state = JobState(self.marks, deliveries)
-        self.writer = DeadLetterWriter(database, self.marks.database, sleep)
+        self.writer = DeadLetterWriter(database, self.marks.database, sleep, port=self.port)
         self.skip_unmarked_reads = (
             reads_can_skip(self.settings) if skip_unmarked_reads is None else skip_unmarked_reads
         )
@@ -228,6 +229,7 @@ class DeliveryPipeline:
         """Run the handler within the job's limits and commit, or settle the failure."""
         tx = run.transaction
         error: Exception | None = None
+        child = None
         try:
             delivery = run.delivery  # a job refused by its cap comes back to this queue
             queue = delivery.queue or self.app.conf.task_default_queue or "default"
@@ -235,6 +237,7 @@ class DeliveryPipeline:
             with (
                 running_job(self.cancels, tx.cursor, run.envelope, run.delivery),
                 handler_publishes(tx.cursor, run.envelope.job_id, run.delivery.consumer),
+                batch_child(run.delivery.headers) as child,
             ):
                 result = run.task.execute(run.envelope, tx.cursor)
         except Throttled as exc:
@@ -251,6 +254,8 @@ class DeliveryPipeline:
         if error is None:
             error = tx.broken()
         if error is None:
+            if child is not None:  # counted beside the idempotency row; raises to a Wait
+                count_applied(tx.cursor, run.envelope.job_id, child, self.port)
             error = tx.commit()
             if error is None:
                 return Applied(run.attempt, result, tracked=run.state.tracked)

@@ -30,6 +30,7 @@ from psycopg2.extensions import cursor as Cursor
 from platform_tasks.dead_letters.dead_letter import ESCAPED_KEY
 from platform_tasks.envelope import parse_envelope
 from platform_tasks.errors import EnvelopeError
+from platform_tasks.headers import BATCH_HEADER
 from platform_tasks.observability.reserved_headers import without_reserved
 from platform_tasks.observability.trace_context import without_publish_time
 from platform_tasks.postgres.queries import load_queries
@@ -219,9 +220,18 @@ def _replay(
             continue
         assert row.queue is not None  # a row without a queue is refused
         publish = action.publisher()
+        in_batch = _batch_of(row.headers)
+        if in_batch is not None:  # a batch child counts again; undone if the publish fails
+            cur.execute("SAVEPOINT platform_batch_reopen")
+            cur.execute(
+                _queries()["reopen_batch_child"],
+                {"job": str(row.payload["job_id"]), "batch": in_batch},
+            )
         try:
             job_id = uuid.UUID(str(_republish(publish, row.queue, row.payload, row.headers)))
         except Exception as exc:
+            if in_batch is not None:
+                cur.execute("ROLLBACK TO SAVEPOINT platform_batch_reopen")
             outcome.stopped = (row.id, exc)
             break
         outcome.replayed.append(ReplayedRow(row.id, job_id, row.queue))
@@ -231,6 +241,12 @@ def _replay(
             _queries()["mark_replayed"],
             {"ids": [replayed.id for replayed in outcome.replayed], "now": now},
         )
+
+
+def _batch_of(headers: Any) -> str | None:
+    """The batch a stored message named (``platform_batch_id``), ``None`` for none."""
+    value = headers.get(BATCH_HEADER) if isinstance(headers, dict) else None
+    return value if isinstance(value, str) and value else None
 
 
 def _republish(publish: Publish, queue: str, payload: Any, headers: Any) -> object:
@@ -258,6 +274,8 @@ def _discard(
         _queries()["mark_discarded"],
         {"ids": outcome.discarded, "reason": action.reason, "now": now},
     )
+    # a batch child's dead letter discarded: its final outcome (it ended already)
+    cur.execute(_queries()["discard_batch_children"], {"ids": outcome.discarded})
 
 
 def _log_settled(outcome: Outcome, action: Replay | Discard) -> None:

@@ -12,7 +12,7 @@ consumers absorb.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from platform_tasks.envelope import Envelope
@@ -39,9 +39,11 @@ class AmqpBatchPublisher:
         queue: str,
         bound: QueueBound | None = None,
         confirm_timeout: float = 30.0,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.queue = queue
         self.bound = bound
+        self.headers = dict(headers or {})
         self._messages = AmqpMessageBuilder(app)
         self._reference = shared_clock(app.platform_settings)
         self._publisher = ConfirmedPublisher(app, confirm_timeout=confirm_timeout)
@@ -57,7 +59,9 @@ class AmqpBatchPublisher:
             return
         stamp = self._reference.now()  # the batch's publish time
         messages = [
-            self._messages.build(envelope.kind, **send_task_options(self.queue, envelope, stamp))
+            self._messages.build(
+                envelope.kind, **send_task_options(self.queue, envelope, stamp, self.headers)
+            )
             for envelope in envelopes
         ]
         if self.bound is not None:

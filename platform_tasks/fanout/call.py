@@ -115,6 +115,7 @@ def fan_out(
     data: Mapping[str, Any] | None = None,
     tiers: Literal["due"] | None = None,
     port: Any = None,
+    on_complete: Any = None,
 ) -> uuid.UUID:
     """Hand the fan-out of this point to the reliable queue; return the fan-out job id.
 
@@ -124,11 +125,17 @@ def fan_out(
     whose freshness tier is due in the point's UTC hour. The job is published with the
     running app's queue port (bound by ``create_app``, or by ``install``); ``port``
     overrides it.
+
+    ``on_complete`` (a :class:`~platform_tasks.batches.Callback` or its mapping): a job
+    published once every tenant's job of this point has ended, whatever its outcome; the
+    fan-out is then a batch whose id is the returned fan-out job id (see
+    :mod:`.completion`; ``platform-tasks batches show <id>``).
     """
     _check_arguments(queue, data, tiers)
     publisher = port if port is not None else bound_port()
+    spec = _checked_on_complete(on_complete, publisher)
     job_id = fan_out_job_id(ctx.name, ctx.scheduled_for, kind)
-    request = {
+    request: dict[str, Any] = {
         "job": ctx.name,
         "point": ctx.scheduled_for.isoformat(),
         "queue": queue,
@@ -136,6 +143,8 @@ def fan_out(
         "data": dict(data or {}),
         "tiers": tiers,
     }
+    if spec is not None:
+        request["on_complete"] = spec
     publisher.publish(
         FANOUT_QUEUE,
         {
@@ -146,24 +155,39 @@ def fan_out(
             "data": request,
         },
     )
+    _log_requested(job_id, ctx, request)
+    return job_id
+
+
+def _log_requested(job_id: uuid.UUID, ctx: Any, request: Mapping[str, Any]) -> None:
     logger.info(
         "fan-out %s of %s at %s to %s handed to %s",
         job_id,
         ctx.name,
-        ctx.scheduled_for.isoformat(),
-        kind,
+        request["point"],
+        request["kind"],
         FANOUT_QUEUE,
         extra={
             "event": "fanout.requested",
             "fanout_job_id": str(job_id),
             "job": ctx.name,
-            "point": ctx.scheduled_for.isoformat(),
-            "kind": kind,
-            "queue": queue,
-            "tiers": tiers,
+            "point": request["point"],
+            "kind": request["kind"],
+            "queue": request["queue"],
+            "tiers": request["tiers"],
+            "on_complete": "on_complete" in request,
         },
     )
-    return job_id
+
+
+def _checked_on_complete(on_complete: Any, port: Any) -> dict[str, Any] | None:
+    """The stored spec of ``on_complete``, refused now (naming the field) when it could
+    never be published."""
+    if on_complete is None:
+        return None
+    from platform_tasks.batches.callbacks import checked_spec
+
+    return checked_spec("on_complete", on_complete, port)
 
 
 def _check_arguments(queue: Any, data: Any, tiers: Any) -> None:

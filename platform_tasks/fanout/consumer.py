@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ from platform_tasks.errors import EnvelopeError, Throttled
 from platform_tasks.fanout import metrics
 from platform_tasks.fanout.amqp_publisher import AmqpBatchPublisher
 from platform_tasks.fanout.backpressure import RETRY_AFTER_SECONDS, QueueBound, QueueFull
+from platform_tasks.fanout.completion import FanOutBatch, batch_headers, count_fan_out_ended
 from platform_tasks.fanout.ids import tenant_job_id
 from platform_tasks.fanout.progress import Progress, ProgressStore
 from platform_tasks.fanout.publisher import BatchPublisher, TenantPublisher
@@ -64,14 +65,18 @@ class FanOutResult:
 
 
 def open_publisher(
-    app: PlatformCelery, *, queue: str, bound: QueueBound | None = None
+    app: PlatformCelery,
+    *,
+    queue: str,
+    bound: QueueBound | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> TenantPublisher:
     """The batch publisher for ``app``'s broker: one ``LPUSH`` per batch on Redis, a
     confirmed batch on RabbitMQ (:mod:`.amqp_publisher`); each batch waits for room under
-    ``bound`` first (:mod:`.backpressure`)."""
+    ``bound`` first (:mod:`.backpressure`). ``headers`` go on every message."""
     if broker_kind(app.platform_settings.effective_broker_url) == "amqp":
-        return AmqpBatchPublisher(app, queue=queue, bound=bound)
-    return BatchPublisher(app, queue=queue, bound=bound)
+        return AmqpBatchPublisher(app, queue=queue, bound=bound, headers=headers)
+    return BatchPublisher(app, queue=queue, bound=bound, headers=headers)
 
 
 def _log_fields(envelope: Envelope[Any], request: FanOutRequest) -> dict[str, Any]:
@@ -90,12 +95,15 @@ def run_fan_out(
     *,
     settings: PlatformSettings,
     bound: QueueBound | None = None,
+    tx: Any = None,
 ) -> FanOutResult:
     """Publish the envelopes of every selected tenant not yet published for this job.
 
     Each batch waits for room under ``bound`` (default: ``PLATFORM_FANOUT_MAX_QUEUE_DEPTH``
     with the standard wait); a queue that stays full raises
-    :class:`~platform_tasks.errors.Throttled`, the marker kept.
+    :class:`~platform_tasks.errors.Throttled`, the marker kept. A fan-out with
+    ``on_complete`` is a batch (:mod:`.completion`): its own ending is counted in ``tx``
+    (the fan-out job's transaction) once every tenant is published.
     """
     bound = bound if bound is not None else QueueBound(settings.fanout_max_queue_depth)
     request = envelope.data
@@ -112,10 +120,12 @@ def run_fan_out(
         if progress.finished:
             _log_already_finished(envelope, progress, fields)
             metrics.RUNS.labels(outcome="already_finished", **labels).inc()
+            _count_ended(app, envelope, tx)
             return FanOutResult(0, progress.published, progress.last_tenant_id, 0, True)
         _log_started(envelope, progress, tiers, fields)
         try:
             result = _publish_all(app, envelope, tiers, store, progress, settings, bound, fields)
+            _count_ended(app, envelope, tx)
         except QueueFull as full:
             metrics.RUNS.labels(outcome="queue_full", **labels).inc()
             raise _paused(envelope, full, fields) from None
@@ -223,6 +233,39 @@ def _log_finished(
     )
 
 
+def _count_ended(app: PlatformCelery, envelope: Envelope[FanOutRequest], tx: Any) -> None:
+    """A fan-out with ``on_complete``: its own ending, in its transaction ``tx``."""
+    if envelope.data.on_complete is None:
+        return
+    if tx is None:
+        raise ValueError("a fan-out with on_complete counts its ending in its transaction (tx)")
+    from platform_tasks.fanout.call import bound_port
+
+    count_fan_out_ended(tx, envelope.job_id, lambda: bound_port(app))
+
+
+def _open_batch(
+    envelope: Envelope[FanOutRequest], settings: PlatformSettings
+) -> FanOutBatch | None:
+    """The fan-out's batch (created by its first delivery), or ``None`` without
+    ``on_complete``."""
+    request = envelope.data
+    if request.on_complete is None:
+        return None
+    batch = FanOutBatch(require_database_url(settings), envelope.job_id)
+    try:
+        batch.ensure(
+            on_complete=request.on_complete,
+            profile=settings.profile,
+            description=f"fan-out of {request.job} at {request.point.isoformat()} "
+            f"to {request.kind}",
+        )
+    except BaseException:
+        batch.close()
+        raise
+    return batch
+
+
 def _publish_all(
     app: PlatformCelery,
     envelope: Envelope[FanOutRequest],
@@ -241,13 +284,22 @@ def _publish_all(
     total = progress.published
     next_log = PROGRESS_LOG_EVERY
     counter = metrics.TENANTS_PUBLISHED.labels(job=request.job, kind=request.kind)
-    publisher = open_publisher(app, queue=request.queue, bound=bound)
+    completion = _open_batch(envelope, settings)
+    headers = batch_headers(completion.batch_id if completion is not None else None)
+    try:
+        publisher = open_publisher(app, queue=request.queue, bound=bound, headers=headers)
+    except BaseException:
+        if completion is not None:
+            completion.close()
+        raise
     try:
         for batch in source.stream(
             after=progress.last_tenant_id, tiers=tiers, batch_size=settings.fanout_batch_size
         ):
             envelopes, left_out = _tenant_envelopes(envelope, batch, data, settings, fields)
             invalid += left_out
+            if completion is not None:  # joined (committed) before published: .completion
+                completion.add(request.queue, envelopes)
             publisher.publish(envelopes)
             published_now += len(envelopes)
             total += len(envelopes)
@@ -268,6 +320,8 @@ def _publish_all(
                 )
     finally:
         publisher.close()
+        if completion is not None:
+            completion.close()
     return FanOutResult(published_now, total, progress.last_tenant_id, invalid)
 
 
@@ -337,7 +391,7 @@ def install_consumer(app: PlatformCelery, *, start_up_checks: bool = True) -> No
     settings: PlatformSettings = app.platform_settings
 
     def fan_out_consumer(envelope: Envelope[FanOutRequest], tx: Any) -> None:
-        run_fan_out(app, envelope, settings=settings)
+        run_fan_out(app, envelope, settings=settings, tx=tx)
 
     fan_out_consumer.__doc__ = "Publish one envelope per selected tenant (platform fan-out)."
     # shared=False: the task belongs to this app alone (a shared task would be handed to

@@ -23,7 +23,7 @@ import base64
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
@@ -56,10 +56,14 @@ logger = logging.getLogger("platform_tasks.fanout")
 
 
 def send_task_options(
-    queue: str, envelope: Envelope[Any], publish_time: float | None = None
+    queue: str,
+    envelope: Envelope[Any],
+    publish_time: float | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The ``send_task`` arguments ``QueuePort.publish`` uses for ``envelope``;
-    ``publish_time`` on the reference clock (:mod:`~platform_tasks.publishing.reference_clock`)."""
+    ``publish_time`` on the reference clock (:mod:`~platform_tasks.publishing.reference_clock`);
+    ``headers``: the same for every job of the fan-out (its batch's header)."""
     return {
         "args": [envelope.to_message()],
         "task_id": str(envelope.job_id),
@@ -70,6 +74,7 @@ def send_task_options(
             **outgoing_headers({}, published_at=time.time(), publish_time=publish_time),
             ATTEMPT_HEADER: 1,
             TENANT_HEADER: envelope.tenant_id,
+            **(headers or {}),
         },
     }
 
@@ -166,10 +171,18 @@ def _argsrepr(envelope: Envelope[Any]) -> str:
 class BatchPublisher:
     """Publishes batches of envelopes of one kind to one queue over one connection."""
 
-    def __init__(self, app: PlatformCelery, *, queue: str, bound: QueueBound | None = None) -> None:
+    def __init__(
+        self,
+        app: PlatformCelery,
+        *,
+        queue: str,
+        bound: QueueBound | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.app = app
         self.queue = queue
         self.bound = bound
+        self.headers = dict(headers or {})
         self._wire = WireBuilder(app)
         self._connection = app.connection_for_write()
         channel = self._connection.default_channel
@@ -188,7 +201,7 @@ class BatchPublisher:
 
     def _wire_of(self, envelope: Envelope[Any], publish_time: float) -> WireMessage:
         return self._wire.build(
-            envelope.kind, **send_task_options(self.queue, envelope, publish_time)
+            envelope.kind, **send_task_options(self.queue, envelope, publish_time, self.headers)
         )
 
     def publish(self, envelopes: Sequence[Envelope[Any]]) -> None:

@@ -36,6 +36,9 @@ class FanOutRequest(BaseModel):
     kind: str = Field(max_length=255)
     data: dict[str, Any] = Field(default_factory=dict)
     tiers: Literal["due"] | None = None
+    on_complete: dict[str, Any] | None = None
+    """The callback spec of ``fan_out(..., on_complete=)`` (checked when it was called):
+    the fan-out is then a batch whose children are the tenants' jobs."""
 
     @field_validator("point")
     @classmethod

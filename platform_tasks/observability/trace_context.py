@@ -29,6 +29,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from platform_tasks.headers import (
+    BATCH_HEADER,
     CARRIED_HEADER,
     NESTED_HEADER,
     PUBLISH_TIME_HEADER,
@@ -55,7 +56,14 @@ __all__ = [
 
 
 _RESERVED = frozenset(
-    {CARRIED_HEADER, PUBLISHED_AT_HEADER, PUBLISH_TIME_HEADER, NESTED_HEADER, *TRACE_HEADERS}
+    {
+        BATCH_HEADER,
+        CARRIED_HEADER,
+        PUBLISHED_AT_HEADER,
+        PUBLISH_TIME_HEADER,
+        NESTED_HEADER,
+        *TRACE_HEADERS,
+    }
 )
 
 current_trace_headers: ContextVar[Mapping[str, str] | None] = ContextVar(
@@ -178,6 +186,9 @@ def carried_headers(request: Any) -> dict[str, Any]:
     publish_time = publish_time_of({PUBLISH_TIME_HEADER: _header(request, PUBLISH_TIME_HEADER)})
     if publish_time is not None:  # a retry or throttle is the same publish, not a new one
         carried[PUBLISH_TIME_HEADER] = publish_time
+    batch = _header(request, BATCH_HEADER)
+    if isinstance(batch, str) and batch:  # the job stays its batch's child
+        carried[BATCH_HEADER] = batch
     names = _header(request, CARRIED_HEADER)
     if isinstance(names, list | tuple):
         for name in names:

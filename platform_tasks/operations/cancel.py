@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg2.extensions import connection as Connection
 
+from platform_tasks.batches.endings import PortFactory
 from platform_tasks.brokers.delay_location import delay_store_location
 from platform_tasks.consumer.cancels import (
     RULES_MAX_AGE_SECONDS,
@@ -328,7 +329,9 @@ def _sweep_and_finish(
     try:
         for client, keys in _delay_stores(settings):
             try:
-                delayed += _sweep(db, client, keys, where, rule, _key_prefix(app))
+                delayed += _sweep(
+                    db, client, keys, where, rule, _key_prefix(app), _callback_port(settings, app)
+                )
             finally:
                 client.close()
         left = PROPAGATION_SECONDS - (time.monotonic() - started)
@@ -350,6 +353,14 @@ def _sweep_and_finish(
             )
         raise
     return operation, delayed
+
+
+def _callback_port(settings: PlatformSettings, app: PlatformCelery | None) -> PortFactory:
+    """The port that publishes a batch's callbacks when the sweep ends its last child."""
+    from platform_tasks.app import platform_queue_port
+    from platform_tasks.publishing.queue_port import QueuePort
+
+    return lambda: QueuePort(app) if app is not None else platform_queue_port(settings)
 
 
 def _reference_now(settings: PlatformSettings) -> float | None:
@@ -375,7 +386,7 @@ def _reference_now(settings: PlatformSettings) -> float | None:
 
 
 def _sweep(
-    db: Connection, client: Any, keys: Any, where: JobFilter, rule: Rule, key_prefix: str
+    db: Connection, client: Any, keys: Any, where: JobFilter, rule: Rule, key_prefix: str, port: Any
 ) -> int:
     """Record then remove the matching delay-store entries; how many were recorded.
 
@@ -413,6 +424,7 @@ def _sweep(
                     payload=envelope,
                     attempts=0,
                     where="delayed",
+                    port=port,
                 )
                 cancelled += row is not None
         store.remove([item.entry_id for item in eligible])

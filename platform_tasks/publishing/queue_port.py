@@ -8,7 +8,8 @@ its id), and keep ``data`` out of what Flower and logs show.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -16,19 +17,27 @@ import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
+from platform_tasks.batches.api import DEFAULT_SHARDS, Batch, open_batch
 from platform_tasks.brokers.selection import broker_holds_delays
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7, validation_errors
 from platform_tasks.epoch import epoch_ms
 from platform_tasks.errors import ConfigurationError, NaiveDatetimeError
 from platform_tasks.headers import ATTEMPT_HEADER as ATTEMPT_HEADER
-from platform_tasks.headers import TENANT_HEADER
+from platform_tasks.headers import BATCH_HEADER, TENANT_HEADER
 from platform_tasks.limits.publish import UniquePublisher
 from platform_tasks.limits.unique import UniquePublish, unique_publish
 from platform_tasks.observability.context import current_correlation_id
 from platform_tasks.observability.reserved_headers import reserved_header
 from platform_tasks.observability.trace_context import outgoing_headers
 from platform_tasks.publishing.delay_backend import DelayBackend, delay_backend_for
-from platform_tasks.publishing.outbox import JOIN, OutboxWriter, outbox_cursor
+from platform_tasks.publishing.outbox import (
+    JOIN,
+    HandlerTransaction,
+    OutboxTransactionError,
+    OutboxWriter,
+    outbox_cursor,
+)
+from platform_tasks.publishing.outbox import _check as check_transaction
 from platform_tasks.publishing.reference_clock import ReferenceClock
 
 if TYPE_CHECKING:
@@ -114,7 +123,8 @@ class QueuePort:
         options: PublishOptions,
         run_at: datetime | None,
         unique: UniquePublish | None = None,
-    ) -> uuid.UUID | None:
+        batch_id: uuid.UUID | None = None,
+    ) -> Envelope[Any] | None:
         """Insert the finished message into ``core.outbox`` in ``tx`` (or the running
         handler's transaction) instead of sending it; ``None`` when the publish goes to
         the broker at once (see :mod:`~platform_tasks.publishing.outbox`). A unique
@@ -129,6 +139,8 @@ class QueuePort:
         if run_at is not None and run_at <= self._clock():
             run_at = None
         send = self.send_options(queue, envelope, options, run_at)
+        if batch_id is not None:
+            send["headers"][BATCH_HEADER] = str(batch_id)
         due_ms = None if run_at is None else epoch_ms(run_at)
         if self._outbox is None:
             self._outbox = OutboxWriter(self.app)
@@ -136,10 +148,65 @@ class QueuePort:
             self.delays.unique_locks()  # refused now where there is no delay store
             row = self._outbox.unique_row(queue, envelope, options, unique, due_ms)
             self._outbox.insert(cursor, row)
-            return envelope.job_id
+            return envelope
         now_ms = epoch_ms(self._clock())
         self._outbox.insert(cursor, self._outbox.build(envelope.kind, send, due_ms, now_ms))
-        return envelope.job_id
+        return envelope
+
+    def publish_child(
+        self,
+        queue: str,
+        payload: Mapping[str, Any],
+        opts: Mapping[str, Any] | PublishOptions | None,
+        run_at: datetime | None,
+        batch_id: uuid.UUID,
+        *,
+        tx: Any = JOIN,
+    ) -> Envelope[Any]:
+        """A batch's child, through the outbox in ``tx`` with the batch's header (see
+        :meth:`batch`); its envelope."""
+        if run_at is not None:
+            _require_aware(run_at)
+        staged = self._to_outbox(tx, queue, payload, _options(opts), run_at, None, batch_id)
+        if staged is None:
+            raise OutboxTransactionError(
+                "a batch's children are published in a transaction: the handler of a batch "
+                "child, or a batch() given tx="
+            )
+        return staged
+
+    def batch(
+        self,
+        *,
+        on_complete: Any = None,
+        on_success: Any = None,
+        on_death: Any = None,
+        description: str = "",
+        shards: int = DEFAULT_SHARDS,
+        tx: Any = JOIN,
+    ) -> AbstractContextManager[Batch]:
+        """A batch: ``with port.batch(on_complete=Callback(queue, kind, tenant_id, data),
+        tx=conn) as batch: batch.publish(queue, payload)``.
+
+        The batch's row and every child (through the outbox, each message carrying the
+        ``platform_batch_id`` header) are written in ``tx``'s transaction (inside a
+        PlatformTask handler, the handler's by default): rolled back, none existed.
+        ``on_complete`` is published once every child has ended (applied, dead-lettered,
+        discarded or cancelled), ``on_success`` once every child was applied (also after
+        replays), ``on_death`` at the first dead letter, each exactly once; their ``data``
+        gets ``batch_id`` and ``counts``. Callbacks are checked here, with errors naming
+        the field. ``shards`` spreads the counting over that many rows. See
+        ``docs/batches.md``.
+        """
+        callbacks = {"on_complete": on_complete, "on_success": on_success, "on_death": on_death}
+        target = outbox_cursor(tx)
+        if target is None:
+            raise OutboxTransactionError(
+                "batch() needs tx= (a PostgreSQL connection or cursor in a transaction): the "
+                "batch and its children are created in that transaction, or not at all"
+            )
+        given, handler = target
+        return _batch_in(self, given, handler, callbacks, description, shards)
 
     def envelope(self, payload: Mapping[str, Any]) -> Envelope[Any]:
         """Complete ``payload`` (job_id, correlation_id) and validate it as an envelope."""
@@ -211,7 +278,7 @@ class QueuePort:
         unique = unique_publish(unique_key, unique_for, unique_mode)
         staged = self._to_outbox(tx, queue, payload, options, None, unique)
         if staged is not None:
-            return staged
+            return staged.job_id
         if unique is not None:
             return self._unique.publish(queue, payload, options, unique, None)
         envelope = self.envelope(payload)
@@ -245,7 +312,7 @@ class QueuePort:
         unique = unique_publish(unique_key, unique_for, unique_mode)
         staged = self._to_outbox(tx, queue, payload, options, run_at, unique)
         if staged is not None:
-            return staged
+            return staged.job_id
         if unique is not None:
             return self._unique.publish(queue, payload, options, unique, run_at)
         envelope = self.envelope(payload)
@@ -285,6 +352,29 @@ class QueuePort:
         if self._outbox is not None:
             self._outbox.close()
             self._outbox = None
+
+
+@contextmanager
+def _batch_in(
+    port: QueuePort,
+    tx: Any,
+    handler: HandlerTransaction | None,
+    callbacks: Mapping[str, Any],
+    description: str,
+    shards: int,
+) -> Iterator[Batch]:
+    """:func:`~platform_tasks.batches.api.open_batch` on a cursor of ``tx`` (checked as an
+    outbox publish checks it; one opened here is closed after)."""
+    _, is_cursor = check_transaction(tx)
+    cur = tx if is_cursor else tx.cursor()
+    try:
+        with open_batch(
+            port, cur, handler, callbacks=callbacks, description=description, shards=shards
+        ) as batch:
+            yield batch
+    finally:
+        if not is_cursor:
+            cur.close()
 
 
 def _require_aware(run_at: datetime) -> None:

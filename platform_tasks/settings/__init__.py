@@ -256,6 +256,13 @@ class PlatformSettings(BaseSettings):
     """Bound of each phase of one call to an alert sink (connect, send, each read); the
     whole answer is cut at twice this."""
 
+    # --- batches ---------------------------------------------------------------------
+    batch_stall_seconds: float = Field(default=3600.0, ge=0, le=30 * 86_400)
+    """A batch with children outstanding and no child ended for this long raises one
+    stall alert (``batches.watchdog``); 0 turns the watchdog off."""
+    batch_watch_interval_seconds: float = Field(default=60.0, gt=0, le=3600)
+    """How often each worker's batch watchdog looks for stalled batches."""
+
     @field_validator("jobs_include", "jobs_exclude", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:

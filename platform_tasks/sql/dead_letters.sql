@@ -126,3 +126,33 @@ FROM core.dead_letters
 WHERE status = 'pending_review' AND created_at < %(cutoff)s
 GROUP BY queue, kind
 ORDER BY count(*) DESC, queue, kind;
+
+-- name: reopen_batch_child
+-- A dead letter of a batch's child is replayed (migration 0010): the child has not ended
+-- any more, its shard counts it again, in the replay's transaction and before its
+-- publish. Returns the batch when it was re-opened (the child was dead-lettered).
+WITH reopened AS (
+    UPDATE core.batch_jobs
+    SET outcome = NULL, ended_at = NULL
+    WHERE job_id = %(job)s AND outcome = 'dead_lettered'
+      AND (%(batch)s::uuid IS NULL OR batch_id = %(batch)s::uuid)
+    RETURNING batch_id, job_id
+)
+UPDATE core.batch_shards s
+SET remaining = s.remaining + 1
+FROM reopened, core.batches b
+WHERE b.batch_id = reopened.batch_id
+  AND s.batch_id = reopened.batch_id
+  AND s.shard = ((hashtext(reopened.job_id::text) %% b.shards) + b.shards) %% b.shards
+RETURNING s.batch_id
+
+-- name: discard_batch_children
+-- Dead letters an operator discarded (final): their children's outcome, dead_lettered
+-- until now, becomes discarded. They had ended already: no shard changes.
+UPDATE core.batch_jobs bj
+SET outcome = 'discarded'
+FROM core.dead_letters d
+WHERE d.id = ANY(%(ids)s::bigint[])
+  AND d.job_id IS NOT NULL
+  AND bj.job_id = d.job_id
+  AND bj.outcome = 'dead_lettered'

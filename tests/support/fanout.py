@@ -44,7 +44,11 @@ def make_tenants(database_url: str) -> Callable[[int], int]:
 
     def make(count: int) -> int:
         sql(database_url, SCHEMA_SQL)
-        sql(database_url, "TRUNCATE public.fanout_applied, public.fanout_hold, public.fanout_fail")
+        sql(
+            database_url,
+            "TRUNCATE public.fanout_applied, public.fanout_hold, public.fanout_fail,"
+            " public.fanout_completed",
+        )
         sql(
             database_url,
             "INSERT INTO core.tenants (tenant_id, freshness_tier) "

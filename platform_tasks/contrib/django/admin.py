@@ -1,4 +1,4 @@
-"""The console's admin pages: dead letters, the operations log, queues.
+"""The console's admin pages: dead letters, the operations log, queues, batches.
 
 Everything here only reads (the models are unmanaged and nobody may add, change or
 delete a row through the admin); actions are the confirmation pages of
@@ -19,7 +19,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
-from platform_tasks.contrib.django import permissions, views
+from platform_tasks.contrib.django import batch_pages, permissions, views
 from platform_tasks.contrib.django.apps import APP_LABEL
 from platform_tasks.contrib.django.filters import (
     ErrorTypeFilter,
@@ -28,10 +28,10 @@ from platform_tasks.contrib.django.filters import (
     StatusFilter,
     TenantFilter,
 )
-from platform_tasks.contrib.django.models import DeadLetter, Operation, Queue
+from platform_tasks.contrib.django.models import Batch, DeadLetter, Operation, Queue
 from platform_tasks.contrib.django.payloads import error_html, payload_html
 
-__all__ = ["DeadLetterAdmin", "OperationAdmin", "QueueAdmin"]
+__all__ = ["BatchAdmin", "DeadLetterAdmin", "OperationAdmin", "QueueAdmin"]
 
 
 class _ReadOnly(admin.ModelAdmin):
@@ -288,4 +288,26 @@ class QueueAdmin(_ReadOnly):
             path("resume/", pause("resume"), name=f"{APP_LABEL}_queue_resume"),
             path("cancel/", site.admin_view(cancel), name=f"{APP_LABEL}_queue_cancel"),
             path("", site.admin_view(self.changelist_view), name=f"{APP_LABEL}_queue_changelist"),
+        ]
+
+
+@admin.register(Batch)
+class BatchAdmin(_ReadOnly):
+    """The batches pages replace the change list and the change form: counts come from
+    the read model (:mod:`platform_tasks.contrib.django.batch_pages`), not the row."""
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        self.check_view(request)
+        return batch_pages.batches_page(self.admin_site, request)
+
+    def get_urls(self) -> list[Any]:
+        site = self.admin_site
+
+        def detail(request: HttpRequest, batch_id: str) -> HttpResponse:
+            self.check_view(request)
+            return batch_pages.batch_page(site, request, batch_id)
+
+        return [
+            path("<str:batch_id>/", site.admin_view(detail), name=f"{APP_LABEL}_batch_detail"),
+            path("", site.admin_view(self.changelist_view), name=f"{APP_LABEL}_batch_changelist"),
         ]

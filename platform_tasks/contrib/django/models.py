@@ -8,6 +8,8 @@ Django as ``"core"."dead_letters"``), so the console's own tables can live in an
 schema through ``search_path`` without hiding these.
 
 ``Queue`` has no table: it anchors the queues page and the queue permissions in the admin.
+``Batch`` anchors the batches pages and their permission; the pages read
+:mod:`platform_tasks.batches.status` (the read model ``platform-tasks batches`` uses).
 
 ``LoginFailures`` is the one managed model: the login throttle's counts, kept with the
 console's own tables (schema ``console``, or a mounted project's ``default`` database)
@@ -20,7 +22,7 @@ from django.db import models
 
 from platform_tasks.contrib.django import permissions
 
-__all__ = ["DeadLetter", "LoginFailures", "Operation", "Queue"]
+__all__ = ["Batch", "DeadLetter", "LoginFailures", "Operation", "Queue"]
 
 STATUS_CHOICES = [
     ("pending_review", "pending review"),
@@ -112,6 +114,25 @@ class Queue(models.Model):
 
     def __str__(self) -> str:
         return str(self.name)
+
+
+class Batch(models.Model):
+    """One row of ``core.batches``: the batches pages (counts come from the read model)."""
+
+    batch_id = models.UUIDField(primary_key=True)
+    description = models.TextField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = 'core"."batches'
+        ordering = ["-created_at"]
+        verbose_name = "batch"
+        verbose_name_plural = "batches"
+        default_permissions = ("view",)
+
+    def __str__(self) -> str:
+        return f"batch {self.batch_id}"
 
 
 class LoginFailures(models.Model):

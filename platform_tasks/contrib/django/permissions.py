@@ -33,7 +33,7 @@ CANCEL_JOBS = "cancel_jobs"
 PAUSE_QUEUES = "pause_queues"
 """Pause and resume a queue for every worker."""
 
-VIEWER_PERMISSIONS = ("view_deadletter", "view_operation", "view_queue")
+VIEWER_PERMISSIONS = ("view_deadletter", "view_operation", "view_queue", "view_batch")
 OPERATOR_PERMISSIONS = (
     *VIEWER_PERMISSIONS,
     VIEW_PAYLOAD,

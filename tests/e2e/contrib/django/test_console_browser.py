@@ -3,14 +3,18 @@
 
 An operator logs in, filters the dead letters by tenant, opens one (its payload shown,
 escaped), runs a bulk replay of the filter through its confirmation page and finds the
-operation in the log; a read-only user sees no action button anywhere and a POST forged
-with that user's valid session and CSRF token is refused with 403, acting on nothing.
+operation in the log, then lists the batches and opens one (counts by outcome and by
+tenant, callbacks fired and when, where its outstanding children are); a read-only user
+sees no action button anywhere and a POST forged with that user's valid session and CSRF
+token is refused with 403, acting on nothing.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from uuid import UUID, uuid4
 
 import requests
 from selenium.webdriver.common.by import By
@@ -18,6 +22,7 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from platform_tasks.testing.servers import PostgresServer, RedisServer
+from tests.support.batch_rows import Child, insert_batch
 from tests.support.console import (
     OPERATOR,
     VIEWER,
@@ -50,6 +55,78 @@ def _field(web: Any, name: str) -> str:
     return str(web.find_element(By.CSS_SELECTOR, f".field-{name} .readonly").text)
 
 
+def _batches(database_url: str) -> UUID:
+    """A finished batch and an open one (3 tenants, a callback fired); the open one's id."""
+    done = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
+    insert_batch(
+        database_url, [Child("acme", "applied", done)], description="done", created_at=done
+    )
+    ended = datetime(2026, 3, 2, 9, 5, tzinfo=UTC)
+    return insert_batch(
+        database_url,
+        [
+            Child("acme", "applied", ended),
+            Child("acme", "dead_lettered", ended),
+            Child("globex", "cancelled", ended),
+            Child("globex"),
+            Child("initech"),
+        ],
+        description=f"March invoices {SCRIPT}",
+        created_at=datetime(2026, 3, 2, 9, 0, tzinfo=UTC),
+        on_complete={"queue": "reports", "kind": "invoices.done", "tenant_id": "ops", "data": {}},
+        on_death={"queue": "reports", "kind": "invoices.failed", "tenant_id": "ops", "data": {}},
+        death_fired_at=ended,
+    )
+
+
+def _batch_pages(web: Any, console: Console, batch_id: UUID) -> None:
+    web.find_element(By.LINK_TEXT, "Home").click()
+    web.find_element(By.LINK_TEXT, "Batches").click()
+    rows = web.find_elements(By.CSS_SELECTOR, "#batches tr.batch-row")
+    assert [r.get_attribute("data-batch") for r in rows][1:] != [str(batch_id)]
+    assert rows[0].get_attribute("data-batch") == str(batch_id)  # newest first
+    assert len(rows) == 2
+    cells = [c.text for c in rows[0].find_elements(By.CSS_SELECTOR, "td.count")]
+    assert cells == ["1", "1", "0", "1", "2"]  # applied … outstanding
+    assert rows[0].find_element(By.CSS_SELECTOR, "td.state").text == "open"
+    assert (
+        "on_death: 2026-03-02 09:05:00" in rows[0].find_element(By.CSS_SELECTOR, ".callbacks").text
+    )
+    web.find_element(By.ID, "show-open").click()
+    WebDriverWait(web, 30).until(lambda w: "open=1" in w.current_url)
+    assert len(web.find_elements(By.CSS_SELECTOR, "#batches tr.batch-row")) == 1
+
+    web.find_element(By.LINK_TEXT, str(batch_id)).click()
+    assert web.find_element(By.ID, "batch-description").text == f"March invoices {SCRIPT}"
+    assert web.execute_script("return window.injected === undefined")
+    counts = [c.text for c in web.find_elements(By.CSS_SELECTOR, "#batch-counts td.count")]
+    assert counts == ["1", "1", "0", "1", "2", "5"]
+    fired = {
+        row.get_attribute("data-callback"): row.find_element(By.CSS_SELECTOR, ".fired").text
+        for row in web.find_elements(By.CSS_SELECTOR, "#callbacks tbody tr")
+    }
+    assert fired == {"on_complete": "not yet", "on_success": "-", "on_death": "2026-03-02 09:05:00"}
+    tenants = {
+        row.get_attribute("data-tenant"): [
+            c.text for c in row.find_elements(By.CSS_SELECTOR, "td.count")
+        ]
+        for row in web.find_elements(By.CSS_SELECTOR, "#tenants tr.tenant-row")
+    }
+    assert tenants == {
+        "acme": ["1", "1", "0", "0", "0"],
+        "globex": ["0", "0", "0", "1", "1"],
+        "initech": ["0", "0", "0", "0", "1"],
+    }
+    web.find_element(By.ID, "where-link").click()
+    WebDriverWait(web, 30).until(lambda w: "where=1" in w.current_url)
+    assert web.find_element(By.ID, "places").text == (
+        "Outstanding children: 2 waiting, 0 delayed, 0 running, 0 dead "
+        "(could not look in: workers (none answered))"
+    )
+    web.get(f"{console.url}/admin/platform_console/batch/{uuid4()}/")
+    assert "Not Found" in web.page_source or "404" in web.title
+
+
 def test_operator_filters_opens_and_bulk_replays_with_confirmation(
     postgres_server: PostgresServer, redis_server: RedisServer, tmp_path: Path
 ) -> None:
@@ -58,6 +135,7 @@ def test_operator_filters_opens_and_bulk_replays_with_confirmation(
         insert_dead_letter(database_url, tenant="acme", data={"card": SCRIPT}) for _ in range(3)
     ]
     others = [insert_dead_letter(database_url, tenant="globex") for _ in range(2)]
+    batch_id = _batches(database_url)
 
     with (
         running_console(database_url, redis_server.url, tmp_path / "console.log") as console,
@@ -106,6 +184,8 @@ def test_operator_filters_opens_and_bulk_replays_with_confirmation(
             assert len(rows) == 1
             assert _column(web, "actor") == [OPERATOR[0]]
             assert _column(web, "kind") == ["replay"]
+
+            _batch_pages(web, console, batch_id)
         except Exception as exc:
             raise AssertionError(f"{exc}\n--- console log ---\n{console.log()[-4000:]}") from exc
 
@@ -159,6 +239,9 @@ def test_viewer_sees_no_action_and_a_forged_post_is_refused(
         assert web.find_element(By.ID, "preview-count").text == "1"  # may look
         assert not web.find_elements(By.ID, "confirm")
         assert web.find_elements(By.ID, "no-permission")
+
+        web.get(f"{console.url}/admin/platform_console/batch/")  # viewers may look
+        assert web.find_elements(By.CSS_SELECTOR, "table#batches")
 
         web.get(f"{console.url}/admin/platform_console/queue/")
         assert web.find_elements(By.CSS_SELECTOR, "tr.queue-row")

@@ -281,6 +281,8 @@ def test_a_user_without_view_permission_is_refused_every_page(console: Console) 
         "deadletter/bulk/replay/?tenant_id=a",
         "queue/pause/?queue=default",
         "queue/cancel/",
+        "batch/",
+        "batch/01a24f9a-5ff2-7bed-9573-db6446b0f0f6/",
     ):
         reply = session.get(f"{console.url}{BASE}/{path}", timeout=30, allow_redirects=False)
         assert reply.status_code == 403, (path, reply.status_code)

@@ -1,0 +1,266 @@
+"""A 10,000-child batch against the same 10,000 plain jobs, and Celery's chord, one run.
+
+Run: .venv/bin/python bench/batches.py [--children 10000] [--rounds 1] [--no-chord]
+
+Two ``celery worker -P prefork -c 2`` processes of ``tests.apps.batch_app`` (the app of
+the batch tests) consume. Per round, alternating:
+
+- plain: the children published with ``publish(..., tx=conn)`` in one transaction; the
+  time from its ``COMMIT`` until every child's row is in ``public.batch_effects``;
+- batch: the same children in ``port.batch(on_complete=..., tx=conn)``; the time from its
+  ``COMMIT`` until the ``on_complete`` callback ran (so it includes the last shard's
+  check and the callback's own relay and run).
+
+While each runs, ``pg_stat_activity`` is sampled every 20 ms: samples of backends waiting
+on a lock (``wait_event_type = 'Lock'``) are counted, by wait event. Then Celery's
+``chord`` of the same number of tasks, on the same Redis as broker and result backend,
+with two workers of ``bench/chord_app.py``: its time and whether the callback ran
+within 600 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psycopg2
+import redis
+
+from bench._servers import bench_postgres, bench_redis
+from platform_tasks import QueuePort, create_app
+from platform_tasks.batches import Callback
+from platform_tasks.postgres.migrations import migrate
+from platform_tasks.settings import PlatformSettings
+from platform_tasks.testing.servers import wait_until
+from tests.apps.batch_app import CALLBACK, CHILD, QUEUE, TABLES_SQL
+
+ROOT = Path(__file__).resolve().parent.parent
+CELERY = str(Path(sys.executable).parent / "celery")
+
+
+def child() -> dict[str, Any]:
+    return {"tenant_id": "t1", "kind": CHILD, "data": {}}
+
+
+def count(db_url: str, sql: str) -> int:
+    conn = psycopg2.connect(db_url)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(sql)
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+class LockSampler:
+    """Samples pg_stat_activity for backends waiting on locks until stopped."""
+
+    def __init__(self, db_url: str) -> None:
+        self.db_url = db_url
+        self.samples = 0
+        self.waiting: collections.Counter[str] = collections.Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> LockSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        conn = psycopg2.connect(self.db_url)
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            while not self._stop.wait(0.02):
+                cur.execute(
+                    "SELECT wait_event, count(*) FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock' GROUP BY 1"
+                )
+                self.samples += 1
+                for event, n in cur.fetchall():
+                    self.waiting[event] += n
+        conn.close()
+
+    def describe(self) -> str:
+        total = sum(self.waiting.values())
+        detail = ", ".join(f"{k}: {v}" for k, v in self.waiting.most_common()) or "none"
+        return f"{total} backend-samples waiting on a lock in {self.samples} samples ({detail})"
+
+
+def run_plain(port: QueuePort, db_url: str, n: int) -> tuple[float, str]:
+    conn = psycopg2.connect(db_url)
+    with conn:
+        for _ in range(n):
+            port.publish(QUEUE, child(), tx=conn)
+    start = time.perf_counter()
+    with LockSampler(db_url) as sampler:
+        wait_until(
+            lambda: count(db_url, "SELECT count(*) FROM public.batch_effects") >= n,
+            timeout=900,
+            interval=0.05,
+        )
+        elapsed = time.perf_counter() - start
+    conn.close()
+    return elapsed, sampler.describe()
+
+
+def run_batch(port: QueuePort, db_url: str, n: int) -> tuple[float, str]:
+    conn = psycopg2.connect(db_url)
+    with (
+        conn,
+        port.batch(
+            on_complete=Callback(QUEUE, CALLBACK, "t1", {"name": "complete"}), tx=conn
+        ) as batch,
+    ):
+        for _ in range(n):
+            batch.publish(QUEUE, child())
+    start = time.perf_counter()
+    with LockSampler(db_url) as sampler:
+        wait_until(
+            lambda: count(db_url, "SELECT count(*) FROM public.batch_callbacks") >= 1,
+            timeout=900,
+            interval=0.05,
+        )
+        elapsed = time.perf_counter() - start
+    conn.close()
+    assert count(db_url, "SELECT count(*) FROM public.batch_effects") == n
+    return elapsed, sampler.describe()
+
+
+def start_workers(
+    env: dict[str, str], app: str, tmp: Path, name: str
+) -> list[subprocess.Popen[bytes]]:
+    workers = []
+    for i in range(2):
+        log = open(tmp / f"{name}-{i}.log", "wb")  # noqa: SIM115
+        argv = [
+            CELERY,
+            "-A",
+            app,
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            "2",
+            "-n",
+            f"{name}{i}@%h",
+            "--without-mingle",
+            "--without-gossip",
+            "--loglevel",
+            "WARNING",
+        ]
+        workers.append(
+            subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        )
+    return workers
+
+
+def stop(workers: list[subprocess.Popen[bytes]]) -> None:
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+
+
+def chord(redis_url: str, n: int, tmp: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLATFORM_")}
+    env.update(BENCH_REDIS_URL=redis_url, PYTHONPATH=str(ROOT))
+    os.environ["BENCH_REDIS_URL"] = redis_url
+    from celery import chord as make_chord
+
+    from bench import chord_app
+
+    workers = start_workers(env, "bench.chord_app", tmp, "chord")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        time.sleep(5)  # workers start; not a synchronisation of the measured part
+        start = time.time()
+        make_chord(chord_app.child.s(i) for i in range(n))(chord_app.done.s())
+        published = time.time() - start
+        try:
+            wait_until(
+                lambda: client.get("bench:chord:done") is not None, timeout=600, interval=0.05
+            )
+            stamp, size = client.get("bench:chord:done").decode().split()
+            print(
+                f"[chord] {n} tasks: completed in {float(stamp) - start:.1f} s "
+                f"(publishing {published:.1f} s), callback got {size} results"
+            )
+        except TimeoutError:
+            print(f"[chord] {n} tasks: callback did not run within 600 s")
+    finally:
+        stop(workers)
+        client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--children", type=int, default=10000)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--no-chord", action="store_true")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp())
+    with bench_redis() as server, bench_postgres() as pg:
+        migrate(pg.url)
+        conn = psycopg2.connect(pg.url)
+        with conn, conn.cursor() as cur:
+            cur.execute(TABLES_SQL)
+        conn.close()
+        settings = PlatformSettings.build(
+            redis_url=server.url, database_url=pg.url, profile="bench"
+        )
+        app = create_app("bench_batches_producer", settings=settings)
+        port = QueuePort(app)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PLATFORM_")}
+        env.update(
+            PLATFORM_REDIS_URL=server.url,
+            PLATFORM_DATABASE_URL=pg.url,
+            PLATFORM_PROFILE="bench",
+            PYTHONPATH=str(ROOT),
+        )
+        workers = start_workers(env, "tests.apps.batch_app", tmp, "w")
+        try:
+            warm = [port.publish(QUEUE, child(), tx=None) for _ in range(50)]
+            wait_until(
+                lambda: count(pg.url, "SELECT count(*) FROM public.batch_effects") >= len(warm),
+                timeout=120,
+            )
+            for r in range(args.rounds):
+                results = {}
+                for kind, run in (("plain", run_plain), ("batch", run_batch)):
+                    reset = psycopg2.connect(pg.url)
+                    with reset, reset.cursor() as cur:
+                        cur.execute("TRUNCATE public.batch_effects, public.batch_callbacks")
+                    reset.close()
+                    elapsed, locks = run(port, pg.url, args.children)
+                    results[kind] = elapsed
+                    print(
+                        f"[round {r + 1}] {kind}: {args.children} children in {elapsed:.1f} s "
+                        f"({args.children / elapsed:.0f}/s); {locks}"
+                    )
+                print(f"[round {r + 1}] batch / plain = {results['batch'] / results['plain']:.3f}")
+        finally:
+            stop(workers)
+            port.close()
+        if not args.no_chord:
+            chord(server.url, args.children, tmp)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""The SQL calls of batches, each in the caller's transaction (a psycopg2 cursor).
+
+The queries are named in ``platform_tasks/sql/batches.sql``; this module only binds their
+parameters and reads their rows, so the counting rules live in one place, as SQL.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg2.extras import Json
+
+from platform_tasks.postgres.queries import load_queries
+
+__all__ = [
+    "LOCK_CLASS",
+    "OUTCOMES",
+    "ChildRow",
+    "Completion",
+    "add_jobs",
+    "counts",
+    "create_batch",
+    "end_job",
+    "mark_complete",
+    "mark_death",
+    "remaining_after_lock",
+    "shards_of",
+    "sql",
+]
+
+LOCK_CLASS = 0x62617463  # "batc": advisory locks (class, hashtext(batch id)) of batches
+"""The advisory lock class a shard-zero transaction takes for its batch."""
+
+OUTCOMES = ("applied", "dead_lettered", "discarded", "cancelled")
+"""How a child can end (the CHECK of ``core.batch_jobs.outcome``)."""
+
+
+def sql(name: str) -> str:
+    """The named query of ``platform_tasks/sql/batches.sql``."""
+    return load_queries("batches")[name]
+
+
+@dataclass(frozen=True)
+class ChildRow:
+    """A child joining a batch: its job id and what ``batches show`` groups it by."""
+
+    job_id: uuid.UUID
+    queue: str
+    kind: str
+    tenant_id: str
+
+
+def create_batch(
+    cur: Any,
+    batch_id: uuid.UUID,
+    *,
+    profile: str,
+    description: str,
+    shards: int,
+    callbacks: Mapping[str, Mapping[str, Any] | None],
+) -> None:
+    """Insert the batch's row (its callbacks as jsonb specs, ``None`` for none)."""
+    cur.execute(
+        sql("create_batch"),
+        {
+            "batch": str(batch_id),
+            "profile": profile,
+            "description": description,
+            "shards": shards,
+            **{
+                name: None if spec is None else Json(dict(spec)) for name, spec in callbacks.items()
+            },
+        },
+    )
+
+
+def shards_of(cur: Any, batch_id: uuid.UUID) -> int | None:
+    """The batch's shard count, ``None`` when there is no such batch."""
+    cur.execute(sql("batch_of_job"), {"batch": str(batch_id)})
+    row = cur.fetchone()
+    return None if row is None else int(row[1])
+
+
+def add_jobs(cur: Any, batch_id: uuid.UUID, children: Sequence[ChildRow]) -> None:
+    """Children join the batch (one statement for all of them)."""
+    if not children:
+        return
+    cur.execute(
+        sql("add_jobs"),
+        {
+            "batch": str(batch_id),
+            "jobs": [str(child.job_id) for child in children],
+            "queues": [child.queue for child in children],
+            "kinds": [child.kind for child in children],
+            "tenants": [child.tenant_id for child in children],
+        },
+    )
+
+
+def end_job(
+    cur: Any, job_id: uuid.UUID | str, outcome: str, batch_id: uuid.UUID | str | None = None
+) -> list[tuple[uuid.UUID, int]]:
+    """Count the child's ending once: ``(batch id, its shard's remaining)`` per batch it
+    was counted in; empty when it is no child or had ended already. One round trip, which
+    also moves the batch's ``progressed_at`` (at most once a second)."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
+    cur.execute(
+        sql("end_job"),
+        {
+            "job": str(job_id),
+            "outcome": outcome,
+            "batch": None if batch_id is None else str(batch_id),
+        },
+    )
+    return [(uuid.UUID(str(batch)), int(remaining)) for batch, remaining in cur.fetchall()]
+
+
+def remaining_after_lock(cur: Any, batch_id: uuid.UUID) -> int:
+    """Lock the batch (row, then advisory lock) and read how many children are left."""
+    params = {"batch": str(batch_id), "lock_class": LOCK_CLASS}
+    cur.execute(sql("lock_batch"), params)
+    cur.execute(sql("remaining"), params)
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+def counts(cur: Any, batch_id: uuid.UUID) -> dict[str, int]:
+    """``{outcome: n, ..., "total": n}`` of the batch's children (every outcome listed)."""
+    cur.execute(sql("counts"), {"batch": str(batch_id)})
+    found = {outcome: int(n) for outcome, n in cur.fetchall()}
+    result = {outcome: found.get(outcome, 0) for outcome in OUTCOMES}
+    result["total"] = sum(found.values())
+    return result
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The callbacks the completing transaction fires (``None``: not this time)."""
+
+    on_complete: Mapping[str, Any] | None
+    on_success: Mapping[str, Any] | None
+    created_at: datetime
+
+
+def mark_complete(cur: Any, batch_id: uuid.UUID, *, clean: bool) -> Completion | None:
+    """Record the batch complete (and successful when ``clean``); what fires now."""
+    cur.execute(sql("mark_complete"), {"batch": str(batch_id), "clean": clean})
+    row = cur.fetchone()
+    return None if row is None else Completion(row[0], row[1], row[2])
+
+
+def mark_death(cur: Any, batch_id: uuid.UUID) -> tuple[Mapping[str, Any] | None, datetime] | None:
+    """Record the batch's first dead letter: ``(on_death, created_at)`` the first time."""
+    cur.execute(sql("mark_death"), {"batch": str(batch_id)})
+    row = cur.fetchone()
+    return None if row is None else (row[0], row[1])
