@@ -24,6 +24,7 @@ from __future__ import annotations
 __all__ = [
     "ATTEMPT_HEADER",
     "CARRIED_HEADER",
+    "DELAY_REASON_HEADER",
     "LEASE_HEADER",
     "NESTED_HEADER",
     "PLATFORM_HEADERS",
@@ -68,6 +69,11 @@ children's carry the point's time)."""
 
 UNIQUE_HEADER = "platform_unique"
 """The unique key of a unique publish, so the consumer releases it when the job starts."""
+
+DELAY_REASON_HEADER = "platform_delay_reason"
+"""On a job a consumer put back to wait (a retry, a throttle, a concurrency cap): why,
+as ``{"why": "retry"|"throttle"|"concurrency_cap", "detail": …, "max": attempts}``, so
+``jobs show`` can say why a delayed job waits. Set afresh each time, never carried."""
 
 LEASE_HEADER = "platform_lease"
 """The lease of an admitted beat point (a JSON object)."""

@@ -30,6 +30,7 @@ from typing import Any
 
 from platform_tasks.headers import (
     CARRIED_HEADER,
+    DELAY_REASON_HEADER,
     NESTED_HEADER,
     PUBLISH_TIME_HEADER,
     PUBLISHED_AT_HEADER,
@@ -55,7 +56,14 @@ __all__ = [
 
 
 _RESERVED = frozenset(
-    {CARRIED_HEADER, PUBLISHED_AT_HEADER, PUBLISH_TIME_HEADER, NESTED_HEADER, *TRACE_HEADERS}
+    {
+        CARRIED_HEADER,
+        DELAY_REASON_HEADER,
+        PUBLISHED_AT_HEADER,
+        PUBLISH_TIME_HEADER,
+        NESTED_HEADER,
+        *TRACE_HEADERS,
+    }
 )
 
 current_trace_headers: ContextVar[Mapping[str, str] | None] = ContextVar(
