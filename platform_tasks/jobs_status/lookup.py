@@ -98,6 +98,7 @@ class StatusReader:
         params = {"correlation_id": correlation_id, "limit": CORRELATION_LIMIT}
         with self._cursor() as cur:
             self._rows(cur, "by_correlation", params, facts)
+            self._paused()
             needle = f"correlation_id={correlation_id}"
             matches = [
                 m for m in self.search.find(needle, CORRELATION_LIMIT) if needle in m.argsrepr
@@ -108,7 +109,7 @@ class StatusReader:
         open_ids = [job for job, f in facts.items() if not self._settled(f)]
         for job, marker in self._markers(open_ids).items():
             facts[job].marker = marker
-        paused = self._paused() if any(f.found for f in facts.values()) else {}
+        paused = self._paused()
         for item in facts.values():
             item.paused = paused
         ordered = sorted(facts, key=publish_order)
@@ -178,7 +179,9 @@ class StatusReader:
         }
 
     def _paused(self) -> dict[str, Any]:
+        """The paused queues (searched too: a paused queue is where jobs pile up)."""
         paused = read_paused(self._platform_client(), self.settings.profile)
+        self.search.places = self.places.with_queues(paused)
         return {
             name: {"operation_id": p.operation_id, "actor": p.actor, "since": p.since.isoformat()}
             for name, p in paused.items()
