@@ -27,7 +27,7 @@ import psycopg2.extras
 
 from platform_tasks.brokers.redis_client import build_redis
 from platform_tasks.consumer.queue_pause import read_paused
-from platform_tasks.jobs_status.model import Facts, JobStatus, decide, publish_order
+from platform_tasks.jobs_status.model import Facts, JobStatus, decide, job_time, publish_order
 from platform_tasks.jobs_status.redis_search import Places, RedisSearch
 from platform_tasks.keys import running_key
 from platform_tasks.postgres.database import require_database_url
@@ -87,7 +87,9 @@ class StatusReader:
         if facts.marker:
             return decide(facts)
         facts.paused = self._paused()
-        facts.found = [m.found for m in self.search.find(text, 5) if m.job_id == text]
+        created = job_time(text)
+        near = int(created.timestamp() * 1000) if created is not None else None
+        facts.found = [m.found for m in self.search.find(text, 1, near_ms=near) if m.job_id == text]
         return decide(facts)
 
     def correlation(self, correlation_id: str) -> list[JobStatus]:

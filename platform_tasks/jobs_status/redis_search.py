@@ -41,6 +41,10 @@ __all__ = ["Match", "Places", "RedisSearch"]
 CHUNK = 1000
 """Messages read per Redis command inside the search script."""
 
+WINDOW = 300
+"""Messages read on each side of the spot the bisection of a list found (jobs published
+in the same milliseconds, clocks of several publishers a little apart)."""
+
 
 @dataclass(frozen=True)
 class Places:
@@ -114,13 +118,14 @@ class RedisSearch:
             return []
         return ["the RabbitMQ queues (AMQP cannot be searched without taking messages)"]
 
-    def find(self, needle: str, limit: int) -> list[Match]:
-        """Messages holding ``needle``, at most ``limit``, from every place searched."""
+    def find(self, needle: str, limit: int, *, near_ms: int | None = None) -> list[Match]:
+        """Messages holding ``needle``, at most ``limit``, from every place searched.
+        ``near_ms``: the job id's time, where its message should be in each list."""
         matches: list[Match] = []
         if self.broker_is_redis:
             client = self._broker_client()
             keys = self._broker_keys(client)
-            matches += self._run(client, keys, needle, limit)
+            matches += self._run(client, keys, needle, limit, near_ms=near_ms)
         location = delay_store_location(self.places.settings)
         if location is not None and location.kind == "rabbitmq":
             if self._store is None:
@@ -178,6 +183,8 @@ class RedisSearch:
         needle: str,
         limit: int,
         schedule: str | None = None,
+        *,
+        near_ms: int | None = None,
     ) -> list[Match]:
         script = self._script.get(id(client))
         if script is None:
@@ -185,7 +192,8 @@ class RedisSearch:
                 script_source("find_messages")
             )
         names = list(keys)
-        flat = script(keys=names, args=[needle, limit, CHUNK])
+        near = "" if near_ms is None else near_ms
+        flat = script(keys=names, args=[needle, limit, CHUNK, near, WINDOW])
         matches: list[Match] = []
         delayed: list[tuple[Match, str]] = []
         for i in range(0, len(flat), 3):

@@ -8,7 +8,7 @@ from typing import Any
 import redis
 
 from platform_tasks.consumer.attempts import DeliveryCounter
-from platform_tasks.keys import delay_keys, delivery_keys
+from platform_tasks.keys import delay_keys, delivery_keys, running_key
 from tests.integration.consumer.conftest import MAX_ATTEMPTS, Harness
 from tests.integration.consumer.test_idempotency import envelope
 
@@ -30,7 +30,7 @@ def redeliver(harness: Harness, payload: dict[str, Any], *, attempt: int = 1) ->
     )
 
 
-def test_first_delivery_of_a_healthy_job_writes_nothing_to_redis(
+def test_first_delivery_of_a_healthy_job_writes_nothing_to_redis_but_its_running_marker(
     harness: Harness, redis_client: redis.Redis
 ) -> None:
     assert harness.apply(envelope("warm-up")).state == "SUCCESS"  # connections opened
@@ -38,8 +38,10 @@ def test_first_delivery_of_a_healthy_job_writes_nothing_to_redis(
     payloads = [envelope(f"quiet-{n}") for n in range(20)]
     for payload in payloads:
         assert harness.apply(payload).state == "SUCCESS"
-    assert write_calls(redis_client) == before
+    # the running marker (jobs show): HSET + EXPIRE at the start, DEL at the end; nothing else
+    assert write_calls(redis_client) == before + 3 * len(payloads)
     assert redis_client.keys(delivery_keys("test").deliveries("*", "*")) == []
+    assert redis_client.keys(running_key("test", "*")) == []
     assert harness.rows("SELECT count(*) FROM core.processed_jobs") == [(21,)]
 
 
