@@ -1,5 +1,6 @@
-"""``platform-tasks jobs show <job_id>`` and ``jobs list --correlation-id``: where job
-instances are, answered by :mod:`platform_tasks.jobs_status`.
+"""platform-tasks jobs show and jobs list --correlation-id: where job instances are.
+
+Answered by :mod:`platform_tasks.jobs_status`.
 
 ``jobs list`` without ``--correlation-id`` is the listing of scheduled job *definitions*
 it always was (now ``platform-tasks schedules list``), kept for this release with a

@@ -1,5 +1,7 @@
-"""``platform-tasks jobs``: job instances — where one is (``show``), the jobs of one
-request (``list --correlation-id``), cancelling waiting ones (``cancel``).
+"""platform-tasks jobs: job instances (show, list --correlation-id, cancel).
+
+Where one is (``show``), the jobs of one request (``list --correlation-id``), cancelling
+waiting ones (``cancel``).
 
 Scheduled job definitions moved to ``platform-tasks schedules``; ``jobs docs``, ``jobs
 check`` and ``jobs list`` without ``--correlation-id`` still work, with a notice.

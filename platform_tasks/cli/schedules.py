@@ -1,5 +1,6 @@
-"""``platform-tasks schedules``: scheduled job *definitions* (``beat_schedules/``), apart
-from ``platform-tasks jobs``, which is about job *instances* (``show``, ``list
+"""platform-tasks schedules: scheduled job definitions (list, docs, check).
+
+Apart from ``platform-tasks jobs``, which is about job *instances* (``show``, ``list
 --correlation-id``, ``cancel``).
 
 ``list`` discovers the definitions as a worker would (their leases and next points);

@@ -1,6 +1,7 @@
-"""Job status: where one job is (waiting, delayed, running, applied, dead-lettered,
-cancelled, unknown), read from the stores the platform keeps anyway; a running job's
-progress; a handler's recorded output.
+"""Job status: where one job is, a running job's progress, a handler's recorded output.
+
+One state of waiting, delayed, running, applied, dead-lettered, cancelled, unknown, read
+from the stores the platform keeps anyway.
 
 Not to be confused with :mod:`platform_tasks.jobs` (scheduled job *definitions*) or
 :mod:`platform_tasks.consumer.job_state` (a delivery's attempt counts). See

@@ -68,7 +68,9 @@ def test_docs_warns_about_missing_evidence_on_stderr() -> None:
 
 
 def test_check_passes_on_a_clean_project() -> None:
-    code, out, err = _invoke("schedules", "check", "--static", "--project", str(FIXTURES / "reexport"))
+    code, out, err = _invoke(
+        "schedules", "check", "--static", "--project", str(FIXTURES / "reexport")
+    )
 
     assert code == 0
     assert err == ""
@@ -77,7 +79,9 @@ def test_check_passes_on_a_clean_project() -> None:
 
 
 def test_check_passes_with_warnings_only() -> None:
-    code, out, err = _invoke("schedules", "check", "--static", "--project", str(FIXTURES / "wrapper"))
+    code, out, err = _invoke(
+        "schedules", "check", "--static", "--project", str(FIXTURES / "wrapper")
+    )
 
     assert code == 0
     assert "wraps define_job" in err
@@ -85,7 +89,9 @@ def test_check_passes_with_warnings_only() -> None:
 
 
 def test_check_fails_on_errors() -> None:
-    code, out, err = _invoke("schedules", "check", "--static", "--project", str(FIXTURES / "invalid"))
+    code, out, err = _invoke(
+        "schedules", "check", "--static", "--project", str(FIXTURES / "invalid")
+    )
 
     assert code == 1
     assert "error: beat_schedules/bad_cron.py: cron: '61 * * * *'" in err
@@ -120,7 +126,14 @@ def test_profile_defaults_to_platform_profile() -> None:
 def test_real_console_script_exit_codes() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PLATFORM_")}
     failing = subprocess.run(
-        [str(SCRIPT), "schedules", "check", "--static", "--project", str(FIXTURES / "syntax_error")],
+        [
+            str(SCRIPT),
+            "schedules",
+            "check",
+            "--static",
+            "--project",
+            str(FIXTURES / "syntax_error"),
+        ],
         capture_output=True,
         text=True,
         env=env,

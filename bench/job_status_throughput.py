@@ -1,0 +1,183 @@
+"""Throughput of a PlatformTask with job status support on (the default) and off.
+
+Usage: .venv/bin/python bench/job_status_throughput.py [--jobs 3000] [--runs 4]
+
+What "on" costs per job: the running marker (``HSET`` + ``EXPIRE`` pipelined when the
+handler starts, ``DEL`` when its transaction ended: two round trips to the platform's
+Redis) and the correlation id written by the claim into ``core.processed_jobs`` with its
+partial index (no extra statement). ``PLATFORM_JOB_STATUS=false`` turns both off. The
+handler is ``bench.platform`` (one INSERT, returns None: no recorded output). One private
+Redis and PostgreSQL, one ``-P prefork -c 2`` worker per variant, the queue filled first
+(each job its own correlation id); the two variants alternate which goes first in each
+run, and the ratio on/off is taken within a run. Built on ``bench/consumer_throughput.py``
+(same clock: from a tenth of the jobs taken to the last one committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psycopg2
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.consumer_throughput import commits  # noqa: E402
+from platform_tasks.envelope import uuid7  # noqa: E402
+from platform_tasks.postgres.migrations import migrate  # noqa: E402
+from platform_tasks.testing.servers import PostgresServer, RedisServer, wait_until  # noqa: E402
+
+
+def run_variant(
+    label: str,
+    task: str,
+    jobs: int,
+    redis_url: str,
+    db_url: str,
+    admin_url: str,
+    dbname: str,
+    log: Path,
+    run: int = 1,
+) -> tuple[float, float]:
+    os.environ["PLATFORM_REDIS_URL"] = redis_url
+    os.environ["PLATFORM_DATABASE_URL"] = db_url
+    from bench.consumer_app import app
+
+    # a queue per run: a message a stopped worker left unacked comes back to its old queue
+    queue = f"bench_status_{label}_{run}"
+    r = redis.Redis.from_url(redis_url)
+    with app.producer_or_acquire() as producer:
+        for _ in range(jobs):
+            env = {
+                "job_id": str(uuid7()),
+                "tenant_id": "bench",
+                "correlation_id": uuid.uuid4().hex,
+                "kind": task,
+                "data": {},
+            }
+            app.send_task(task, args=[env], queue=queue, producer=producer)
+    assert r.llen(queue) == jobs
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    before = commits(admin_url, dbname)
+    argv = [
+        str(Path(sys.executable).parent / "celery"),
+        "-A",
+        "bench.consumer_app",
+        "worker",
+        "-P",
+        "prefork",
+        "-c",
+        "2",
+        "-Q",
+        queue,
+        "--without-mingle",
+        "--without-gossip",
+        "--loglevel",
+        "WARNING",
+    ]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        # steady state: the clock starts once a tenth of the jobs are taken, so the pool's
+        # first-task work (imports, connections) is not billed to one variant's rate
+        warm = jobs // 10
+        wait_until(lambda: r.llen(queue) <= jobs - warm, timeout=60, interval=0.001)
+        start = time.perf_counter()
+        # poll Redis, not PostgreSQL: a polling query would count as a commit
+        wait_until(lambda: r.llen(queue) == 0, timeout=300, interval=0.005)
+        if task != "bench.noop":
+            conn = psycopg2.connect(db_url)
+            conn.autocommit = True
+
+            def done() -> bool:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT count(*) FROM public.bench_work")
+                    return int(cur.fetchone()[0]) >= jobs
+
+            wait_until(done, timeout=300, interval=0.05)
+            conn.close()
+        elapsed = time.perf_counter() - start
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            # a worker stuck in shutdown must not end the benchmark; its group is ours
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+    # the worker's backends report their counters when they disconnect
+    wait_until(lambda: commits(admin_url, dbname) == commits(admin_url, dbname), timeout=10)
+    time.sleep(1.5)  # benchmark only: let the statistics collector catch up before reading
+    per_job = (commits(admin_url, dbname) - before) / jobs
+    conn = psycopg2.connect(db_url)
+    with conn, conn.cursor() as cur:
+        cur.execute("TRUNCATE public.bench_work, core.processed_jobs")
+    conn.close()
+    return (jobs - warm) / elapsed, per_job
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--runs", type=int, default=4)
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="bench-status-throughput-"))
+    os.chmod(base, 0o755)
+    rs = RedisServer(base / "redis").start()
+    pg = PostgresServer(base / "pg" / "data").start()
+    try:
+        migrate(pg.url)
+        conn = psycopg2.connect(pg.url)
+        with conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE IF NOT EXISTS public.bench_work (job_id uuid PRIMARY KEY)")
+            cur.execute("SELECT current_database()")
+            dbname = cur.fetchone()[0]
+        conn.close()
+        admin = pg.url.rsplit("/", 1)[0] + "/postgres"
+        ratios: list[float] = []
+        for run in range(1, args.runs + 1):
+            rates = {}
+            order = ("on", "off") if run % 2 else ("off", "on")
+            for label in order:
+                os.environ["PLATFORM_JOB_STATUS"] = "true" if label == "on" else "false"
+                rate, per_job = run_variant(
+                    label,
+                    "bench.platform",
+                    args.jobs,
+                    rs.url,
+                    pg.url,
+                    admin,
+                    dbname,
+                    base / "worker.log",
+                    run,
+                )
+                rates[label] = rate
+                print(
+                    f"run {run} status {label}: {rate:.0f} jobs/s, {per_job:.2f} commits/job",
+                    flush=True,
+                )
+            ratios.append(rates["on"] / rates["off"])
+            print(f"run {run} on / off = {ratios[-1]:.3f} (goal >= 0.97)", flush=True)
+        print(
+            f"on / off: median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, "
+            f"max {max(ratios):.3f} over {len(ratios)} runs"
+        )
+    finally:
+        pg.stop()
+        rs.stop()
+
+
+if __name__ == "__main__":
+    main()
