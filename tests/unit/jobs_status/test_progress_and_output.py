@@ -65,7 +65,7 @@ def test_output_is_compact_json_within_the_cap() -> None:
 
 
 def test_output_over_the_cap_is_refused_naming_the_setting_and_size() -> None:
-    with pytest.raises(OutputRefused, match="101 bytes.*PLATFORM_JOB_OUTPUT_MAX_BYTES=100"):
+    with pytest.raises(OutputRefused, match=r"101 bytes.*PLATFORM_JOB_OUTPUT_MAX_BYTES=100"):
         encode_output("x" * 99, 100)
     assert issubclass(OutputRefused, PermanentError)  # dead-lettered at once, not retried
 

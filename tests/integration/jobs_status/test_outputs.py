@@ -1,0 +1,46 @@
+"""Recorded output on real PostgreSQL: written in the job's transaction, gone with its
+rollback, read back for many jobs in one query (what a batch callback needs)."""
+
+from __future__ import annotations
+
+import psycopg2
+import pytest
+
+from platform_tasks.consumer import idempotency
+from platform_tasks.envelope import uuid7
+from platform_tasks.errors import OutputRefused
+from platform_tasks.jobs_status.output import read_outputs, record_output
+
+
+def _claim(cur: object, job: str, consumer: str) -> None:
+    assert idempotency.claim_and_look(cur, job, consumer, "corr-1") == (True, False)
+
+
+def test_output_commits_with_the_job_and_rolls_back_with_it(database_url: str) -> None:
+    applied, failed, silent = (str(uuid7()) for _ in range(3))
+    conn = psycopg2.connect(database_url)
+    conn.autocommit = True
+    cur = conn.cursor()
+    try:
+        _claim(cur, applied, "billing.charge")
+        record_output(cur, applied, "billing.charge", {"invoice": 7}, max_bytes=1024)
+        cur.execute("COMMIT")
+        _claim(cur, failed, "billing.charge")
+        record_output(cur, failed, "billing.charge", ["lost"], max_bytes=1024)
+        cur.execute("ROLLBACK")
+        _claim(cur, silent, "billing.charge")
+        record_output(cur, silent, "billing.charge", None, max_bytes=1024)
+        cur.execute("COMMIT")
+        _claim(cur, str(uuid7()), "billing.charge")
+        with pytest.raises(OutputRefused, match="PLATFORM_JOB_OUTPUT_MAX_BYTES=8"):
+            record_output(cur, applied, "billing.charge", "far too long", max_bytes=8)
+        cur.execute("ROLLBACK")
+
+        assert read_outputs(cur, [applied, failed, silent]) == {
+            applied: {"billing.charge": {"invoice": 7}}
+        }
+        cur.execute("SELECT correlation_id FROM core.processed_jobs WHERE job_id = %s", (applied,))
+        assert cur.fetchone() == ("corr-1",)
+        assert read_outputs(cur, []) == {}
+    finally:
+        conn.close()
