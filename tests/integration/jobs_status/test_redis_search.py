@@ -18,7 +18,9 @@ from platform_tasks.settings import PlatformSettings
 def _wire(settings: PlatformSettings, client: redis.Redis, tenant: str) -> tuple[str, bytes]:
     port = platform_queue_port(settings)
     try:
-        job = str(port.publish("reports", {"tenant_id": tenant, "kind": "reports.build", "data": {}}))
+        job = str(
+            port.publish("reports", {"tenant_id": tenant, "kind": "reports.build", "data": {}})
+        )
     finally:
         port.close()
     raw = client.rpop("reports")
