@@ -273,6 +273,8 @@ class DeliveryPipeline:
         if error is None:
             error = tx.commit()
             if error is None:
+                if run.marker is not None:  # its marker may go with the next job's
+                    run.marker.applied = True
                 return Applied(run.attempt, result, tracked=run.state.tracked)
         # counted while the claim holds copies back; a refusal raises out to a Wait
         self.state.failed(run.delivery.consumer, run.job, ttl_seconds=run.ttl_seconds)

@@ -68,6 +68,8 @@ class RunningMarkers:
         self.host = host or socket.gethostname()
         self.clock = clock
         self._down_until = 0.0
+        self._applied: str | None = None
+        """The marker of the last job, applied: deleted with the next job's start."""
 
     def client(self) -> Any:
         if self._client is None:
@@ -87,17 +89,34 @@ class RunningMarkers:
             "queue": queue or "",
             "since": int(self.clock() * 1000),
         }
-        self._best_effort("start", lambda c: _write(c, key, fields, ttl_seconds))
+        stale = running_key(self.profile, self._applied) if self._applied else None
+        self._applied = None
+        self._best_effort("start", lambda c: _write(c, key, fields, ttl_seconds, stale))
 
     def progress(self, job_id: str, fields: dict[str, Any]) -> None:
         """Add progress fields to the marker (its TTL unchanged)."""
         key = running_key(self.profile, job_id)
         self._best_effort("progress", lambda c: c.hset(key, mapping=fields))
 
-    def end(self, job_id: str) -> None:
+    def end(self, job_id: str, *, applied: bool = False) -> None:
+        """The job's attempt is over. An applied job's marker is deleted with the next
+        job's start write (one round trip per job instead of two): until then it is
+        stale but harmless, as its committed claim answers ``applied`` first. Any other
+        ending (a retry, a dead letter) deletes it now, or it would read ``running``."""
+        if applied:
+            self.flush()
+            self._applied = job_id
+            return
         self._best_effort("end", lambda c: c.delete(running_key(self.profile, job_id)))
 
+    def flush(self) -> None:
+        """Delete the applied job's marker still waiting for the next start."""
+        stale, self._applied = self._applied, None
+        if stale is not None:
+            self._best_effort("end", lambda c: c.delete(running_key(self.profile, stale)))
+
     def close(self) -> None:
+        self.flush()
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -118,8 +137,12 @@ class RunningMarkers:
             )
 
 
-def _write(client: Any, key: str, fields: dict[str, Any], ttl_seconds: int) -> None:
+def _write(
+    client: Any, key: str, fields: dict[str, Any], ttl_seconds: int, stale: str | None
+) -> None:
     pipe = client.pipeline(transaction=False)
+    if stale is not None:
+        pipe.delete(stale)
     pipe.hset(key, mapping=fields)
     pipe.expire(key, max(MIN_TTL_SECONDS, ttl_seconds))
     pipe.execute()
@@ -140,6 +163,8 @@ class JobMarker:
         self.job_id = job_id
         self.clock = clock
         self.started = False
+        self.applied = False
+        """Set once the job's work committed (its marker may then be deleted later)."""
         self.written_at: float | None = None
 
     def start(self, *, consumer: str, queue: str | None, attempt: int, ttl_seconds: int) -> None:
@@ -166,7 +191,7 @@ class JobMarker:
         """Delete the marker (never raises: called from ``finally`` blocks)."""
         if self.started and self.markers is not None:
             self.started = False
-            self.markers.end(self.job_id)
+            self.markers.end(self.job_id, applied=self.applied)
 
 
 _current: contextvars.ContextVar[JobMarker | None] = contextvars.ContextVar(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import psycopg2
 import pytest
+import redis
 
 from platform_tasks.consumer import idempotency
 from platform_tasks.envelope import uuid7
@@ -44,3 +45,23 @@ def test_output_commits_with_the_job_and_rolls_back_with_it(database_url: str) -
         assert read_outputs(cur, []) == {}
     finally:
         conn.close()
+
+
+def test_a_marker_deleted_late_or_at_once(redis_client: redis.Redis) -> None:
+    from platform_tasks.jobs_status.running import RunningMarkers
+    from platform_tasks.keys import running_key
+
+    markers = RunningMarkers(lambda: redis_client, "test")
+    markers.start("a", consumer="c", queue="q", attempt=1, ttl_seconds=30)
+    assert redis_client.ttl(running_key("test", "a")) == 60  # at least a minute
+    markers.end("a", applied=True)
+    assert redis_client.exists(running_key("test", "a"))  # applied: goes with the next start
+    markers.start("b", consumer="c", queue="q", attempt=2, ttl_seconds=300)
+    assert not redis_client.exists(running_key("test", "a"))
+    assert redis_client.hget(running_key("test", "b"), "attempt") == b"2"
+    markers.end("b")  # not applied (a retry, a dead letter): gone at once
+    assert not redis_client.exists(running_key("test", "b"))
+    markers.start("c", consumer="c", queue="q", attempt=1, ttl_seconds=300)
+    markers.end("c", applied=True)
+    markers.close()  # a worker stopping deletes what it deferred
+    assert not redis_client.exists(running_key("test", "c"))

@@ -140,6 +140,7 @@ def test_unknown_tells_never_seen_from_expired_by_the_ids_time() -> None:
 
 
 def test_publish_order_puts_time_ordered_ids_first_in_order() -> None:
-    first, second = str(uuid7()), str(uuid7())
-    foreign = "00000000-0000-4000-8000-000000000000"
+    first = "01a24f93-0000-7000-8000-000000000009"  # 1 ms before the second
+    second = "01a24f93-0001-7000-8000-000000000001"
+    foreign = "00000000-0000-4000-8000-000000000000"  # a UUIDv4: no time, listed after
     assert sorted([foreign, second, first], key=publish_order) == [first, second, foreign]

@@ -24,8 +24,8 @@ class Recorder(RunningMarkers):
     def progress(self, job_id: str, fields: dict[str, Any]) -> None:
         self.writes.append(("progress", fields["done"]))
 
-    def end(self, job_id: str) -> None:
-        self.writes.append(("end", job_id))
+    def end(self, job_id: str, *, applied: bool = False) -> None:
+        self.writes.append(("end", job_id, applied))
 
 
 def test_a_tight_loop_writes_once_per_interval() -> None:
@@ -43,7 +43,7 @@ def test_a_tight_loop_writes_once_per_interval() -> None:
         ("progress", 0),
         ("progress", 1000),
     ]
-    assert markers.writes[-1] == ("end", "j")
+    assert markers.writes[-1] == ("end", "j", False)
     assert report_progress(5) is False  # after the job: nothing to report to
 
 
@@ -75,3 +75,16 @@ def test_output_that_is_not_json_is_refused() -> None:
         encode_output({1, 2}, 1000)
     with pytest.raises(OutputRefused, match="not JSON"):
         encode_output(float("nan"), 1000)
+
+
+def test_an_applied_jobs_marker_goes_with_the_next_start_any_other_at_once() -> None:
+    markers = Recorder()
+    applied = JobMarker(markers, "a")
+    applied.start(consumer="c", queue="q", attempt=1, ttl_seconds=60)
+    applied.applied = True
+    applied.end()
+    failed = JobMarker(markers, "b")
+    failed.start(consumer="c", queue="q", attempt=1, ttl_seconds=60)
+    failed.end()
+    assert [w[0] for w in markers.writes] == ["start", "end", "start", "end"]
+    assert markers.writes[1] == ("end", "a", True) and markers.writes[3] == ("end", "b", False)
