@@ -3,18 +3,22 @@
 A job costs nothing in any store while it waits or once it ended that it would not cost
 anyway; only while its handler runs does it have a marker of its own: one Redis hash
 written when the handler starts (host, pid, attempt, consumer, queue, since) with a TTL
-of the job's time limit, and deleted when it ends, whatever the outcome. A worker killed
-mid-job leaves the marker until the TTL, and the job's next delivery writes it again.
+of the job's time limit, and deleted once its transaction ended: at once when it is
+retried or dead-lettered, with the next job's start write when it was applied (its
+committed claim answers ``applied`` before any marker is read, so one round trip a job
+is enough). A worker killed mid-job leaves the marker until the TTL, and the job's next
+delivery writes it again.
 
 ``report_progress(done, total, note)`` adds ``done``/``total``/``note`` to that hash. A
 handler may call it in a tight loop: a call within :data:`PROGRESS_INTERVAL_SECONDS` of
-the last write stores nothing and costs a clock read, and the value it carried is written
-by the next call after the interval (or never, if the job ends first: progress is a hint,
-and it expires with the marker).
+the last write stores nothing and costs a clock read; the first call after the interval
+writes its own value (so the last value reported in a job's final second may never be
+shown: progress is a hint, and it expires with the marker).
 
 Every marker write is best effort: a Redis that does not answer never fails or delays a
-job beyond the client's short timeout; the status of that job then reads ``unknown``
-while it runs (the stores that decide its fate are PostgreSQL's).
+job beyond the client's short timeout (and none is tried for a few seconds after a
+failure); such a job reads ``waiting`` (fetched by a worker) while it runs, the stores
+that decide its fate being PostgreSQL's.
 """
 
 from __future__ import annotations
@@ -79,7 +83,8 @@ class RunningMarkers:
     def start(
         self, job_id: str, *, consumer: str, queue: str | None, attempt: int, ttl_seconds: int
     ) -> None:
-        """Write the job's marker (one round trip: ``HSET`` and ``EXPIRE`` pipelined)."""
+        """Write the job's marker (one round trip: ``HSET`` and ``EXPIRE`` pipelined, with
+        the ``DEL`` of the previous applied job's marker)."""
         key = running_key(self.profile, job_id)
         fields = {
             "host": self.host,
