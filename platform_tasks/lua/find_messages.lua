@@ -6,7 +6,8 @@
 -- Reading a message into Lua costs far more than Redis's own C loops (LPOS), so a job id
 -- that carries its time (the platform's UUIDv7 ids) is looked for first where it should
 -- be: lists are pushed at the head in publish order, so a bisection over the ids' times
--- (LINDEX, one message read per step) finds the spot and only a window around it is read.
+-- (LINDEX, one message read per step) finds the spot and only a window around it is read
+-- (a narrow one in every list, then a wide one).
 -- Only when that fails (a retry re-entered a list out of order, an id without a time) are
 -- the hashes and then every list read in full.
 --
@@ -21,6 +22,7 @@ local limit = tonumber(ARGV[2])
 local chunk = tonumber(ARGV[3])
 local target = tonumber(ARGV[4])
 local window = tonumber(ARGV[5]) or 0
+local NARROW = 16
 local find = string.find
 local found = {}
 local matches = 0
@@ -76,16 +78,26 @@ for i, key in ipairs(KEYS) do
 end
 
 if target then
+    -- a narrow window in every list first (where the job almost always is), then wide
+    local spots = {}
     for i, key in ipairs(KEYS) do
         if kinds[i] == 'list' then
             local len = redis.call('LLEN', key)
             local at = near(key, len)
             if at ~= nil then
-                local first = math.max(0, at - window)
-                local last = math.min(len - 1, at + window)
+                spots[#spots + 1] = {key, len, at}
+                local first = math.max(0, at - NARROW)
+                local last = math.min(len - 1, at + NARROW)
                 if scan_range(key, len, first, last) then return found end
             end
         end
+    end
+    if matches > 0 then return found end
+    for _, spot in ipairs(spots) do
+        local key, len, at = spot[1], spot[2], spot[3]
+        local first = math.max(0, at - window)
+        local last = math.min(len - 1, at + window)
+        if scan_range(key, len, first, last) then return found end
     end
     if matches > 0 then return found end
 end
