@@ -273,15 +273,14 @@ class DeliveryPipeline:
         if error is None:
             error = tx.commit()
             if error is None:
-                if run.marker is not None:  # its marker may go with the next job's
-                    run.marker.applied = True
                 return Applied(run.attempt, result, tracked=run.state.tracked)
         # counted while the claim holds copies back; a refusal raises out to a Wait
         self.state.failed(run.delivery.consumer, run.job, ttl_seconds=run.ttl_seconds)
         return self.counted_failure(run, run.attempt, error)
 
     def _mark_running(self, run: Run) -> JobMarker:
-        """The job's running marker, written now that it was admitted (ended by ``run.end``)."""
+        """The job's place among the running jobs, now that it was admitted (its marker is
+        written if it runs long; ``run.end`` finishes it after the transaction ended)."""
         marker = JobMarker(self.markers, run.job)
         ttl = getattr(run.task, "time_limit", None) or self.settings.visibility_timeout_seconds
         marker.start(

@@ -47,21 +47,23 @@ def test_output_commits_with_the_job_and_rolls_back_with_it(database_url: str) -
         conn.close()
 
 
-def test_a_marker_deleted_late_or_at_once(redis_client: redis.Redis) -> None:
+def test_a_marker_is_written_for_a_job_that_runs_on_and_deleted_when_it_ends(
+    redis_client: redis.Redis,
+) -> None:
     from platform_tasks.jobs_status.running import RunningMarkers
     from platform_tasks.keys import running_key
 
-    markers = RunningMarkers(lambda: redis_client, "test")
-    markers.start("a", consumer="c", queue="q", attempt=1, ttl_seconds=30)
+    now = [0.0]
+    markers = RunningMarkers(lambda: redis_client, "test", clock=lambda: now[0], watch=False)
+    running = markers.begin("a", consumer="c", queue="q", attempt=2, ttl_seconds=30)
+    assert not redis_client.exists(running_key("test", "a"))  # nothing on the job's path
+    now[0] = 1.0
+    for due in markers.due():
+        markers.mark(due)
+    assert redis_client.hget(running_key("test", "a"), "attempt") == b"2"
     assert redis_client.ttl(running_key("test", "a")) == 60  # at least a minute
-    markers.end("a", applied=True)
-    assert redis_client.exists(running_key("test", "a"))  # applied: goes with the next start
-    markers.start("b", consumer="c", queue="q", attempt=2, ttl_seconds=300)
+    markers.mark(running, {"done": 5, "total": 10, "note": "", "at": 1})
+    assert redis_client.hget(running_key("test", "a"), "done") == b"5"
+    markers.finish(running)
     assert not redis_client.exists(running_key("test", "a"))
-    assert redis_client.hget(running_key("test", "b"), "attempt") == b"2"
-    markers.end("b")  # not applied (a retry, a dead letter): gone at once
-    assert not redis_client.exists(running_key("test", "b"))
-    markers.start("c", consumer="c", queue="q", attempt=1, ttl_seconds=300)
-    markers.end("c", applied=True)
-    markers.close()  # a worker stopping deletes what it deferred
-    assert not redis_client.exists(running_key("test", "c"))
+    markers.close()

@@ -1,4 +1,5 @@
-"""Progress is rate-limited per job by an injected clock; output is capped and JSON only."""
+"""Progress is rate-limited per job by an injected clock; a job is marked only once it
+runs on; output is capped and JSON only."""
 
 from __future__ import annotations
 
@@ -8,29 +9,28 @@ import pytest
 
 from platform_tasks.errors import OutputRefused, PermanentError
 from platform_tasks.jobs_status.output import encode_output
-from platform_tasks.jobs_status.running import JobMarker, RunningMarkers, report_progress
+from platform_tasks.jobs_status.running import JobMarker, Running, RunningMarkers, report_progress
 
 
 class Recorder(RunningMarkers):
-    """RunningMarkers whose writes are recorded instead of sent (the pure rate limit)."""
+    """RunningMarkers whose Redis writes are recorded instead of sent (the pure rules)."""
 
-    def __init__(self) -> None:
-        super().__init__(lambda: None, "test")
+    def __init__(self, clock: Any) -> None:
+        super().__init__(lambda: None, "test", clock=clock, mark_after=0.5, watch=False)
         self.writes: list[tuple[str, Any]] = []
 
-    def start(self, job_id: str, **fields: Any) -> None:
-        self.writes.append(("start", fields))
+    def _best_effort(self, step: str, call: Any) -> bool:
+        self.writes.append((step, None))
+        return True
 
-    def progress(self, job_id: str, fields: dict[str, Any]) -> None:
-        self.writes.append(("progress", fields["done"]))
 
-    def end(self, job_id: str, *, applied: bool = False) -> None:
-        self.writes.append(("end", job_id, applied))
+def _progress(markers: Recorder) -> int:
+    return sum(1 for step, _ in markers.writes if step in ("start", "progress"))
 
 
 def test_a_tight_loop_writes_once_per_interval() -> None:
     now = [100.0]
-    markers = Recorder()
+    markers = Recorder(lambda: now[0])
     marker = JobMarker(markers, "j", clock=lambda: now[0])
     marker.start(consumer="c", queue="q", attempt=1, ttl_seconds=60)
     with marker.reporting():
@@ -39,12 +39,38 @@ def test_a_tight_loop_writes_once_per_interval() -> None:
         assert report_progress(1000, 1000, "done") is True
     marker.end()
     assert written.count(True) == 1
-    assert [w for w in markers.writes if w[0] == "progress"] == [
-        ("progress", 0),
-        ("progress", 1000),
-    ]
-    assert markers.writes[-1] == ("end", "j", False)
+    # the first report writes the marker with it, the second only the progress
+    assert [step for step, _ in markers.writes] == ["start", "progress", "end"]
     assert report_progress(5) is False  # after the job: nothing to report to
+
+
+def test_only_a_job_that_runs_on_is_marked_and_its_marker_goes_with_it() -> None:
+    now = [0.0]
+    markers = Recorder(lambda: now[0])
+    short = JobMarker(markers, "short")
+    short.start(consumer="c", queue="q", attempt=1, ttl_seconds=60)
+    long = JobMarker(markers, "long")
+    long.start(consumer="c", queue="q", attempt=1, ttl_seconds=60)
+    now[0] = 0.4
+    assert markers.due() == []
+    short.end()  # a short job: nothing written, nothing to delete
+    assert markers.writes == []
+    now[0] = 0.6
+    (due,) = markers.due()
+    assert due.job_id == "long"
+    markers.mark(due)
+    assert markers.due() == []  # marked once
+    long.end()
+    assert [step for step, _ in markers.writes] == ["start", "end"]
+
+
+def test_a_job_that_ended_is_not_marked_afterwards() -> None:
+    markers = Recorder(lambda: 10.0)
+    running = markers.begin("j", consumer="c", queue="q", attempt=1, ttl_seconds=60)
+    markers.finish(running)
+    markers.mark(running)  # the watcher's late look at a job that just ended
+    assert markers.writes == []
+    assert isinstance(running, Running) and running.done
 
 
 def test_progress_outside_a_job_or_with_status_off_stores_nothing() -> None:
@@ -75,16 +101,3 @@ def test_output_that_is_not_json_is_refused() -> None:
         encode_output({1, 2}, 1000)
     with pytest.raises(OutputRefused, match="not JSON"):
         encode_output(float("nan"), 1000)
-
-
-def test_an_applied_jobs_marker_goes_with_the_next_start_any_other_at_once() -> None:
-    markers = Recorder()
-    applied = JobMarker(markers, "a")
-    applied.start(consumer="c", queue="q", attempt=1, ttl_seconds=60)
-    applied.applied = True
-    applied.end()
-    failed = JobMarker(markers, "b")
-    failed.start(consumer="c", queue="q", attempt=1, ttl_seconds=60)
-    failed.end()
-    assert [w[0] for w in markers.writes] == ["start", "end", "start", "end"]
-    assert markers.writes[1] == ("end", "a", True) and markers.writes[3] == ("end", "b", False)
