@@ -2,11 +2,10 @@
 
 Usage: .venv/bin/python bench/job_status_throughput.py [--jobs 3000] [--runs 4]
 
-What "on" costs per job: the running marker (``HSET`` + ``EXPIRE`` pipelined when the
-handler starts, with the ``DEL`` of the previous applied job's marker: one round trip to
-the platform's Redis) and the correlation id written by the claim into
-``core.processed_jobs`` with its partial index (no extra statement).
-``PLATFORM_JOB_STATUS=false`` turns both off. The handler is ``bench.platform`` (one
+What "on" costs per job: its entry among the running jobs of the worker process (a
+marker is written only for a job running past half a second: none here) and the
+correlation id written by the claim into ``core.processed_jobs`` with its partial index
+(no extra statement). ``PLATFORM_JOB_STATUS=false`` turns both off. The handler is ``bench.platform`` (one
 INSERT, returns None: no recorded output). One private Redis and PostgreSQL, one
 ``-P prefork -c 2`` worker per variant, the queue filled first (each job its own
 correlation id); the two variants alternate which goes first in each run, and the ratio

@@ -354,8 +354,8 @@ def unique_key(namespace: str, store: str, key: str) -> str:
 
 def running_key(profile: str, job_id: str) -> str:
     """Hash of a job a worker is running: host, pid, attempt, consumer, queue, since (ms),
-    and the progress it last reported (``done``, ``total``, ``note``, ``at``). Written when
-    the handler starts with a TTL of the job's time limit, deleted after it ended
+    and the progress it last reported (``done``, ``total``, ``note``, ``at``). Written once
+    the handler ran half a second, with a TTL of the job's time limit, deleted after it ended
     (:mod:`platform_tasks.jobs_status.running`): a killed worker's marker expires."""
     return f"{base_namespace(profile)}:jobs:v1:running:{job_id}"
 

@@ -187,8 +187,8 @@ class PlatformSettings(BaseSettings):
     max_payload_bytes: int = Field(default=262_144, ge=1024)
     processed_jobs_ttl_days: int = Field(default=30, ge=1)
     job_status: bool = True
-    """Keep what ``jobs show`` reads: a running job's marker in Redis (one write at start,
-    one at end) and its correlation id with its claim. ``false`` answers ``unknown`` for
+    """Keep what ``jobs show`` reads: the marker in Redis of a job running past half a
+    second and the correlation id with its claim. ``false`` answers ``unknown`` for
     running jobs and finds applied ones by id only."""
     job_output_max_bytes: int = Field(default=16_384, ge=0, le=1_048_576)
     """Largest recorded output (a handler's JSON return value); a larger one fails the
