@@ -5,12 +5,12 @@ Usage: .venv/bin/python bench/job_status_throughput.py [--jobs 3000] [--runs 4]
 What "on" costs per job: its entry among the running jobs of the worker process (a
 marker is written only for a job running past half a second: none here) and the
 correlation id written by the claim into ``core.processed_jobs`` with its partial index
-(no extra statement). ``PLATFORM_JOB_STATUS=false`` turns both off. The handler is ``bench.platform`` (one
-INSERT, returns None: no recorded output). One private Redis and PostgreSQL, one
-``-P prefork -c 2`` worker per variant, the queue filled first (each job its own
-correlation id); the two variants alternate which goes first in each run, and the ratio
-on/off is taken within a run. Built on ``bench/consumer_throughput.py`` (same clock: from
-a tenth of the jobs taken to the last one committed).
+(no extra statement). ``PLATFORM_JOB_STATUS=false`` turns both off. The handler is
+``bench.platform`` (one INSERT, returns None: no recorded output). One private Redis and
+PostgreSQL, one ``-P prefork -c 2`` worker per variant, the queue filled first (each job
+its own correlation id); the two variants alternate which goes first in each run, and
+the ratio on/off is taken within a run. Built on ``bench/consumer_throughput.py`` (same
+clock: from a tenth of the jobs taken to the last one committed).
 
 Wall-clock rates on a shared two-core machine swing with other load, so the worker's CPU
 time per job is printed too (user + system of the worker and its pool processes, from
