@@ -134,6 +134,27 @@ def run_variant(
     return (jobs - warm) / elapsed, per_job
 
 
+def _bookkeeping_us(status_on: bool, count: int = 20_000) -> float:
+    """Microseconds of the worker's own bookkeeping per job (begin, reporting, finish) with
+    status on or off: what "on" adds to a short job's Python, without any server."""
+    from platform_tasks.jobs_status.running import JobMarker, RunningMarkers
+
+    markers = RunningMarkers(lambda: None, "bench", watch=False) if status_on else None
+    job = str(uuid7())
+
+    def one() -> None:
+        marker = JobMarker(markers, job)
+        marker.start(consumer="bench.platform", queue="q", attempt=1, ttl_seconds=300)
+        with marker.reporting():
+            pass
+        marker.end()
+
+    start = time.perf_counter()
+    for _ in range(count):
+        one()
+    return (time.perf_counter() - start) / count * 1e6
+
+
 def _children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -144,6 +165,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--runs", type=int, default=4)
     args = parser.parse_args()
+    on_us, off_us = _bookkeeping_us(True), _bookkeeping_us(False)
+    print(f"bookkeeping per job: on {on_us:.1f} us, off {off_us:.1f} us", flush=True)
     base = Path(tempfile.mkdtemp(prefix="bench-status-throughput-"))
     os.chmod(base, 0o755)
     rs = RedisServer(base / "redis").start()
