@@ -181,3 +181,10 @@ class ReplayError(PlatformError):
             f"publishing dead letter {dead_letter_id} failed ({type(cause).__name__}: {cause}); "
             f"it stays pending_review; {len(self.replayed)} row(s) were replayed before it"
         )
+
+
+class OutputRefused(PermanentError):
+    """A handler returned a value that cannot be recorded as the job's output: not JSON, or
+    larger than ``PLATFORM_JOB_OUTPUT_MAX_BYTES``. Permanent: the same handler returns the
+    same value again, so the job is dead-lettered at once (its work rolled back with it)
+    and can be replayed once the handler or the setting changed."""

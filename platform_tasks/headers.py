@@ -25,6 +25,7 @@ __all__ = [
     "ATTEMPT_HEADER",
     "BATCH_HEADER",
     "CARRIED_HEADER",
+    "DELAY_REASON_HEADER",
     "LEASE_HEADER",
     "NESTED_HEADER",
     "PLATFORM_HEADERS",
@@ -74,6 +75,11 @@ so every ending of the job is counted against its batch. A job without it costs 
 
 UNIQUE_HEADER = "platform_unique"
 """The unique key of a unique publish, so the consumer releases it when the job starts."""
+
+DELAY_REASON_HEADER = "platform_delay_reason"
+"""On a job a consumer put back to wait (a retry, a throttle, a concurrency cap): why,
+as ``{"why": "retry"|"throttle"|"concurrency_cap", "detail": …, "max": attempts}``, so
+``jobs show`` can say why a delayed job waits. Set afresh each time, never carried."""
 
 LEASE_HEADER = "platform_lease"
 """The lease of an admitted beat point (a JSON object)."""

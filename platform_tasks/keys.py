@@ -356,3 +356,20 @@ def throttle_key_bucket(profile: str, task: str, key: str) -> str:
 def unique_key(namespace: str, store: str, key: str) -> str:
     """The lock of one unique publish key, in the delay store's slot."""
     return f"{{{namespace}:{store}}}:v1:unique:{key}"
+
+
+# --- job status (platform_tasks.jobs_status) ------------------------------------------
+
+
+def running_key(profile: str, job_id: str) -> str:
+    """Hash of a job a worker is running: host, pid, attempt, consumer, queue, since (ms),
+    and the progress it last reported (``done``, ``total``, ``note``, ``at``). Written once
+    the handler ran half a second, with a TTL of the job's time limit, deleted after it ended
+    (:mod:`platform_tasks.jobs_status.running`): a killed worker's marker expires."""
+    return f"{base_namespace(profile)}:jobs:v1:running:{job_id}"
+
+
+KOMBU_UNACKED = "unacked"
+"""kombu's Redis hash of the messages a worker fetched and has not acknowledged (delivery
+tag to ``[message, exchange, routing key]``), under the broker's ``global_keyprefix``:
+where a job a worker holds (prefetched or running) is, on a Redis broker."""

@@ -54,6 +54,7 @@ class LazyGroup(click.Group):
         "migrate": "platform_tasks.cli.migrate:migrate",
         "operations": "platform_tasks.cli.operations:operations",
         "queues": "platform_tasks.cli.operations:queues",
+        "schedules": "platform_tasks.cli.schedules:schedules",
     },
 )
 def main() -> None:

@@ -1,4 +1,4 @@
-"""``platform-tasks jobs list``: the jobs a beat or worker would run, after full validation.
+"""``platform-tasks schedules list``: the jobs a beat or worker would run, after full validation.
 
 Unlike the static ``docs``/``check`` commands this imports the job files, exactly like
 beat does (same discovery, same validation), and shows each job's running lease and next

@@ -1,4 +1,4 @@
-"""``platform-tasks jobs docs`` and ``jobs check --static``: job evidence without imports.
+"""``platform-tasks schedules docs`` and ``schedules check --static``: job evidence without imports.
 
 Both commands read the job files with the static reader only, so they are safe to run
 in CI and on a reviewer's laptop without secrets, services or the project's

@@ -38,6 +38,7 @@ from platform_tasks.consumer.verdicts import Duplicate, GaveUp, Verdict
 from platform_tasks.dead_letters.records import latest_dead_letter
 from platform_tasks.envelope import Envelope
 from platform_tasks.errors import HardTimeLimitExceeded
+from platform_tasks.jobs_status.running import JobMarker
 from platform_tasks.limits.admission import NOTHING_HELD, Admitted
 
 if TYPE_CHECKING:
@@ -64,6 +65,8 @@ class Run:
     """Whether this delivery's redelivery count stands in Redis (taken back on a wait)."""
     held: Admitted = field(default_factory=lambda: NOTHING_HELD)
     """The limits the job holds while it runs, released after its transaction ended."""
+    marker: JobMarker | None = None
+    """The job's running marker once it was admitted, deleted after its transaction ended."""
 
     @property
     def job(self) -> str:
@@ -78,6 +81,8 @@ class Run:
         """Roll back what is still open, then free the limits (never raises)."""
         if self.tx is not None:
             self.tx.end()
+        if self.marker is not None:  # after the commit: "running" is followed by "applied"
+            self.marker.end()
         self.held.release()  # after the commit: a slot frees once the job's work is visible
 
 

@@ -20,6 +20,10 @@ _CLAIM = (
 )
 # migration 0004: the claim and the look in one function, planned once per session
 _CLAIM_AND_LOOK = "SELECT claimed, marked FROM core.claim_delivery(%(job)s, %(consumer)s)"
+# migration 0011: the same, recording the job's correlation id in the claimed row
+_CLAIM_AND_LOOK_CORRELATED = (
+    "SELECT claimed, marked FROM core.claim_delivery(%(job)s, %(consumer)s, %(correlation)s)"
+)
 _RELEASE = "DELETE FROM core.processed_jobs WHERE job_id = %s AND consumer = %s"
 
 
@@ -41,7 +45,9 @@ def claim(
     return cursor.fetchone() is not None
 
 
-def claim_and_look(cursor: Any, job_id: uuid.UUID | str, consumer: str) -> tuple[bool, bool]:
+def claim_and_look(
+    cursor: Any, job_id: uuid.UUID | str, consumer: str, correlation_id: str | None = None
+) -> tuple[bool, bool]:
     """``BEGIN``, claim, and look for a delivery mark, in one round trip: ``(claimed, marked)``.
 
     For an autocommit connection (the ``BEGIN`` opens the transaction). Both run in
@@ -50,8 +56,13 @@ def claim_and_look(cursor: Any, job_id: uuid.UUID | str, consumer: str) -> tuple
     committed by a delivery that held the claim before is seen. Under another isolation
     level the snapshot would be older, so ``marked`` is then always true (the caller reads
     the job's state in Redis, as without marks). A dead letter for the job counts as a mark.
+    With ``correlation_id`` the claimed row records it (migration 0011's overload).
     """
-    begin(cursor, _CLAIM_AND_LOOK, {"job": str(job_id), "consumer": consumer})
+    params = {"job": str(job_id), "consumer": consumer}
+    if correlation_id is None:
+        begin(cursor, _CLAIM_AND_LOOK, params)
+    else:
+        begin(cursor, _CLAIM_AND_LOOK_CORRELATED, {**params, "correlation": correlation_id})
     row = cursor.fetchone()
     return bool(row[0]), bool(row[1])
 

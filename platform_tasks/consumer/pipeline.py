@@ -79,9 +79,11 @@ from platform_tasks.consumer.verdicts import (
 from platform_tasks.dead_letters.records import describe_error, error_type_name
 from platform_tasks.envelope import Envelope, parse_envelope
 from platform_tasks.errors import DeadLettered, EnvelopeError, ServersUnavailable, Throttled
-from platform_tasks.headers import UNIQUE_HEADER
+from platform_tasks.headers import DELAY_REASON_HEADER, UNIQUE_HEADER
+from platform_tasks.jobs_status.output import record_output
+from platform_tasks.jobs_status.running import JobMarker, RunningMarkers
 from platform_tasks.keys import delivery_keys
-from platform_tasks.limits.admission import admit, release_unique
+from platform_tasks.limits.admission import CAP_REASON, admit, release_unique
 from platform_tasks.observability.alerts import configure_alerts
 from platform_tasks.observability.context import current_correlation_id
 from platform_tasks.observability.trace_context import current_trace_headers, trace_of
@@ -129,6 +131,14 @@ class DeliveryPipeline:
             reads_can_skip(self.settings) if skip_unmarked_reads is None else skip_unmarked_reads
         )
         self.cancels = CancelCheck()
+        self.markers = (
+            RunningMarkers(
+                lambda: build_redis(self.settings, timeout=2, connect_timeout=2),
+                self.settings.profile,
+            )
+            if self.settings.job_status
+            else None
+        )
 
     @classmethod
     def for_app(cls, app: PlatformCelery, database_url: str) -> DeliveryPipeline:
@@ -149,6 +159,8 @@ class DeliveryPipeline:
         self.database.close()
         self.marks.database.close()
         self.deliveries.close()
+        if self.markers is not None:
+            self.markers.close()
         if self._port is not None:
             self._port.close()
             self._port = None
@@ -212,7 +224,8 @@ class DeliveryPipeline:
         run = Run(task, envelope, delivery, policy, self._ttl(policy))
         try:
             run.tx = JobTransaction(self.database)  # 2. claim, and look for a mark
-            claimed, run.marked = run.tx.claim_and_look(run.job, delivery.consumer)
+            correlation = envelope.correlation_id if self.markers is not None else None
+            claimed, run.marked = run.tx.claim_and_look(run.job, delivery.consumer, correlation)
             if not claimed:
                 return Duplicate("applied")
             for gate in self.gates:  # 3. the pre-run checks
@@ -234,12 +247,21 @@ class DeliveryPipeline:
             delivery = run.delivery  # a job refused by its cap comes back to this queue
             queue = delivery.queue or self.app.conf.task_default_queue or "default"
             run.held = admit(run.task, run.envelope, delivery.unique_key, queue)  # or wait
+            run.marker = self._mark_running(run)
             with (
                 running_job(self.cancels, tx.cursor, run.envelope, run.delivery),
                 handler_publishes(tx.cursor, run.envelope.job_id, run.delivery.consumer),
                 batch_child(run.delivery.headers) as child,
+                run.marker.reporting(),
             ):
                 result = run.task.execute(run.envelope, tx.cursor)
+            record_output(
+                tx.cursor,
+                run.job,
+                run.delivery.consumer,
+                result,
+                max_bytes=self.settings.job_output_max_bytes,
+            )
         except Throttled as exc:
             tx.rollback()
             if run.counted:
@@ -262,6 +284,19 @@ class DeliveryPipeline:
         # counted while the claim holds copies back; a refusal raises out to a Wait
         self.state.failed(run.delivery.consumer, run.job, ttl_seconds=run.ttl_seconds)
         return self.counted_failure(run, run.attempt, error)
+
+    def _mark_running(self, run: Run) -> JobMarker:
+        """The job's place among the running jobs, now that it was admitted (its marker is
+        written if it runs long; ``run.end`` finishes it after the transaction ended)."""
+        marker = JobMarker(self.markers, run.job)
+        ttl = getattr(run.task, "time_limit", None) or self.settings.visibility_timeout_seconds
+        marker.start(
+            consumer=run.delivery.consumer,
+            queue=run.delivery.queue,
+            attempt=run.attempt,
+            ttl_seconds=int(ttl),
+        )
+        return marker
 
     def _wait(self, run: Run, exc: Exception) -> Wait:
         """A platform step failed (not the handler: its errors are settled in :meth:`_run`).
@@ -329,7 +364,7 @@ class DeliveryPipeline:
         if isinstance(verdict, RetryAt | ThrottledUntil):
             assert envelope is not None
             attempt = verdict.attempt + 1 if isinstance(verdict, RetryAt) else verdict.attempt
-            self._store_retry(delivery, envelope, verdict.at, attempt)
+            self._store_retry(delivery, envelope, verdict.at, attempt, self._why(delivery, verdict))
             if isinstance(verdict, RetryAt):
                 self.hooks.emit("on_retry_scheduled", delivery, envelope, verdict)
                 what = f"attempt {verdict.attempt} failed ({error_type_name(verdict.error)})"
@@ -372,12 +407,24 @@ class DeliveryPipeline:
             written,
         ) from None
 
+    def _why(self, delivery: Delivery, verdict: RetryAt | ThrottledUntil) -> dict[str, Any]:
+        """Why the job waits, for ``jobs show`` (:data:`DELAY_REASON_HEADER`)."""
+        if isinstance(verdict, RetryAt):
+            return {"why": "retry", "max": self._policy(delivery).max_attempts}
+        why = "concurrency_cap" if verdict.reason == CAP_REASON else "throttle"
+        return {"why": why, "detail": verdict.reason}
+
     def _store_retry(
-        self, delivery: Delivery, envelope: Envelope[Any], run_at: datetime, attempt: int
+        self,
+        delivery: Delivery,
+        envelope: Envelope[Any],
+        run_at: datetime,
+        attempt: int,
+        why: dict[str, Any],
     ) -> None:
         opts: dict[str, Any] = {"attempt": attempt}
-        if delivery.headers:  # trace context and custom headers survive the retry
-            opts["headers"] = dict(delivery.headers)
+        # trace context and custom headers survive the retry; why it waits is said anew
+        opts["headers"] = {**(delivery.headers or {}), DELAY_REASON_HEADER: why}
         if delivery.priority is not None:
             opts["priority"] = delivery.priority
         if delivery.unique_key is not None:  # a job put back to wait still holds its key

@@ -44,10 +44,13 @@ class JobTransaction:
         self.open = True
         return idempotency.claim(self.cursor, job_id, consumer, begin_transaction=True)
 
-    def claim_and_look(self, job_id: uuid.UUID | str, consumer: str) -> tuple[bool, bool]:
-        """``BEGIN`` + claim + look for a delivery mark: ``(claimed, marked)``, one round trip."""
+    def claim_and_look(
+        self, job_id: uuid.UUID | str, consumer: str, correlation_id: str | None = None
+    ) -> tuple[bool, bool]:
+        """``BEGIN`` + claim + look for a delivery mark: ``(claimed, marked)``, one round trip.
+        ``correlation_id`` is recorded with the claim (for ``jobs list --correlation-id``)."""
         self.open = True
-        return idempotency.claim_and_look(self.cursor, job_id, consumer)
+        return idempotency.claim_and_look(self.cursor, job_id, consumer, correlation_id)
 
     def begin(self) -> None:
         """``BEGIN`` without a claim (a dead letter written on its own)."""

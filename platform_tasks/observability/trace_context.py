@@ -31,6 +31,7 @@ from typing import Any
 from platform_tasks.headers import (
     BATCH_HEADER,
     CARRIED_HEADER,
+    DELAY_REASON_HEADER,
     NESTED_HEADER,
     PUBLISH_TIME_HEADER,
     PUBLISHED_AT_HEADER,
@@ -59,6 +60,7 @@ _RESERVED = frozenset(
     {
         BATCH_HEADER,
         CARRIED_HEADER,
+        DELAY_REASON_HEADER,
         PUBLISHED_AT_HEADER,
         PUBLISH_TIME_HEADER,
         NESTED_HEADER,

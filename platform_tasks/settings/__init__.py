@@ -186,6 +186,13 @@ class PlatformSettings(BaseSettings):
     store, promoted with publisher confirms). Refused with any other broker."""
     max_payload_bytes: int = Field(default=262_144, ge=1024)
     processed_jobs_ttl_days: int = Field(default=30, ge=1)
+    job_status: bool = True
+    """Keep what ``jobs show`` reads: the marker in Redis of a job running past half a
+    second and the correlation id with its claim. ``false`` answers ``unknown`` for
+    running jobs and finds applied ones by id only."""
+    job_output_max_bytes: int = Field(default=16_384, ge=0, le=1_048_576)
+    """Largest recorded output (a handler's JSON return value); a larger one fails the
+    job permanently (dead letter naming this setting). 0 records no output."""
     dead_letter_alert_age_hours: float = Field(default=24.0, gt=0)
 
     visibility_timeout_seconds: int = Field(default=300, ge=5)

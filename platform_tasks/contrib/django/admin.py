@@ -283,10 +283,17 @@ class QueueAdmin(_ReadOnly):
             self.check_view(request)
             return views.cancel_jobs(site, request)
 
+        def find(request: HttpRequest) -> HttpResponse:
+            from platform_tasks.contrib.django.job_search import job_search
+
+            self.check_view(request)
+            return job_search(site, request)
+
         return [
             path("pause/", pause("pause"), name=f"{APP_LABEL}_queue_pause"),
             path("resume/", pause("resume"), name=f"{APP_LABEL}_queue_resume"),
             path("cancel/", site.admin_view(cancel), name=f"{APP_LABEL}_queue_cancel"),
+            path("jobs/", site.admin_view(find), name=f"{APP_LABEL}_queue_jobs"),
             path("", site.admin_view(self.changelist_view), name=f"{APP_LABEL}_queue_changelist"),
         ]
 

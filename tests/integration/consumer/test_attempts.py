@@ -8,7 +8,7 @@ from typing import Any
 import redis
 
 from platform_tasks.consumer.attempts import DeliveryCounter
-from platform_tasks.keys import delay_keys, delivery_keys
+from platform_tasks.keys import delay_keys, delivery_keys, running_key
 from tests.integration.consumer.conftest import MAX_ATTEMPTS, Harness
 from tests.integration.consumer.test_idempotency import envelope
 
@@ -38,8 +38,10 @@ def test_first_delivery_of_a_healthy_job_writes_nothing_to_redis(
     payloads = [envelope(f"quiet-{n}") for n in range(20)]
     for payload in payloads:
         assert harness.apply(payload).state == "SUCCESS"
+    # a short job gets no running marker either (only one that runs on: jobs_status)
     assert write_calls(redis_client) == before
     assert redis_client.keys(delivery_keys("test").deliveries("*", "*")) == []
+    assert redis_client.keys(running_key("test", "*")) == []
     assert harness.rows("SELECT count(*) FROM core.processed_jobs") == [(21,)]
 
 

@@ -81,7 +81,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def _runtime_view(project: Path) -> dict[str, dict[str, Any]]:
-    done = _run(project, "jobs", "list", "--format", "json")
+    done = _run(project, "schedules", "list", "--format", "json")
     assert done.returncode == 0, done.stderr
     rows = {}
     for row in json.loads(done.stdout):
@@ -98,7 +98,7 @@ def _runtime_view(project: Path) -> dict[str, dict[str, Any]]:
 
 
 def _static_view(project: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    done = _run(project, "jobs", "docs", "--format", "json")
+    done = _run(project, "schedules", "docs", "--format", "json")
     assert done.returncode == 0, done.stderr
     assert done.stderr == "", "a fully known project has no missing evidence"
     document = json.loads(done.stdout)
@@ -180,8 +180,8 @@ def test_a_job_file_runtime_cannot_import_fails_both(project: Path) -> None:
         + "define_job(handler=run, cron=NIGHTLY)\n"
     )
 
-    listed = _run(project, "jobs", "list", "--format", "json")
-    checked = _run(project, "jobs", "check", "--static")
+    listed = _run(project, "schedules", "list", "--format", "json")
+    checked = _run(project, "schedules", "check", "--static")
 
     assert listed.returncode == 1
     assert "relative.py" in listed.stderr

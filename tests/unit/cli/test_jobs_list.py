@@ -46,7 +46,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
-    return CliRunner().invoke(main, ["jobs", "list", *args], env=env)
+    return CliRunner().invoke(main, ["schedules", "list", *args], env=env)
 
 
 def _json(*args: str, env: dict[str, str | None] | None = None) -> dict[str, dict[str, Any]]:
@@ -228,7 +228,7 @@ def test_job_files_import_from_the_project_like_under_celery(tmp_path: Path) -> 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PLATFORM_", "PYTHONPATH"))}
 
     done = subprocess.run(
-        [SCRIPT, "jobs", "list", "--format", "json"],
+        [SCRIPT, "schedules", "list", "--format", "json"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -88,6 +88,8 @@ class Cursor:
             conn.status, conn.claimed = TRANSACTION_STATUS_IDLE, None
         elif sql == "BEGIN":
             conn.status = TRANSACTION_STATUS_INTRANS
+        elif sql.startswith("UPDATE core.processed_jobs SET output"):
+            conn.outputs.append(params["output"])  # the handler's recorded output
         elif sql.startswith("SELECT id, status FROM core.dead_letters"):
             self._row = conn.latest_dead_letter
         elif dead_letter_write:
@@ -116,6 +118,7 @@ class Cursor:
 class Connection:
     applied: set[str] = field(default_factory=set)
     statements: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
     status: int = TRANSACTION_STATUS_IDLE
     claimed: str | None = None
     closed: int = 0
@@ -205,7 +208,12 @@ class Recorder(PipelineHook):
 
 
 def app() -> Any:
-    settings = SimpleNamespace(visibility_timeout_seconds=300, max_payload_bytes=1 << 18)
+    settings = SimpleNamespace(
+        visibility_timeout_seconds=300,
+        max_payload_bytes=1 << 18,
+        job_status=False,  # no running marker: these decisions are about PostgreSQL and counts
+        job_output_max_bytes=16_384,
+    )
     return SimpleNamespace(
         platform_settings=settings,
         retry_policy_for=lambda queue: POLICY,
@@ -270,6 +278,15 @@ def test_a_handler_that_returns_is_applied_and_committed() -> None:
     s = setup()
     verdict = s.pipeline.decide(task(lambda env, tx: "ok"), envelope(), delivery())
     assert verdict == Applied(1, "ok", tracked=False)
+    # the return value is recorded in the job's transaction, before its commit
+    assert s.database.conn.statements == ["CLAIM", "UPDATE", "COMMIT"]
+    assert s.database.conn.outputs == ['"ok"']
+
+
+def test_a_handler_that_returns_none_records_no_output() -> None:
+    s = setup()
+    verdict = s.pipeline.decide(task(lambda env, tx: None), envelope(), delivery())
+    assert verdict == Applied(1, None, tracked=False)
     assert s.database.conn.statements == ["CLAIM", "COMMIT"]
 
 
@@ -279,7 +296,7 @@ def test_a_first_delivery_without_a_mark_reads_nothing_from_redis() -> None:
     s.counter.state = DeliveryState(spent=2)  # not read: an unmarked job has no Redis state
     verdict = s.pipeline.decide(task(lambda env, tx: "ok"), envelope(), delivery())
     assert verdict == Applied(1, "ok", tracked=False)
-    assert s.counter.calls == [] and s.database.conn.statements == ["CLAIM", "COMMIT"]
+    assert s.counter.calls == [] and s.database.conn.statements == ["CLAIM", "UPDATE", "COMMIT"]
 
 
 def test_without_skipping_every_first_delivery_reads_redis() -> None:
@@ -453,7 +470,8 @@ def test_settling_a_retry_waits_until_it_is_stored_and_never_returns_before() ->
         s.pipeline.settle(
             task(lambda e, tx: None), delivery(), envelope(), RetryAt(at, 1, RuntimeError("x"))
         )
-    assert s.port.scheduled == [("q", at, {"attempt": 2})]
+    why = {"platform_delay_reason": {"why": "retry", "max": 3}}  # for jobs show
+    assert s.port.scheduled == [("q", at, {"attempt": 2, "headers": why})]
     assert len(s.sleeps) == 2 and s.hook.calls == ["retry"]
 
 
@@ -467,7 +485,9 @@ def test_settling_throttled_keeps_the_attempt_and_tells_the_hooks() -> None:
             envelope(),
             ThrottledUntil(at, 2, "tenant_rate_limit"),
         )
-    assert s.port.scheduled == [("q", at, {"attempt": 2})] and s.hook.calls == ["throttled"]
+    why = {"platform_delay_reason": {"why": "throttle", "detail": "tenant_rate_limit"}}
+    assert s.port.scheduled == [("q", at, {"attempt": 2, "headers": why})]
+    assert s.hook.calls == ["throttled"]
 
 
 def test_reads_are_skipped_when_the_platform_redis_is_the_broker_or_on_rabbitmq() -> None:

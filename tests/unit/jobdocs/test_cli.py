@@ -23,7 +23,7 @@ def _invoke(*args: str) -> tuple[int, str, str]:
 
 def test_docs_json_to_stdout_matches_golden() -> None:
     code, out, _ = _invoke(
-        "jobs", "docs", "--project", str(FIXTURES / "constants"), "--format", "json"
+        "schedules", "docs", "--project", str(FIXTURES / "constants"), "--format", "json"
     )
 
     assert code == 0
@@ -34,7 +34,7 @@ def test_docs_markdown_to_output_file(tmp_path: Path) -> None:
     target = tmp_path / "jobs.md"
 
     code, out, _ = _invoke(
-        "jobs", "docs", "--project", str(FIXTURES / "alias"), "--output", str(target)
+        "schedules", "docs", "--project", str(FIXTURES / "alias"), "--output", str(target)
     )
 
     assert code == 0
@@ -44,7 +44,7 @@ def test_docs_markdown_to_output_file(tmp_path: Path) -> None:
 
 def test_docs_selection_flags_override_settings() -> None:
     code, out, _ = _invoke(
-        "jobs",
+        "schedules",
         "docs",
         "--project",
         str(FIXTURES / "invalid"),
@@ -61,14 +61,16 @@ def test_docs_selection_flags_override_settings() -> None:
 
 
 def test_docs_warns_about_missing_evidence_on_stderr() -> None:
-    code, _, err = _invoke("jobs", "docs", "--project", str(FIXTURES / "cycle"))
+    code, _, err = _invoke("schedules", "docs", "--project", str(FIXTURES / "cycle"))
 
     assert code == 0
     assert err.startswith("warning: beat_schedules/looped.py: cron: import cycle:")
 
 
 def test_check_passes_on_a_clean_project() -> None:
-    code, out, err = _invoke("jobs", "check", "--static", "--project", str(FIXTURES / "reexport"))
+    code, out, err = _invoke(
+        "schedules", "check", "--static", "--project", str(FIXTURES / "reexport")
+    )
 
     assert code == 0
     assert err == ""
@@ -77,7 +79,9 @@ def test_check_passes_on_a_clean_project() -> None:
 
 
 def test_check_passes_with_warnings_only() -> None:
-    code, out, err = _invoke("jobs", "check", "--static", "--project", str(FIXTURES / "wrapper"))
+    code, out, err = _invoke(
+        "schedules", "check", "--static", "--project", str(FIXTURES / "wrapper")
+    )
 
     assert code == 0
     assert "wraps define_job" in err
@@ -85,7 +89,9 @@ def test_check_passes_with_warnings_only() -> None:
 
 
 def test_check_fails_on_errors() -> None:
-    code, out, err = _invoke("jobs", "check", "--static", "--project", str(FIXTURES / "invalid"))
+    code, out, err = _invoke(
+        "schedules", "check", "--static", "--project", str(FIXTURES / "invalid")
+    )
 
     assert code == 1
     assert "error: beat_schedules/bad_cron.py: cron: '61 * * * *'" in err
@@ -93,7 +99,7 @@ def test_check_fails_on_errors() -> None:
 
 
 def test_check_without_static_is_a_usage_error() -> None:
-    code, _, err = _invoke("jobs", "check", "--project", str(FIXTURES / "reexport"))
+    code, _, err = _invoke("schedules", "check", "--project", str(FIXTURES / "reexport"))
 
     assert code == 2
     assert "--static" in err
@@ -102,7 +108,7 @@ def test_check_without_static_is_a_usage_error() -> None:
 def test_unreadable_pyproject_is_reported(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("= broken")
 
-    code, _, err = _invoke("jobs", "check", "--static", "--project", str(tmp_path))
+    code, _, err = _invoke("schedules", "check", "--static", "--project", str(tmp_path))
 
     assert code == 1
     assert "pyproject.toml" in err
@@ -110,7 +116,7 @@ def test_unreadable_pyproject_is_reported(tmp_path: Path) -> None:
 
 def test_profile_defaults_to_platform_profile() -> None:
     result = CliRunner(env={"PLATFORM_PROFILE": "staging"}).invoke(
-        main, ["jobs", "docs", "--project", str(FIXTURES / "alias"), "--format", "json"]
+        main, ["schedules", "docs", "--project", str(FIXTURES / "alias"), "--format", "json"]
     )
 
     assert result.exit_code == 0
@@ -120,7 +126,14 @@ def test_profile_defaults_to_platform_profile() -> None:
 def test_real_console_script_exit_codes() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PLATFORM_")}
     failing = subprocess.run(
-        [str(SCRIPT), "jobs", "check", "--static", "--project", str(FIXTURES / "syntax_error")],
+        [
+            str(SCRIPT),
+            "schedules",
+            "check",
+            "--static",
+            "--project",
+            str(FIXTURES / "syntax_error"),
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -128,7 +141,7 @@ def test_real_console_script_exit_codes() -> None:
         timeout=60,
     )
     passing = subprocess.run(
-        [str(SCRIPT), "jobs", "docs", "--format", "json"],
+        [str(SCRIPT), "schedules", "docs", "--format", "json"],
         cwd=FIXTURES / "side_effects",
         capture_output=True,
         text=True,

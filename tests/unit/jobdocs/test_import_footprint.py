@@ -31,8 +31,9 @@ finally:
 """
 
 COMMANDS = {
-    "docs": ["jobs", "docs", "--format", "json", "--output", "{out}"],
-    "check": ["jobs", "check", "--static"],
+    "docs": ["schedules", "docs", "--format", "json", "--output", "{out}"],
+    "check": ["schedules", "check", "--static"],
+    "old docs": ["jobs", "docs", "--format", "json", "--output", "{out}"],
 }
 
 
