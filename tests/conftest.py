@@ -36,29 +36,49 @@ hypothesis_settings.register_profile(
 )
 hypothesis_settings.load_profile("suite")
 
-ONE_AT_A_TIME = "end_to_end"
-"""The xdist group of the end-to-end and RabbitMQ tests: run one after another."""
-BESIDE_THEM = "unit_and_integration"
-"""The xdist group of every other test, run beside them on the second xdist worker."""
+RABBITMQ = "rabbitmq"
+"""The xdist group of every test that uses the session's RabbitMQ node."""
+FIRST_TO_LAST = ("tests/e2e/", "tests/integration/", "tests/upstream/", "tests/unit/")
+"""Where a test file's work unit queues, after the RabbitMQ group: longest tests first."""
+
+
+def _queue_rank(item: pytest.Item, rabbitmq: bool) -> int:
+    if rabbitmq:
+        return 0
+    for rank, folder in enumerate(FIRST_TO_LAST, start=1):
+        if item.nodeid.startswith(folder):
+            return rank
+    return len(FIRST_TO_LAST) + 1
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Split the suite in two groups that run side by side (``-n 2 --dist loadgroup``).
+    """Split the suite in work units that two processes share (``-n 2 --dist loadgroup``).
 
-    The end-to-end tests start workers, beat replicas and servers of their own and wait on
-    them with deadlines; two of them at once on two cores would make one test's timing
-    depend on the other's load, so they stay in one group, run one at a time in their
-    usual order. RabbitMQ's tests join them: a node costs many seconds of CPU to start,
-    and each xdist worker that needs one starts its own. The unit, integration and
-    upstream tests (a few start one worker briefly; most wait on one server call at a
-    time) run in the other group meanwhile. Each xdist worker has its own Redis and
-    PostgreSQL (the session fixtures below), so the groups never share a server.
+    Each test file is one work unit (its tests run in order in one process, so a module's
+    fixtures start once); a process takes the next unit from the queue whenever it runs
+    low, so the two finish within about one file's time of each other. The suite waits on
+    real processes far more than it computes (about 0.8 of two cores busy when the
+    end-to-end tests ran one at a time in one process while the rest ran beside them,
+    the end-to-end process finishing minutes after the other), so end-to-end files run
+    beside each other too.
+
+    Every test that uses RabbitMQ is in one unit, whatever its file: a node costs many
+    seconds of CPU to start, and each process that needs one starts its own. The queue
+    (``--no-loadscope-reorder`` keeps this order) has the RabbitMQ unit first, then the
+    end-to-end, integration, upstream and unit files, so the longest units start first
+    and the many short unit tests fill the end. Each xdist worker has its own Redis and
+    PostgreSQL (the session fixtures below), so two tests never share a server.
     """
+    ranks: dict[str, int] = {}
     for item in items:
-        rabbitmq = {"rabbitmq_server", "rabbitmq_url"} & set(getattr(item, "fixturenames", ()))
-        one_at_a_time = item.nodeid.startswith("tests/e2e/") or bool(rabbitmq)
-        item.add_marker(pytest.mark.xdist_group(ONE_AT_A_TIME if one_at_a_time else BESIDE_THEM))
+        rabbitmq = bool(
+            {"rabbitmq_server", "rabbitmq_url"} & set(getattr(item, "fixturenames", ()))
+        )
+        ranks[item.nodeid] = _queue_rank(item, rabbitmq)
+        unit = RABBITMQ if rabbitmq else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(unit))
+    items.sort(key=lambda item: ranks[item.nodeid])  # stable: each file keeps its order
 
 
 @pytest.fixture(scope="session")

@@ -33,9 +33,15 @@ RUNNER_KEY = "test:transport:runner"
 
 
 @app.task(name="transport_faults.count", bind=True)
-def count(self: Any, n: int, seconds: float = 0.0) -> None:
-    """Run for ``seconds``, then record one completed run of job ``n``."""
+def count(self: Any, n: int, seconds: float = 0.0, seconds_again: float | None = None) -> None:
+    """Run for ``seconds``, then record one completed run of job ``n``.
+
+    ``seconds_again``, when given, is how long every later start of the same job runs
+    (a redelivered copy whose delivery is what a test checks need not hold as long).
+    """
     _counters.hset(RUNNER_KEY, str(n), str(self.request.hostname))
-    _counters.hincrby(STARTED_KEY, str(n), 1)
+    starts = _counters.hincrby(STARTED_KEY, str(n), 1)
+    if starts > 1 and seconds_again is not None:
+        seconds = seconds_again
     time.sleep(seconds)  # the task's work: what keeps its message in flight
     _counters.hincrby(APPLIED_KEY, str(n), 1)
