@@ -15,6 +15,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg2
 import pytest
@@ -25,6 +26,12 @@ from hypothesis import settings as hypothesis_settings
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing.servers import PostgresServer, RedisServer
 from tests.support.servers import RabbitMQServer
+from tests.support.work_units import (
+    RABBITMQ_UNIT,
+    FileUnitScheduling,
+    check_rabbitmq_membership,
+    unit_of,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,48 +43,42 @@ hypothesis_settings.register_profile(
 )
 hypothesis_settings.load_profile("suite")
 
-RABBITMQ = "rabbitmq"
-"""The xdist group of every test that uses the session's RabbitMQ node."""
 FIRST_TO_LAST = ("tests/e2e/", "tests/integration/", "tests/upstream/", "tests/unit/")
-"""Where a test file's work unit queues, after the RabbitMQ group: longest tests first."""
+"""Where a test file's work unit queues, after the RabbitMQ unit: longest tests first."""
 
 
-def _queue_rank(item: pytest.Item, rabbitmq: bool) -> int:
-    if rabbitmq:
+def _queue_rank(unit: str) -> int:
+    if unit == RABBITMQ_UNIT:
         return 0
     for rank, folder in enumerate(FIRST_TO_LAST, start=1):
-        if item.nodeid.startswith(folder):
+        if unit.startswith(folder):
             return rank
     return len(FIRST_TO_LAST) + 1
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> FileUnitScheduling | None:
+    """The suite's work units (tests/support/work_units.py) for ``--dist loadgroup``."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return FileUnitScheduling(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Split the suite in work units that two processes share (``-n 2 --dist loadgroup``).
+    """Queue the suite's work units for the two processes that share them (``-n 2``).
 
     Each test file is one work unit (its tests run in order in one process, so a module's
-    fixtures start once); a process takes the next unit from the queue whenever it runs
-    low, so the two finish within about one file's time of each other. The suite waits on
-    real processes far more than it computes (about 0.8 of two cores busy when the
-    end-to-end tests ran one at a time in one process while the rest ran beside them,
-    the end-to-end process finishing minutes after the other), so end-to-end files run
-    beside each other too.
-
-    Every test that uses RabbitMQ is in one unit, whatever its file: a node costs many
-    seconds of CPU to start, and each process that needs one starts its own. The queue
-    (``--no-loadscope-reorder`` keeps this order) has the RabbitMQ unit first, then the
-    end-to-end, integration, upstream and unit files, so the longest units start first
-    and the many short unit tests fill the end. Each xdist worker has its own Redis and
-    PostgreSQL (the session fixtures below), so two tests never share a server.
+    fixtures start once), and every test file that uses RabbitMQ is in one unit of its own
+    (tests/support/work_units.py says why and how). A process takes the next unit from the
+    queue whenever it runs low, so the two finish within about one file's time of each
+    other; end-to-end files run beside each other, as they have since pytest 9 (the suite
+    waits on real processes far more than it computes). The queue (``--no-loadscope-reorder``
+    keeps this order) has the RabbitMQ unit first, then the end-to-end, integration,
+    upstream and unit files, so the longest units start first and the many short unit
+    tests fill the end. Each xdist worker has its own Redis and PostgreSQL (the session
+    fixtures below), so two tests never share a server.
     """
-    ranks: dict[str, int] = {}
-    for item in items:
-        rabbitmq = bool(
-            {"rabbitmq_server", "rabbitmq_url"} & set(getattr(item, "fixturenames", ()))
-        )
-        ranks[item.nodeid] = _queue_rank(item, rabbitmq)
-        unit = RABBITMQ if rabbitmq else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(unit))
+    check_rabbitmq_membership(REPO_ROOT, items)
+    ranks = {item.nodeid: _queue_rank(unit_of(REPO_ROOT, item.nodeid)) for item in items}
     items.sort(key=lambda item: ranks[item.nodeid])  # stable: each file keeps its order
 
 
