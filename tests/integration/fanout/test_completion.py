@@ -86,7 +86,7 @@ def test_on_complete_fires_once_after_the_fan_out_and_every_tenant_job_ended(
     assert [m["headers"][BATCH_HEADER] for m in messages] == [str(fan_id)] * 3
     children = _rows(
         database_url,
-        "SELECT job_id, tenant_id, kind, outcome FROM core.batch_jobs WHERE batch_id = %s"
+        "SELECT job_id::text, tenant_id, kind, outcome FROM core.batch_jobs WHERE batch_id = %s"
         " ORDER BY tenant_id",
         (str(fan_id),),
     )
