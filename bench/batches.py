@@ -1,9 +1,10 @@
 """A 10,000-child batch against the same 10,000 plain jobs, and Celery's chord, one run.
 
-Run: .venv/bin/python bench/batches.py [--children 10000] [--rounds 1] [--no-chord]
+Run: .venv/bin/python bench/batches.py [--children 10000] [--rounds 3] [--no-chord]
 
 Two ``celery worker -P prefork -c 2`` processes of ``tests.apps.batch_app`` (the app of
-the batch tests) consume. Per round, alternating:
+the batch tests) consume. Per round, in ABBA order (the machine's load moves a lot
+between runs: compare the per-round ratios and their median):
 
 - plain: the children published with ``publish(..., tx=conn)`` in one transaction; the
   time from its ``COMMIT`` until every child's row is in ``public.batch_effects``;
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -197,7 +199,9 @@ def chord(redis_url: str, n: int, tmp: Path) -> None:
             wait_until(
                 lambda: client.get("bench:chord:done") is not None, timeout=600, interval=0.05
             )
-            stamp, size = client.get("bench:chord:done").decode().split()
+            raw = client.get("bench:chord:done")
+            assert isinstance(raw, bytes)
+            stamp, size = raw.decode().split()
             print(
                 f"[chord] {n} tasks: completed in {float(stamp) - start:.1f} s "
                 f"(publishing {published:.1f} s), callback got {size} results"
@@ -212,7 +216,7 @@ def chord(redis_url: str, n: int, tmp: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--children", type=int, default=10000)
-    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-chord", action="store_true")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp())
@@ -241,9 +245,11 @@ def main() -> None:
                 lambda: count(pg.url, "SELECT count(*) FROM public.batch_effects") >= len(warm),
                 timeout=120,
             )
+            ratios = []
             for r in range(args.rounds):
                 results = {}
-                for kind, run in (("plain", run_plain), ("batch", run_batch)):
+                order = (("plain", run_plain), ("batch", run_batch))
+                for kind, run in order if r % 2 == 0 else order[::-1]:  # ABBA
                     reset = psycopg2.connect(pg.url)
                     with reset, reset.cursor() as cur:
                         cur.execute("TRUNCATE public.batch_effects, public.batch_callbacks")
@@ -254,7 +260,9 @@ def main() -> None:
                         f"[round {r + 1}] {kind}: {args.children} children in {elapsed:.1f} s "
                         f"({args.children / elapsed:.0f}/s); {locks}"
                     )
-                print(f"[round {r + 1}] batch / plain = {results['batch'] / results['plain']:.3f}")
+                ratios.append(results["batch"] / results["plain"])
+                print(f"[round {r + 1}] batch / plain = {ratios[-1]:.3f}")
+            print(f"[all] batch / plain: median {statistics.median(ratios):.3f} of {ratios}")
         finally:
             stop(workers)
             port.close()
