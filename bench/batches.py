@@ -1,6 +1,7 @@
 """A 10,000-child batch against the same 10,000 plain jobs, and Celery's chord, one run.
 
 Run: .venv/bin/python bench/batches.py [--children 10000] [--rounds 3] [--no-chord]
+     [--shards 32]
 
 Two ``celery worker -P prefork -c 2`` processes of ``tests.apps.batch_app`` (the app of
 the batch tests) consume. Per round, in ABBA order (the machine's load moves a lot
@@ -119,12 +120,18 @@ def run_plain(port: QueuePort, db_url: str, n: int) -> tuple[float, str]:
     return elapsed, sampler.describe()
 
 
+SHARDS = 32
+"""``--shards``: the batch's shard count (1 makes the one hot row the shards avoid)."""
+
+
 def run_batch(port: QueuePort, db_url: str, n: int) -> tuple[float, str]:
     conn = psycopg2.connect(db_url)
     with (
         conn,
         port.batch(
-            on_complete=Callback(QUEUE, CALLBACK, "t1", {"name": "complete"}), tx=conn
+            on_complete=Callback(QUEUE, CALLBACK, "t1", {"name": "complete"}),
+            shards=SHARDS,
+            tx=conn,
         ) as batch,
     ):
         for _ in range(n):
@@ -218,7 +225,10 @@ def main() -> None:
     parser.add_argument("--children", type=int, default=10000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-chord", action="store_true")
+    parser.add_argument("--shards", type=int, default=32)
     args = parser.parse_args()
+    global SHARDS
+    SHARDS = args.shards
     tmp = Path(tempfile.mkdtemp())
     with bench_redis() as server, bench_postgres() as pg:
         migrate(pg.url)
