@@ -135,9 +135,11 @@ def last_two_at_once(
         picked.setdefault(int(shard), job)
     due = datetime.now(UTC) + timedelta(seconds=2)  # the lock is taken well before
     conn = psycopg2.connect(database_url)
-    with conn, conn.cursor() as cur, port.batch(
-        on_complete=cb("complete"), on_success=cb("success"), shards=2, tx=cur
-    ) as b:
+    with (
+        conn,
+        conn.cursor() as cur,
+        port.batch(on_complete=cb("complete"), on_success=cb("success"), shards=2, tx=cur) as b,
+    ):
         for job in picked.values():
             b.schedule(QUEUE, {**child(), "job_id": job}, due)
     holder = conn
