@@ -1,9 +1,11 @@
 """A 10,000-child batch against the same 10,000 plain jobs, and Celery's chord, one run.
 
-Run: .venv/bin/python bench/batches.py [--children 10000] [--rounds 1] [--no-chord]
+Run: .venv/bin/python bench/batches.py [--children 10000] [--rounds 3] [--no-chord]
+     [--shards 32]
 
 Two ``celery worker -P prefork -c 2`` processes of ``tests.apps.batch_app`` (the app of
-the batch tests) consume. Per round, alternating:
+the batch tests) consume. Per round, in ABBA order (the machine's load moves a lot
+between runs: compare the per-round ratios and their median):
 
 - plain: the children published with ``publish(..., tx=conn)`` in one transaction; the
   time from its ``COMMIT`` until every child's row is in ``public.batch_effects``;
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -117,12 +120,18 @@ def run_plain(port: QueuePort, db_url: str, n: int) -> tuple[float, str]:
     return elapsed, sampler.describe()
 
 
+SHARDS = 32
+"""``--shards``: the batch's shard count (1 makes the one hot row the shards avoid)."""
+
+
 def run_batch(port: QueuePort, db_url: str, n: int) -> tuple[float, str]:
     conn = psycopg2.connect(db_url)
     with (
         conn,
         port.batch(
-            on_complete=Callback(QUEUE, CALLBACK, "t1", {"name": "complete"}), tx=conn
+            on_complete=Callback(QUEUE, CALLBACK, "t1", {"name": "complete"}),
+            shards=SHARDS,
+            tx=conn,
         ) as batch,
     ):
         for _ in range(n):
@@ -197,7 +206,9 @@ def chord(redis_url: str, n: int, tmp: Path) -> None:
             wait_until(
                 lambda: client.get("bench:chord:done") is not None, timeout=600, interval=0.05
             )
-            stamp, size = client.get("bench:chord:done").decode().split()
+            raw = client.get("bench:chord:done")
+            assert isinstance(raw, bytes)
+            stamp, size = raw.decode().split()
             print(
                 f"[chord] {n} tasks: completed in {float(stamp) - start:.1f} s "
                 f"(publishing {published:.1f} s), callback got {size} results"
@@ -212,9 +223,12 @@ def chord(redis_url: str, n: int, tmp: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--children", type=int, default=10000)
-    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-chord", action="store_true")
+    parser.add_argument("--shards", type=int, default=32)
     args = parser.parse_args()
+    global SHARDS
+    SHARDS = args.shards
     tmp = Path(tempfile.mkdtemp())
     with bench_redis() as server, bench_postgres() as pg:
         migrate(pg.url)
@@ -241,9 +255,11 @@ def main() -> None:
                 lambda: count(pg.url, "SELECT count(*) FROM public.batch_effects") >= len(warm),
                 timeout=120,
             )
+            ratios = []
             for r in range(args.rounds):
                 results = {}
-                for kind, run in (("plain", run_plain), ("batch", run_batch)):
+                order = (("plain", run_plain), ("batch", run_batch))
+                for kind, run in order if r % 2 == 0 else order[::-1]:  # ABBA
                     reset = psycopg2.connect(pg.url)
                     with reset, reset.cursor() as cur:
                         cur.execute("TRUNCATE public.batch_effects, public.batch_callbacks")
@@ -254,7 +270,9 @@ def main() -> None:
                         f"[round {r + 1}] {kind}: {args.children} children in {elapsed:.1f} s "
                         f"({args.children / elapsed:.0f}/s); {locks}"
                     )
-                print(f"[round {r + 1}] batch / plain = {results['batch'] / results['plain']:.3f}")
+                ratios.append(results["batch"] / results["plain"])
+                print(f"[round {r + 1}] batch / plain = {ratios[-1]:.3f}")
+            print(f"[all] batch / plain: median {statistics.median(ratios):.3f} of {ratios}")
         finally:
             stop(workers)
             port.close()

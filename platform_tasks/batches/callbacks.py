@@ -4,7 +4,8 @@ through the outbox by the transaction that decides they fire.
 A callback is a queue and an envelope's ``kind``, ``tenant_id`` and ``data``; when it
 fires, ``data`` gets ``batch_id`` and ``counts`` (``applied``, ``dead_lettered``,
 ``discarded``, ``cancelled``, ``total``). Its job id is derived from the batch id and the
-callback's name, so the same callback always has the same id.
+callback's name, so the same callback always has the same id; its correlation id is the
+batch id (hex), so the batch's callbacks are found together in logs.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def _payload(
     job = uuid.UUID(int=(7 << 76) | (0b10 << 62)) if job_id.int == 0 else job_id
     return {
         "job_id": str(job),
+        "correlation_id": batch_id.hex,  # the batch's callbacks share one correlation id
         "kind": spec["kind"],
         "tenant_id": spec["tenant_id"],
         "data": {**dict(spec.get("data") or {}), "batch_id": str(batch_id), "counts": dict(counts)},

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg2.errors
 from psycopg2.extras import Json
 
 from platform_tasks.postgres.queries import load_queries
@@ -101,22 +102,50 @@ def add_jobs(cur: Any, batch_id: uuid.UUID, children: Sequence[ChildRow]) -> Non
     )
 
 
+_PREPARED_NAME = "platform_batch_end"
+_prepared: set[tuple[int, int]] = set()
+"""``(id(connection), backend pid)`` of the sessions :data:`_PREPARED_NAME` was prepared
+in: a psycopg2 connection takes no attribute and no weak reference, and the pair tells
+a reconnected session apart."""
+
+
+def _prepared_end_job() -> str:
+    """``end_job`` as the body of a ``PREPARE`` (``$1`` job, ``$2`` outcome, ``$3`` batch),
+    its ``%%`` kept: it is sent with the ``EXECUTE``'s parameters."""
+    text = sql("end_job")
+    for name, number in (("job", 1), ("outcome", 2), ("batch", 3)):
+        text = text.replace(f"%({name})s", f"${number}")
+    return f"PREPARE {_PREPARED_NAME} (uuid, text, uuid) AS {text}"
+
+
 def end_job(
     cur: Any, job_id: uuid.UUID | str, outcome: str, batch_id: uuid.UUID | str | None = None
 ) -> list[tuple[uuid.UUID, int]]:
     """Count the child's ending once: ``(batch id, its shard's remaining)`` per batch it
     was counted in; empty when it is no child or had ended already. One round trip, which
-    also moves the batch's ``progressed_at`` (at most once a second)."""
+    also moves the batch's ``progressed_at`` (at most once a second).
+
+    It runs once per child, so it is a prepared statement of the session (planning the
+    statement took longer than running it): prepared in the round trip of its first
+    execution (a ``PREPARE`` outlives a rollback), prepared again after the session lost
+    it (its error ends this transaction; the delivery starts over)."""
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
-    cur.execute(
-        sql("end_job"),
-        {
-            "job": str(job_id),
-            "outcome": outcome,
-            "batch": None if batch_id is None else str(batch_id),
-        },
-    )
+    session = (id(cur.connection), cur.connection.get_backend_pid())
+    execute = f"EXECUTE {_PREPARED_NAME} (%s, %s, %s)"
+    params = (str(job_id), outcome, None if batch_id is None else str(batch_id))
+    try:
+        if session in _prepared:
+            cur.execute(execute, params)
+        else:
+            cur.execute(f"{_prepared_end_job()}; {execute}", params)
+            _prepared.add(session)
+    except psycopg2.errors.InvalidSqlStatementName:
+        _prepared.discard(session)
+        raise
+    except psycopg2.errors.DuplicatePreparedStatement:
+        _prepared.add(session)  # prepared by an earlier try whose transaction failed
+        raise
     return [(uuid.UUID(str(batch)), int(remaining)) for batch, remaining in cur.fetchall()]
 
 

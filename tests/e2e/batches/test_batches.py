@@ -5,8 +5,10 @@ partly fail for good, with duplicates delivered on purpose and a worker SIGKILLe
 (``on_complete`` once, after the last child ended; ``on_death`` once; ``on_success``
 never); the replay of its dead letters (``on_success`` exactly once); a child cancelled
 by ``jobs cancel`` (counted, the batch completes); a child adding 100 children to its
-batch (no completion before they end). ``BATCH_CHILDREN`` sets the first batch's size
-(1,000 here; ``bench/batches.py`` runs 10,000).
+batch (no completion before they end); the last two children of a batch ending at the
+same moment in two processes (one callback). ``BATCH_CHILDREN`` sets the first batch's
+size: 1,000 in the suite; ``BATCH_CHILDREN=10000`` is the issue's full size (BENCHMARKS.md,
+"Batches", has its run).
 """
 
 from __future__ import annotations

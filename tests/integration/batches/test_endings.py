@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg2
+import psycopg2.errors
 import pytest
 
 from platform_tasks import QueuePort, create_app
@@ -270,3 +271,20 @@ def test_an_ending_during_a_replays_reopen_waits_for_it_and_counts(
         "complete",
         "success",
     ]
+
+
+def test_a_session_that_lost_the_prepared_ending_prepares_it_again(
+    port: QueuePort, database_url: str
+) -> None:
+    query(database_url, "TRUNCATE core.outbox, core.batches CASCADE")
+    batch, first, second = make_batch(port, database_url, 2)
+    conn = psycopg2.connect(database_url)
+    with conn, conn.cursor() as cur:
+        assert count_ending(cur, first, "applied", lambda: port) == [batch]
+        cur.execute("DEALLOCATE ALL")  # e.g. a pooler's reset between sessions
+    with pytest.raises(psycopg2.errors.InvalidSqlStatementName), conn, conn.cursor() as cur:
+        count_ending(cur, second, "applied", lambda: port)
+    with conn, conn.cursor() as cur:  # the delivery's next try
+        assert count_ending(cur, second, "applied", lambda: port) == [batch]
+    conn.close()
+    assert [c["name"] for c in callbacks_in_outbox(database_url)] == ["complete", "success"]
