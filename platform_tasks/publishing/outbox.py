@@ -39,8 +39,8 @@ from platform_tasks.observability.trace_context import ambient_trace_headers
 from platform_tasks.postgres.queries import load_queries
 
 if TYPE_CHECKING:
-    from platform_tasks.kernel import PlatformCelery
     from platform_tasks.envelope import Envelope
+    from platform_tasks.kernel import PlatformCelery
     from platform_tasks.limits.unique import UniquePublish
     from platform_tasks.publishing.amqp_wire import AmqpMessageBuilder
     from platform_tasks.publishing.queue_port import PublishOptions

@@ -25,6 +25,7 @@ from platform_tasks.errors import EnvelopeError
 from platform_tasks.keys import delay_keys
 from platform_tasks.observability.context import current_correlation_id
 from platform_tasks.observability.trace_context import current_trace_headers
+from platform_tasks.postgres.queries import load_queries
 from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.publishing.outbox import OutboxTransactionError, handler_publishes
 from platform_tasks.publishing.outbox_relay import OutboxRelay
@@ -338,3 +339,30 @@ def test_a_unique_publish_in_a_transaction_takes_its_key_only_once_committed(
     other = port.publish("billing", payload(), tx=None, unique_key="k2", unique_for=hour)
     assert redis_client.llen("billing") == 2, "the rolled back publish never took k2"
     assert str(other) in redis_client.lindex("billing", 0).decode()
+
+
+def _scanned(plan: dict[str, Any]) -> int:
+    """Rows the plan's scans of tables and indexes produced or read and threw away."""
+    own = 0
+    if plan["Node Type"].endswith("Scan") and ("Relation Name" in plan or "Index Name" in plan):
+        own = plan["Actual Rows"] + plan.get("Rows Removed by Filter", 0)
+    return own + sum(_scanned(child) for child in plan.get("Plans", []))
+
+
+def test_a_claim_reads_only_its_batch_whatever_the_table_statistics(
+    port: QueuePort, conn: Any
+) -> None:
+    """The table churns faster than its statistics follow (here: truncated, so PostgreSQL
+    believes it nearly empty). A claim planned from such statistics must still read about
+    its batch, not every row waiting: that would make draining a backlog quadratic."""
+    with conn:
+        for _ in range(4000):
+            port.publish("billing", payload(), tx=conn)
+    sql = load_queries("outbox")
+    with conn.cursor() as cur:
+        cur.execute(sql["claim_begin"])
+        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql["claim_batch"], ("test", 500))
+        [[[explained]]] = cur.fetchall()
+    conn.rollback()
+    assert explained["Plan"]["Actual Rows"] == 500
+    assert _scanned(explained["Plan"]) <= 2 * 500, "the claim read rows beyond its batch"
