@@ -6,6 +6,12 @@
 INSERT INTO core.outbox (profile, broker, job_id, queue, target, message, entry_id, due_ms)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
 
+-- name: insert_rows
+-- Many finished messages (schedule_many), in the caller's transaction; execute_values
+-- fills the VALUES list a page of rows at a time.
+INSERT INTO core.outbox (profile, broker, job_id, queue, target, message, entry_id, due_ms)
+VALUES %s
+
 -- name: listen
 -- The channel the insert trigger notifies at commit (migration 0009).
 LISTEN platform_outbox

@@ -366,3 +366,44 @@ def test_a_claim_reads_only_its_batch_whatever_the_table_statistics(
     conn.rollback()
     assert explained["Plan"]["Actual Rows"] == 500
     assert _scanned(explained["Plan"]) <= 2 * 500, "the claim read rows beyond its batch"
+
+
+def test_schedule_many_in_a_transaction_stores_every_item_or_none(
+    app: PlatformCelery, port: QueuePort, conn: Any, database_url: str, redis_client: redis.Redis
+) -> None:
+    later = datetime.now(UTC) + timedelta(minutes=5)
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    port.schedule_many("billing", [(payload(), later), (payload(), past)], tx=conn)
+    conn.rollback()
+    assert rows(database_url) == [], "rolled back: no job"
+    with pytest.raises(EnvelopeError, match="tenant_id"):
+        port.schedule_many(
+            "billing", [(payload(), later), (payload(tenant_id="NO!"), later)], tx=conn
+        )
+    conn.commit()
+    assert rows(database_url) == [], "a bad item stores none"
+
+    with conn:
+        jobs = port.schedule_many("billing", [(payload(), later), (payload(), past)], tx=conn)
+    assert redis_client.llen("billing") == 0, "nothing leaves before the relay"
+    stored = rows(database_url)
+    assert [(job, due) for job, _, _, due in stored] == [
+        (str(jobs[0]), int(later.timestamp() * 1000)),
+        (str(jobs[1]), None),
+    ], "the due time kept; an item already due is published when relayed"
+    relay = OutboxRelay(app, metrics=False)
+    try:
+        assert relay.run_once() == 2
+    finally:
+        relay.close()
+    store = DelayStore(redis_client, delay_keys("test"))
+    assert store.pending() == 1 and store.next_due_ms() == int(later.timestamp() * 1000)
+    assert str(jobs[1]) in redis_client.lindex("billing", 0).decode()
+
+    parent = port.envelope(payload()).job_id
+    derived = []
+    for _attempt in range(2):
+        with handler_publishes(conn.cursor(), parent, "billing.charge"):
+            derived.append(port.schedule_many("billing", [(payload(), later)] * 2))
+        conn.rollback()
+    assert derived[0] == derived[1] and len(set(derived[0])) == 2, "ids derived per attempt"
