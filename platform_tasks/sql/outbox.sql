@@ -58,6 +58,13 @@ COMMIT
 -- was rolled back, and only the accepted rows are deleted, on their own.
 DELETE FROM core.outbox WHERE id = ANY(%s)
 
+-- name: waiting_for_queue
+-- Committed rows of this profile on their way to a queue, due now (fan-out back-pressure
+-- counts them with the queue's depth). The outbox holds a few batches while its relays
+-- keep up, so the scan of this profile's rows it makes is short.
+SELECT count(*) FROM core.outbox
+WHERE profile = %s AND queue = %s AND (due_ms IS NULL OR due_ms <= %s)
+
 -- name: measure
 -- Rows waiting and the age in seconds of the oldest one (NULL: none), by the server clock.
 SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
