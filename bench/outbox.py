@@ -183,7 +183,29 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
+def _worker(
+    env: dict[str, str], log: Path, *, queues: str | None = None, **extra: str
+) -> subprocess.Popen[bytes]:
+    argv = [str(Path(sys.executable).parent / "celery"), "-A", "bench.outbox_app", "worker"]
+    argv += ["-P", "prefork", "-c", "2"] if queues is None else ["-P", "solo", "-Q", queues]
+    argv += ["--without-mingle", "--without-gossip", "--loglevel", "WARNING"]
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            argv, env={**env, **extra}, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def _stop(*processes: subprocess.Popen[bytes]) -> None:
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.wait(60)
+
+
 def latency(port: QueuePort, redis_url: str, db_url: str, jobs: int, tmp: Path) -> None:
+    """Commit-to-start latency: direct publishes, ``tx=`` with the relay in the consuming
+    worker (the default), and ``tx=`` with the consuming worker's relay off and a relay in
+    a worker of its own (``-Q`` a queue no job goes to), all at the same rate."""
     client = redis.Redis.from_url(redis_url)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PLATFORM_")}
     env.update(
@@ -192,27 +214,40 @@ def latency(port: QueuePort, redis_url: str, db_url: str, jobs: int, tmp: Path) 
         PLATFORM_PROFILE="bench",
         PYTHONPATH=str(ROOT),
     )
-    log = open(tmp / "worker.log", "wb")  # noqa: SIM115
-    argv = [
-        str(Path(sys.executable).parent / "celery"),
-        "-A",
-        "bench.outbox_app",
-        "worker",
-        "-P",
-        "prefork",
-        "-c",
-        "2",
-        "--without-mingle",
-        "--without-gossip",
-        "--loglevel",
-        "WARNING",
-    ]
-    worker = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+    def run(use_tx: bool, rate: float) -> list[float]:
+        conn = psycopg2.connect(db_url)
+        sent: dict[str, float] = {}
+        t0 = time.perf_counter()
+        for i in range(jobs):
+            due = t0 + i / rate
+            pause = due - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)  # pacing the producer, not synchronisation
+            if use_tx:
+                job = port.publish("bench_outbox", payload("bench.started"), tx=conn)
+                conn.commit()
+            else:
+                job = port.publish("bench_outbox", payload("bench.started"), tx=None)
+            sent[str(job)] = time.time()
+        conn.close()
+        wait_until(lambda: client.hlen("bench:started") >= jobs, timeout=300, interval=0.05)
+        started = {k.decode(): float(v) for k, v in client.hgetall("bench:started").items()}
+        client.delete("bench:started")
+        return [(started[job] - at) * 1000 for job, at in sent.items()]
+
+    def show(name: str, ms: list[float]) -> None:
+        print(
+            f"[latency] {name:40s} p50 {percentile(ms, 50):6.1f} ms  "
+            f"p90 {percentile(ms, 90):6.1f} ms  p99 {percentile(ms, 99):6.1f} ms  "
+            f"max {max(ms):6.1f} ms  ({len(ms)} jobs)"
+        )
+
+    worker = _worker(env, tmp / "worker.log")
     try:
         warm = [port.publish("bench_outbox", payload("bench.started"), tx=None) for _ in range(20)]
         wait_until(lambda: client.hlen("bench:started") >= len(warm), timeout=120)
         client.delete("bench:started")
-
         # capacity: a burst of direct publishes, drained at the worker's full rate
         burst = max(200, jobs // 2)
         start = time.time()
@@ -223,38 +258,24 @@ def latency(port: QueuePort, redis_url: str, db_url: str, jobs: int, tmp: Path) 
         client.delete("bench:started")
         rate = capacity / 2
         print(f"[latency] worker capacity {capacity:.0f} jobs/s; publishing at {rate:.0f}/s")
-
-        def run(use_tx: bool) -> list[float]:
-            conn = psycopg2.connect(db_url)
-            sent: dict[str, float] = {}
-            t0 = time.perf_counter()
-            for i in range(jobs):
-                due = t0 + i / rate
-                pause = due - time.perf_counter()
-                if pause > 0:
-                    time.sleep(pause)  # pacing the producer, not synchronisation
-                if use_tx:
-                    job = port.publish("bench_outbox", payload("bench.started"), tx=conn)
-                    conn.commit()
-                else:
-                    job = port.publish("bench_outbox", payload("bench.started"), tx=None)
-                sent[str(job)] = time.time()
-            conn.close()
-            wait_until(lambda: client.hlen("bench:started") >= jobs, timeout=300, interval=0.05)
-            started = {k.decode(): float(v) for k, v in client.hgetall("bench:started").items()}
-            client.delete("bench:started")
-            return [(started[job] - at) * 1000 for job, at in sent.items()]
-
-        for name, use_tx in (("direct publish -> start", False), ("tx COMMIT -> start", True)):
-            ms = run(use_tx)
-            print(
-                f"[latency] {name:24s} p50 {percentile(ms, 50):6.1f} ms  "
-                f"p99 {percentile(ms, 99):6.1f} ms  max {max(ms):6.1f} ms  ({len(ms)} jobs)"
-            )
+        show("direct publish -> start", run(False, rate))
+        show("tx COMMIT -> start, relay in the worker", run(True, rate))
     finally:
-        worker.terminate()
-        worker.wait(60)
-        log.close()
+        _stop(worker)
+    worker = _worker(env, tmp / "worker-2.log", PLATFORM_OUTBOX_RELAY="false")
+    relay = _worker(env, tmp / "relay.log", queues="bench_relay_only")
+    try:
+        conn = psycopg2.connect(db_url)
+        with conn:  # through the relay: both workers are up
+            warm = [
+                port.publish("bench_outbox", payload("bench.started"), tx=conn) for _ in range(20)
+            ]
+        conn.close()
+        wait_until(lambda: client.hlen("bench:started") >= len(warm), timeout=120)
+        client.delete("bench:started")
+        show("tx COMMIT -> start, relay in its own worker", run(True, rate))
+    finally:
+        _stop(worker, relay)
         client.close()
 
 
