@@ -15,8 +15,10 @@ Run: .venv/bin/python bench/outbox.py [--publishes 3000] [--rounds 3] [--rows 20
    when it started; its capacity is measured with direct publishes first, then jobs are
    published with ``tx=`` at half of it, each timed from its ``COMMIT`` to the start of its
    handler (the relay in the worker woken by ``LISTEN/NOTIFY``), and the same at the same
-   rate with direct publishes (from the publish) as the baseline. p50 and p99 (target p99
-   under 50 ms).
+   rate with direct publishes (from the publish) as the baseline, and once more with the
+   consuming worker's relay off and a relay in a worker of its own (``-Q`` a queue no job
+   goes to). p50, p90 and p99 (target p99 under 50 ms). ``BENCH_SWITCH_INTERVAL=<seconds>``
+   in the environment sets the workers' GIL switch interval (``sys.setswitchinterval``).
 """
 
 from __future__ import annotations
