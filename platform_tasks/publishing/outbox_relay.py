@@ -32,7 +32,6 @@ import logging
 import os
 import select
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -82,8 +81,6 @@ class OutboxRelay(BackgroundThread):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: Any = None
-        self._spare: Any = None
-        self._ahead: ThreadPoolExecutor | None = None
         self._sink: RedisSink | AmqpSink | None = None
         self._port: QueuePort | None = None
         self._wake_r, self._wake_w = -1, -1
@@ -129,21 +126,11 @@ class OutboxRelay(BackgroundThread):
         conn.autocommit = True  # each claim sends its own BEGIN
         return conn
 
-    def _spare_connection(self) -> Any:
-        """The second connection, on which the next batch is claimed while the broker
-        takes the current one (opened at the first full batch)."""
-        if self._spare is None or self._spare.closed:
-            self._spare = self._connect()
-        if self._ahead is None:
-            self._ahead = ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-claim")
-        return self._spare
-
     def _close_connection(self) -> None:
-        for conn in (self._conn, self._spare):
-            if conn is not None:
-                with contextlib.suppress(psycopg2.Error):
-                    conn.close()
-        self._conn = self._spare = None
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg2.Error):
+                conn.close()
 
     def close(self) -> None:
         self._close_connection()
@@ -153,9 +140,6 @@ class OutboxRelay(BackgroundThread):
         port, self._port = self._port, None
         if port is not None:
             port.close()
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            ahead.shutdown(wait=True)
 
     # -- one pass ------------------------------------------------------------------
 
@@ -204,11 +188,6 @@ class OutboxRelay(BackgroundThread):
             raise
         return len(accepted)
 
-    def _give_back(self, ahead: Future[list[Row]] | None, conn: Any) -> None:
-        """Wait for a claim made ahead and roll it back: nothing of it was published."""
-        if ahead is not None and ahead.exception() is None:
-            self._roll_back(conn)
-
     def _publish_unique(self, rows: list[Row]) -> list[int]:
         """Make the unique publishes of ``rows`` through the queue port (one at a time:
         each takes its key's lock); the ids of the rows done."""
@@ -241,35 +220,30 @@ class OutboxRelay(BackgroundThread):
             done.append(row.id)
         return done
 
+    def relay_batch(self) -> tuple[int, bool]:
+        """Claim, publish and delete one batch; ``(rows relayed, batch was full and
+        wholly accepted)``."""
+        self._open()
+        if not self._table_seen:
+            return 0, False
+        rows = self._claim_on(self._conn)
+        moved = self._deliver(self._conn, rows)
+        return moved, len(rows) == self.settings.outbox_batch_size and moved == len(rows)
+
     def run_once(self) -> int:
         """Relay until no full batch is left; how many rows were relayed.
 
-        While the broker takes a full batch, the next one is claimed on a second
-        connection in a helper thread (both wait on servers, not on Python), so a backlog
-        drains at the pace of the slower server instead of the sum of both. Each batch
-        still commits its delete only after the broker accepted it."""
-        self._open()
-        if not self._table_seen:
-            return 0
-        conn, rows, total = self._conn, self._claim_on(self._conn), 0
-        while True:
-            ahead, other = None, None
-            if len(rows) == self.settings.outbox_batch_size and not self._stop.is_set():
-                other = self._spare_connection() if conn is self._conn else self._conn
-                assert self._ahead is not None
-                ahead = self._ahead.submit(self._claim_on, other)
-            try:
-                moved = self._deliver(conn, rows)
-            except BaseException:
-                self._give_back(ahead, other)
-                raise
+        One batch at a time: claiming the next batch on a second connection in a helper
+        thread while the broker takes the current one measured slower, not faster (each
+        thread waits for the GIL at each of its round trips while the other one builds
+        rows or commands; BENCHMARKS.md)."""
+        total = 0
+        while not self._stop.is_set():
+            moved, more = self.relay_batch()
             total += moved
-            if ahead is None:
-                return total
-            if moved < len(rows):  # the broker refused some: leave them for the next pass
-                self._give_back(ahead, other)
-                return total
-            conn, rows = other, ahead.result()
+            if not more:
+                break
+        return total
 
     def measure(self) -> None:
         """Set ``platform_outbox_rows_waiting`` and ``platform_outbox_lag_seconds``."""
