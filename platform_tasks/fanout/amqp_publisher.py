@@ -21,6 +21,7 @@ from platform_tasks.fanout.backpressure import QueueBound
 from platform_tasks.fanout.publisher import send_task_options
 from platform_tasks.publishing.amqp_wire import AmqpMessageBuilder
 from platform_tasks.publishing.confirmed_publisher import ConfirmedPublisher
+from platform_tasks.publishing.outbox_waiting import OutboxWaiting
 from platform_tasks.publishing.reference_clock import shared_clock
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ class AmqpBatchPublisher:
         self._messages = AmqpMessageBuilder(app)
         self._reference = shared_clock(app.platform_settings)
         self._publisher = ConfirmedPublisher(app, confirm_timeout=confirm_timeout)
+        self._outbox = OutboxWaiting(app.platform_settings)
         try:
             self._publisher.ensure_connected()
         except BaseException:
@@ -75,9 +77,11 @@ class AmqpBatchPublisher:
             )
 
     def depth(self) -> int:
-        """Messages ready on the target queue (declared first, as publishing declares it)."""
-        return self._publisher.queue_depth(self.queue)
+        """Messages ready on the target queue (declared first, as publishing declares it),
+        and committed outbox rows on their way to it."""
+        return self._publisher.queue_depth(self.queue) + self._outbox.for_queue(self.queue)
 
     def close(self) -> None:
         self._messages.close()
         self._publisher.close()
+        self._outbox.close()

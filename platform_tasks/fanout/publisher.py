@@ -44,6 +44,7 @@ from platform_tasks.headers import (
 from platform_tasks.observability.trace_context import (
     outgoing_headers,
 )
+from platform_tasks.publishing.outbox_waiting import OutboxWaiting
 from platform_tasks.publishing.reference_clock import shared_clock
 from platform_tasks.publishing.wire import WireBuilder, WireMessage
 
@@ -197,6 +198,7 @@ class BatchPublisher:
         self._template: _Template | None = None
         self._fallback = False
         self._reference = shared_clock(app.platform_settings)
+        self._outbox = OutboxWaiting(app.platform_settings)
         self.round_trips = 0
 
     def _wire_of(self, envelope: Envelope[Any], publish_time: float) -> WireMessage:
@@ -247,8 +249,10 @@ class BatchPublisher:
         pipe = self._client.pipeline(transaction=False)
         for key in keys:
             pipe.llen(key)
-        # A fair queue's backlog waits in its tenant lanes, not on the list.
-        return sum(int(n) for n in pipe.execute()) + waiting_in_lanes(self._client, keys)
+        # A fair queue's backlog waits in its tenant lanes, not on the list; committed
+        # outbox rows for the queue are on their way to it.
+        listed = sum(int(n) for n in pipe.execute()) + waiting_in_lanes(self._client, keys)
+        return listed + self._outbox.for_queue(self.queue)
 
     @property
     def batched(self) -> bool:
@@ -258,3 +262,4 @@ class BatchPublisher:
     def close(self) -> None:
         self._wire.close()
         self._connection.release()
+        self._outbox.close()

@@ -28,6 +28,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from psycopg2.extras import execute_values
+
 from platform_tasks.brokers.selection import (
     broker_kind,
     delay_countdown_seconds,
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = [
     "JOIN",
     "HandlerTransaction",
+    "OutboxRow",
     "OutboxTransactionError",
     "OutboxWriter",
     "current_handler_tx",
@@ -260,10 +263,8 @@ class OutboxWriter:
         message = json.dumps(request, separators=(",", ":"), default=str)
         return OutboxRow("unique", envelope.job_id, queue, None, message, None, due_ms)
 
-    def insert(self, tx: Any, row: OutboxRow) -> None:
-        """Insert ``row`` through ``tx`` (a connection or cursor) in its transaction."""
-        conn, is_cursor = _check(tx)
-        params = (
+    def _params(self, row: OutboxRow) -> tuple[Any, ...]:
+        return (
             self.settings.profile,
             row.broker,
             str(row.job_id),
@@ -273,14 +274,27 @@ class OutboxWriter:
             row.entry_id,
             row.due_ms,
         )
-        if is_cursor:
-            tx.execute(self._sql["insert_row"], params)
+
+    def insert(self, tx: Any, row: OutboxRow) -> None:
+        """Insert ``row`` through ``tx`` (a connection or cursor) in its transaction."""
+        self.insert_many(tx, [row])
+
+    def insert_many(self, tx: Any, rows: list[OutboxRow]) -> None:
+        """Insert ``rows`` through ``tx`` in its transaction, many per statement."""
+        conn, is_cursor = _check(tx)
+        if not rows:
             return
-        cursor = conn.cursor()
+        cursor = tx if is_cursor else conn.cursor()
         try:
-            cursor.execute(self._sql["insert_row"], params)
+            if len(rows) == 1:
+                cursor.execute(self._sql["insert_row"], self._params(rows[0]))
+            else:
+                execute_values(
+                    cursor, self._sql["insert_rows"], [self._params(row) for row in rows]
+                )
         finally:
-            cursor.close()
+            if not is_cursor:
+                cursor.close()
 
     def close(self) -> None:
         if self._wire is not None:

@@ -32,7 +32,6 @@ import logging
 import os
 import select
 import threading
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -43,15 +42,14 @@ from celery import bootsteps
 from platform_tasks.background import BackgroundThread
 from platform_tasks.brokers.selection import broker_kind
 from platform_tasks.errors import BrokerPublishError
-from platform_tasks.keys import DelayKeys, delay_keys, rabbitmq_delay_keys
 from platform_tasks.observability.outbox_metrics import observe_outbox, outbox_relayed
 from platform_tasks.observability.trace_context import current_trace_headers
 from platform_tasks.postgres.queries import load_queries
+from platform_tasks.publishing.outbox_sinks import AmqpSink, RedisSink, Row
 from platform_tasks.publishing.promotion_loop import failure_backoff
 
 if TYPE_CHECKING:
     from platform_tasks.kernel import PlatformCelery
-    from platform_tasks.publishing.confirmed_publisher import ConfirmedPublisher
     from platform_tasks.publishing.queue_port import QueuePort
     from platform_tasks.settings import PlatformSettings
 
@@ -67,105 +65,6 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
 """Failures of an unreachable server: a warning and a retry with back-off."""
 
 
-@dataclass(frozen=True)
-class Row:
-    """A claimed outbox row."""
-
-    id: int
-    broker: str
-    queue: str
-    target: str | None
-    message: str
-    entry_id: str | None
-    due_ms: int | None
-
-
-class RedisSink:
-    """Publishes rows onto a Redis broker: one pipelined round trip per batch (a failure
-    anywhere in it republishes the whole batch: the copies carry the same job ids)."""
-
-    def __init__(self, settings: PlatformSettings) -> None:
-        self.client = redis.Redis.from_url(
-            settings.effective_broker_url, socket_timeout=10, socket_connect_timeout=5
-        )
-        self.keys: DelayKeys = delay_keys(settings.profile)
-
-    def publish(self, rows: list[Row]) -> list[int]:
-        """Ids of the rows Redis accepted: all of them, or an exception."""
-        with self.client.pipeline(transaction=False) as pipe:
-            for row in rows:
-                if row.target is not None:
-                    pipe.lpush(row.target, row.message)
-                else:
-                    assert row.entry_id is not None and row.due_ms is not None
-                    pipe.hset(self.keys.entries, row.entry_id, row.message)
-                    pipe.zadd(self.keys.schedule, {row.entry_id: row.due_ms})
-            pipe.execute()
-        return [row.id for row in rows]
-
-    def close(self) -> None:
-        self.client.close()
-
-
-class AmqpSink:
-    """Publishes rows into RabbitMQ with publisher confirms; rows due later go into the
-    delay store on the platform's Redis, which the RabbitMQ promoter drains."""
-
-    def __init__(self, app: PlatformCelery) -> None:
-        from platform_tasks.publishing.confirmed_publisher import ConfirmedPublisher
-
-        self.app = app
-        self.settings: PlatformSettings = app.platform_settings
-        from platform_tasks.publishing.native_delays import NativeDelays
-
-        self.publisher: ConfirmedPublisher = ConfirmedPublisher(app)
-        self._native = NativeDelays(app)
-        self._store: redis.Redis | None = None
-
-    def _delay_store(self) -> redis.Redis:
-        if self._store is None:
-            from platform_tasks.brokers.redis_client import build_redis
-
-            self._store = build_redis(self.settings)
-        return self._store
-
-    def publish(self, rows: list[Row]) -> list[int]:
-        from platform_tasks.publishing.amqp_wire import AmqpMessage
-
-        accepted: list[int] = []
-        later = [row for row in rows if row.entry_id is not None]  # for the delay store
-        now = [row for row in rows if row.entry_id is None]  # countdown rows included
-        if later:
-            keys = rabbitmq_delay_keys(self.settings.profile)
-            with self._delay_store().pipeline(transaction=True) as pipe:
-                for row in later:
-                    assert row.entry_id is not None and row.due_ms is not None
-                    pipe.hset(keys.entries, row.entry_id, row.message)
-                    pipe.zadd(keys.schedule, {row.entry_id: row.due_ms})
-                pipe.execute()
-            accepted.extend(row.id for row in later)
-        if now:
-            messages = [AmqpMessage.decode(row.message) for row in now]
-            for row, message in zip(now, messages, strict=True):
-                if row.due_ms is not None:  # through the delayed-delivery queues
-                    self._native.ensure_routable(message.queue)
-            confirmed = self.publisher.publish(messages)
-            accepted.extend(row.id for row, ok in zip(now, confirmed, strict=True) if ok)
-            if not all(confirmed):
-                logger.warning(
-                    "RabbitMQ did not confirm %d outbox messages; they stay for the next pass",
-                    confirmed.count(False),
-                    extra={"event": "outbox.unconfirmed", "count": confirmed.count(False)},
-                )
-        return accepted
-
-    def close(self) -> None:
-        self.publisher.close()
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-
-
 class OutboxRelay(BackgroundThread):
     """A background thread relaying committed outbox rows of this profile to the broker."""
 
@@ -178,6 +77,7 @@ class OutboxRelay(BackgroundThread):
         self.relayed_total = 0
         self._measure = metrics and self.settings.metrics_port is not None
         self._sql = load_queries("outbox")
+        self._claim = f"{self._sql['claim_begin']};\n{self._sql['claim_batch']}"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: Any = None
@@ -201,13 +101,7 @@ class OutboxRelay(BackgroundThread):
 
     def _open_database(self) -> None:
         if self._conn is None:
-            assert self.settings.database_url
-            conn = psycopg2.connect(
-                self.settings.database_url,
-                connect_timeout=5,
-                application_name="platform-tasks outbox relay",
-            )
-            conn.autocommit = True
+            conn = self._connect()
             with conn.cursor() as cur:
                 cur.execute(self._sql["listen"])
             self._conn = conn
@@ -221,6 +115,16 @@ class OutboxRelay(BackgroundThread):
                     "outbox relay idle: core.outbox does not exist yet (platform-tasks migrate)",
                     extra={"event": "outbox.table_missing"},
                 )
+
+    def _connect(self) -> Any:
+        assert self.settings.database_url
+        conn = psycopg2.connect(
+            self.settings.database_url,
+            connect_timeout=5,
+            application_name="platform-tasks outbox relay",
+        )
+        conn.autocommit = True  # each claim sends its own BEGIN
+        return conn
 
     def _close_connection(self) -> None:
         conn, self._conn = self._conn, None
@@ -239,35 +143,50 @@ class OutboxRelay(BackgroundThread):
 
     # -- one pass ------------------------------------------------------------------
 
-    def relay_batch(self) -> tuple[int, bool]:
-        """Claim, publish and delete one batch; ``(rows relayed, batch was full)``."""
-        self._open()
+    def _claim_on(self, conn: Any) -> list[Row]:
+        """Claim a batch in a new transaction on ``conn`` (left open: :meth:`_deliver`
+        commits it); a failure rolls it back or, if that fails too, closes ``conn``."""
+        try:
+            with conn.cursor() as cur:
+                cur.execute(self._claim, (self.settings.profile, self.settings.outbox_batch_size))
+                records = cur.fetchall()
+        except BaseException:
+            self._roll_back(conn)
+            raise
+        records.sort()  # by id (unique, first): publish order
+        return [Row(*record) for record in records]
+
+    def _roll_back(self, conn: Any) -> None:
+        """Give a claimed batch back (its rows are there for the next pass)."""
+        if conn.closed:
+            return
+        try:
+            with conn.cursor() as cur:
+                cur.execute("ROLLBACK")
+        except psycopg2.Error:
+            with contextlib.suppress(psycopg2.Error):
+                conn.close()
+
+    def _deliver(self, conn: Any, rows: list[Row]) -> int:
+        """Publish a batch claimed on ``conn``, then commit the delete of the rows the
+        broker accepted (all of them in the claim's transaction, or, after a partial
+        acceptance, only those, on their own); the number of rows relayed."""
         assert self._sink is not None
-        if not self._table_seen:
-            return 0, False
-        limit = self.settings.outbox_batch_size
-        conn = self._conn
-        with conn.cursor() as cur:
-            try:
-                cur.execute(self._sql["claim_batch"], (self.settings.profile, limit))
-                rows = sorted((Row(*record) for record in cur.fetchall()), key=lambda r: r.id)
-                plain = [row for row in rows if row.broker != "unique"]
-                accepted = self._sink.publish(plain) if plain else []
-                accepted += self._publish_unique([row for row in rows if row.broker == "unique"])
+        try:
+            plain = [row for row in rows if row.broker != "unique"]
+            accepted = self._sink.publish(plain) if plain else []
+            accepted += self._publish_unique([row for row in rows if row.broker == "unique"])
+            with conn.cursor() as cur:
                 if len(accepted) == len(rows):
                     cur.execute(self._sql["commit_batch"])
                 else:  # keep the rows the broker did not accept
                     cur.execute("ROLLBACK")
                     if accepted:
                         cur.execute(self._sql["delete_rows"], (accepted,))
-            except BaseException:
-                if not conn.closed:
-                    try:
-                        cur.execute("ROLLBACK")
-                    except psycopg2.Error:
-                        self._close_connection()
-                raise
-        return len(accepted), len(rows) == limit and len(accepted) == len(rows)
+        except BaseException:
+            self._roll_back(conn)
+            raise
+        return len(accepted)
 
     def _publish_unique(self, rows: list[Row]) -> list[int]:
         """Make the unique publishes of ``rows`` through the queue port (one at a time:
@@ -301,8 +220,23 @@ class OutboxRelay(BackgroundThread):
             done.append(row.id)
         return done
 
+    def relay_batch(self) -> tuple[int, bool]:
+        """Claim, publish and delete one batch; ``(rows relayed, batch was full and
+        wholly accepted)``."""
+        self._open()
+        if not self._table_seen:
+            return 0, False
+        rows = self._claim_on(self._conn)
+        moved = self._deliver(self._conn, rows)
+        return moved, len(rows) == self.settings.outbox_batch_size and moved == len(rows)
+
     def run_once(self) -> int:
-        """Relay until no full batch is left; how many rows were relayed."""
+        """Relay until no full batch is left; how many rows were relayed.
+
+        One batch at a time: claiming the next batch on a second connection in a helper
+        thread while the broker takes the current one measured slower, not faster (each
+        thread waits for the GIL at each of its round trips while the other one builds
+        rows or commands; BENCHMARKS.md)."""
         total = 0
         while not self._stop.is_set():
             moved, more = self.relay_batch()

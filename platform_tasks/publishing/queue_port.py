@@ -33,6 +33,7 @@ from platform_tasks.publishing.delay_backend import DelayBackend, delay_backend_
 from platform_tasks.publishing.outbox import (
     JOIN,
     HandlerTransaction,
+    OutboxRow,
     OutboxTransactionError,
     OutboxWriter,
     outbox_cursor,
@@ -133,6 +134,27 @@ class QueuePort:
         if target is None:
             return None
         cursor, handler = target
+        envelope, row = self._outbox_row(handler, queue, payload, options, run_at, unique, batch_id)
+        self._writer().insert(cursor, row)
+        return envelope
+
+    def _writer(self) -> OutboxWriter:
+        if self._outbox is None:
+            self._outbox = OutboxWriter(self.app)
+        return self._outbox
+
+    def _outbox_row(
+        self,
+        handler: HandlerTransaction | None,
+        queue: str,
+        payload: Mapping[str, Any],
+        options: PublishOptions,
+        run_at: datetime | None,
+        unique: UniquePublish | None = None,
+        batch_id: uuid.UUID | None = None,
+    ) -> tuple[Envelope[Any], OutboxRow]:
+        """The outbox row of one publish and its envelope, validated (a job id derived in a
+        handler; a batch's child carries the batch's header)."""
         if handler is not None and (not isinstance(payload, Mapping) or not payload.get("job_id")):
             payload = {**payload, "job_id": str(handler.child_job_id())}
         envelope = self.envelope(payload)
@@ -142,16 +164,11 @@ class QueuePort:
         if batch_id is not None:
             send["headers"][BATCH_HEADER] = str(batch_id)
         due_ms = None if run_at is None else epoch_ms(run_at)
-        if self._outbox is None:
-            self._outbox = OutboxWriter(self.app)
         if unique is not None:
             self.delays.unique_locks()  # refused now where there is no delay store
-            row = self._outbox.unique_row(queue, envelope, options, unique, due_ms)
-            self._outbox.insert(cursor, row)
-            return envelope
+            return envelope, self._writer().unique_row(queue, envelope, options, unique, due_ms)
         now_ms = epoch_ms(self._clock())
-        self._outbox.insert(cursor, self._outbox.build(envelope.kind, send, due_ms, now_ms))
-        return envelope
+        return envelope, self._writer().build(envelope.kind, send, due_ms, now_ms)
 
     def publish_child(
         self,
@@ -328,12 +345,26 @@ class QueuePort:
         queue: str,
         items: Iterable[tuple[Mapping[str, Any], datetime]],
         opts: Mapping[str, Any] | PublishOptions | None = None,
+        *,
+        tx: Any = JOIN,
     ) -> list[uuid.UUID]:
         """Schedule many ``(payload, run_at)`` pairs with one pipelined round trip.
 
         Every envelope is validated before any entry is stored, so a bad item stores none.
+        ``tx``: as for :meth:`publish`; every item becomes an outbox row in that
+        transaction (inserted in pages, a few round trips for thousands of items), all of
+        them or none, and an item already due is published when relayed.
         """
         options = _options(opts)
+        target = outbox_cursor(tx)
+        if target is not None:
+            cursor, handler = target
+            staged = []
+            for payload, run_at in items:
+                _require_aware(run_at)
+                staged.append(self._outbox_row(handler, queue, payload, options, run_at)[1])
+            self._writer().insert_many(cursor, staged)
+            return [row.job_id for row in staged]
         prepared = []
         for payload, run_at in items:
             _require_aware(run_at)

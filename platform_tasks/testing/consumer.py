@@ -45,6 +45,7 @@ import psycopg2.extras
 import pytest
 
 from platform_tasks.postgres.queries import load_queries
+from platform_tasks.publishing.outbox import JOIN
 from platform_tasks.settings import PlatformSettings
 from platform_tasks.testing.outcomes import (
     JobOutcome,
@@ -104,11 +105,45 @@ class PlatformJobs:
         return self._port
 
     def publish(
-        self, queue: str, payload: Mapping[str, Any], opts: Mapping[str, Any] | None = None
+        self,
+        queue: str,
+        payload: Mapping[str, Any],
+        opts: Mapping[str, Any] | None = None,
+        *,
+        tx: Any = JOIN,
     ) -> uuid.UUID:
-        """``QueuePort.publish``: validate, publish now, return the job id."""
-        job_id: uuid.UUID = self.port.publish(queue, payload, opts)
+        """``QueuePort.publish``: validate, publish now, return the job id.
+
+        ``tx`` as for the port: a connection or cursor in a transaction makes the job an
+        outbox row of that transaction, published by the worker's relay once it commits
+        (rolled back, :meth:`wait` never sees it)."""
+        job_id: uuid.UUID = self.port.publish(queue, payload, opts, tx=tx)
         return job_id
+
+    def schedule(
+        self,
+        queue: str,
+        payload: Mapping[str, Any],
+        run_at: datetime,
+        opts: Mapping[str, Any] | None = None,
+        *,
+        tx: Any = JOIN,
+    ) -> uuid.UUID:
+        """``QueuePort.schedule``, ``tx`` included: the job id."""
+        job_id: uuid.UUID = self.port.schedule(queue, payload, run_at, opts, tx=tx)
+        return job_id
+
+    def schedule_many(
+        self,
+        queue: str,
+        items: Sequence[tuple[Mapping[str, Any], datetime]],
+        opts: Mapping[str, Any] | None = None,
+        *,
+        tx: Any = JOIN,
+    ) -> list[uuid.UUID]:
+        """``QueuePort.schedule_many``, ``tx`` included: the job ids, in order."""
+        job_ids: list[uuid.UUID] = self.port.schedule_many(queue, items, opts, tx=tx)
+        return job_ids
 
     def wait(self, job_id: uuid.UUID | str, timeout: float | None = None) -> JobOutcome:
         """The job's next delivery outcome; ``TimeoutError`` when none comes in ``timeout``

@@ -60,7 +60,13 @@ def producer(
 
 
 def start_worker(
-    started: list[CeleryProcess], redis_url: str, database_url: str, log: Path, **extra: str
+    started: list[CeleryProcess],
+    redis_url: str,
+    database_url: str,
+    log: Path,
+    argv: list[str] | None = None,
+    /,
+    **extra: str,
 ) -> CeleryProcess:
     env = platform_env(
         redis_url=redis_url,
@@ -72,7 +78,10 @@ def start_worker(
         },
     )
     worker = CeleryProcess(
-        worker_argv("tests.apps.outbox_app", concurrency=2), env=env, cwd=REPO_ROOT, log_path=log
+        argv or worker_argv("tests.apps.outbox_app", concurrency=2),
+        env=env,
+        cwd=REPO_ROOT,
+        log_path=log,
     ).start()
     started.append(worker)
     worker.wait_for_log("ready.", timeout=60)

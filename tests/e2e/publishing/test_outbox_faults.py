@@ -5,6 +5,7 @@ as two rows)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg2
@@ -25,27 +26,44 @@ from tests.e2e.publishing.outbox import (
     start_worker,
     wait_for,
 )
-from tests.support.processes import celery_processes
+from tests.support.processes import celery_processes, worker_argv
 
-ROWS = 1500
-"""Fewer than the 5,000 of the first version: the consumer, not the relay, bounds the
-test's time (5,000 jobs took two minutes on two loaded cores)."""
+ROWS = 5000
 KILLS = 5
+RELAY_ONLY = worker_argv(
+    "tests.apps.outbox_app", queues="outbox.relay_only", concurrency=1, hostname="relay@%h"
+)
+"""The worker that is killed relays and consumes nothing (``-Q`` a queue no job goes to):
+the kills land in the relay, and the jobs it published are applied meanwhile by a
+consuming worker that is never killed (``PLATFORM_OUTBOX_RELAY=false``)."""
 SMALL_BATCHES = {"PLATFORM_OUTBOX_BATCH_SIZE": "1"}
 """One row per batch: a drain takes a round trip per row, so a kill lands in the middle."""
+RELAY_BATCHES = {"PLATFORM_OUTBOX_BATCH_SIZE": "10"}
+"""Small batches: a drain takes hundreds of round trips, so every kill lands mid-drain,
+often between a batch's publish and its commit (the batch is then published again)."""
+CONSUMER = worker_argv(
+    "tests.apps.outbox_app", pool="threads", concurrency=4, hostname="consumer@%h"
+)
+"""The consuming worker (its relay turned off): threads, as the handler waits on
+PostgreSQL more than it computes."""
 
 
 def commit_rows(port: QueuePort, database_url: str, count: int, per_tx: int = 500) -> list[str]:
-    """``count`` publishes, committed ``per_tx`` to a transaction; their job ids."""
+    """``count`` jobs due now, committed ``per_tx`` to a transaction (``schedule_many`` with
+    ``tx``: one insert per page of rows; a job already due is a plain published row);
+    their job ids."""
     published: list[str] = []
     conn = psycopg2.connect(database_url)
     try:
         while len(published) < count:
+            now = datetime.now(UTC)
+            page = [
+                effect(f"row-{len(published) + n}")
+                for n in range(min(per_tx, count - len(published)))
+            ]
             with conn:
-                for _ in range(min(per_tx, count - len(published))):
-                    payload = effect(f"row-{len(published)}")
-                    port.publish(QUEUE, payload, tx=conn)
-                    published.append(payload["job_id"])
+                port.schedule_many(QUEUE, [(payload, now) for payload in page], tx=conn)
+            published += [payload["job_id"] for payload in page]
     finally:
         conn.close()
     return published
@@ -65,37 +83,57 @@ def test_sigkill_the_relaying_worker_five_times_while_rows_drain(
 ) -> None:
     prepare(database_url)
     client = redis.Redis.from_url(redis_url)
-    with producer(redis_url, redis_url, database_url) as port:
-        published = commit_rows(port, database_url, ROWS)
-    assert outbox_rows(database_url) == ROWS
+    step = ROWS // (KILLS + 1)
     kills_mid_drain = 0
     with celery_processes() as started:
+        consumer = start_worker(
+            started,
+            redis_url,
+            database_url,
+            tmp_path / "consumer.log",
+            CONSUMER,
+            PLATFORM_OUTBOX_RELAY="false",
+        )
+        with producer(redis_url, redis_url, database_url) as port:
+            published = commit_rows(port, database_url, ROWS)
+        assert outbox_rows(database_url) == ROWS
         for kill in range(KILLS):
             waiting = outbox_rows(database_url)
-            worker = start_worker(
-                started, redis_url, database_url, tmp_path / f"worker-{kill}.log", **SMALL_BATCHES
+            relay = start_worker(
+                started,
+                redis_url,
+                database_url,
+                tmp_path / f"relay-{kill}.log",
+                RELAY_ONLY,
+                **RELAY_BATCHES,
             )
-            if waiting:
-                wait_for(
-                    lambda waiting=waiting: outbox_rows(database_url) < waiting,
-                    timeout=30,
-                    message="the relay is draining",
-                    worker=worker,
-                    interval=0.01,
-                )
-            worker.kill_group()  # SIGKILL: the relay's open batch is rolled back
+            wait_for(
+                lambda waiting=waiting: outbox_rows(database_url) <= waiting - step,
+                timeout=60,
+                message="the relay is draining",
+                worker=relay,
+                interval=0.01,
+            )
+            relay.kill_group()  # SIGKILL: the relay's open batch is rolled back
             if outbox_rows(database_url):
                 kills_mid_drain += 1
-        worker = start_worker(started, redis_url, database_url, tmp_path / "worker-last.log")
+        relay = start_worker(
+            started, redis_url, database_url, tmp_path / "relay-last.log", RELAY_ONLY
+        )
         wait_for(
-            lambda: len(applied(database_url)) >= ROWS and not broker_lists(client),
+            lambda: (
+                len(applied(database_url)) >= ROWS
+                and not outbox_rows(database_url)
+                and not broker_lists(client)
+            ),
             timeout=180,
             message="every committed row applied after the kills",
-            worker=worker,
+            worker=consumer,
         )
-        worker.stop()
+        relay.stop()
+        consumer.stop()
     client.close()
-    assert kills_mid_drain >= 2, "the kills must catch the relay with rows still waiting"
+    assert kills_mid_drain == KILLS, "every kill caught the relay with rows still waiting"
     assert_each_applied_once(database_url, published)
 
 

@@ -25,6 +25,7 @@ from platform_tasks.errors import EnvelopeError
 from platform_tasks.keys import delay_keys
 from platform_tasks.observability.context import current_correlation_id
 from platform_tasks.observability.trace_context import current_trace_headers
+from platform_tasks.postgres.queries import load_queries
 from platform_tasks.publishing.delay_store import DelayStore
 from platform_tasks.publishing.outbox import OutboxTransactionError, handler_publishes
 from platform_tasks.publishing.outbox_relay import OutboxRelay
@@ -338,3 +339,71 @@ def test_a_unique_publish_in_a_transaction_takes_its_key_only_once_committed(
     other = port.publish("billing", payload(), tx=None, unique_key="k2", unique_for=hour)
     assert redis_client.llen("billing") == 2, "the rolled back publish never took k2"
     assert str(other) in redis_client.lindex("billing", 0).decode()
+
+
+def _scanned(plan: dict[str, Any]) -> int:
+    """Rows the plan's scans of tables and indexes produced or read and threw away."""
+    own = 0
+    if plan["Node Type"].endswith("Scan") and ("Relation Name" in plan or "Index Name" in plan):
+        own = plan["Actual Rows"] + plan.get("Rows Removed by Filter", 0)
+    return own + sum(_scanned(child) for child in plan.get("Plans", []))
+
+
+def test_a_claim_reads_only_its_batch_whatever_the_table_statistics(
+    port: QueuePort, conn: Any
+) -> None:
+    """The table churns faster than its statistics follow (here: truncated, so PostgreSQL
+    believes it nearly empty). A claim planned from such statistics must still read about
+    its batch, not every row waiting: that would make draining a backlog quadratic."""
+    with conn:
+        for _ in range(4000):
+            port.publish("billing", payload(), tx=conn)
+    sql = load_queries("outbox")
+    with conn.cursor() as cur:
+        cur.execute(sql["claim_begin"])
+        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql["claim_batch"], ("test", 500))
+        [[[explained]]] = cur.fetchall()
+    conn.rollback()
+    assert explained["Plan"]["Actual Rows"] == 500
+    assert _scanned(explained["Plan"]) <= 2 * 500, "the claim read rows beyond its batch"
+
+
+def test_schedule_many_in_a_transaction_stores_every_item_or_none(
+    app: PlatformCelery, port: QueuePort, conn: Any, database_url: str, redis_client: redis.Redis
+) -> None:
+    later = datetime.now(UTC) + timedelta(minutes=5)
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    port.schedule_many("billing", [(payload(), later), (payload(), past)], tx=conn)
+    conn.rollback()
+    assert rows(database_url) == [], "rolled back: no job"
+    with pytest.raises(EnvelopeError, match="tenant_id"):
+        port.schedule_many(
+            "billing", [(payload(), later), (payload(tenant_id="NO!"), later)], tx=conn
+        )
+    conn.commit()
+    assert rows(database_url) == [], "a bad item stores none"
+
+    with conn:
+        jobs = port.schedule_many("billing", [(payload(), later), (payload(), past)], tx=conn)
+    assert redis_client.llen("billing") == 0, "nothing leaves before the relay"
+    stored = rows(database_url)
+    assert [(job, due) for job, _, _, due in stored] == [
+        (str(jobs[0]), int(later.timestamp() * 1000)),
+        (str(jobs[1]), None),
+    ], "the due time kept; an item already due is published when relayed"
+    relay = OutboxRelay(app, metrics=False)
+    try:
+        assert relay.run_once() == 2
+    finally:
+        relay.close()
+    store = DelayStore(redis_client, delay_keys("test"))
+    assert store.pending() == 1 and store.next_due_ms() == int(later.timestamp() * 1000)
+    assert str(jobs[1]) in redis_client.lindex("billing", 0).decode()
+
+    parent = port.envelope(payload()).job_id
+    derived = []
+    for _attempt in range(2):
+        with handler_publishes(conn.cursor(), parent, "billing.charge"):
+            derived.append(port.schedule_many("billing", [(payload(), later)] * 2))
+        conn.rollback()
+    assert derived[0] == derived[1] and len(set(derived[0])) == 2, "ids derived per attempt"

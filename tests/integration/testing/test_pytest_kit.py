@@ -135,6 +135,28 @@ def test_a_failing_handler_gets_a_retry_scheduled(platform_jobs, platform_db):
         assert cur.fetchone() == (0,)
 
 
+def test_only_the_committed_transaction_publishes(platform_jobs, platform_database_url):
+    import psycopg2
+
+    conn = psycopg2.connect(platform_database_url)
+    rolled_back = platform_jobs.publish("default", order(12), tx=conn)
+    [rolled_back_later] = platform_jobs.schedule_many(
+        "default", [(order(13), datetime.now(UTC))], tx=conn)
+    conn.rollback()
+    committed = platform_jobs.publish("default", order(14), tx=conn)
+    [committed_later] = platform_jobs.schedule_many(
+        "default", [(order(15), datetime.now(UTC))], tx=conn)
+    with conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM core.outbox")
+        assert cur.fetchone() == (2,), "the jobs wait in the transaction, not the broker"
+    conn.commit()
+    conn.close()
+    assert platform_jobs.wait(committed).status == "applied"
+    assert platform_jobs.wait(committed_later).status == "applied"
+    assert platform_jobs.outcomes(rolled_back) == []
+    assert platform_jobs.outcomes(rolled_back_later) == []
+
+
 def test_a_job_nobody_consumes_times_out(platform_jobs):
     job_id = platform_jobs.publish("nobody.listens", order(11))
     with pytest.raises(TimeoutError, match=str(job_id)):
@@ -221,8 +243,8 @@ def test_the_documented_example_passes_as_written(tmp_path: Path) -> None:
 
 def test_the_kit_runs_a_projects_consumer_tests_on_servers_it_starts(tmp_path: Path) -> None:
     outcome = run_pytest(write_shop(tmp_path, ORDER_TESTS))
-    assert (outcome.passed, outcome.failed, outcome.errors) == (5, 0, 0), outcome.output
-    assert "5 passed" in outcome.output.strip().splitlines()[-1]
+    assert (outcome.passed, outcome.failed, outcome.errors) == (6, 0, 0), outcome.output
+    assert "6 passed" in outcome.output.strip().splitlines()[-1]
     assert "delay promotion failed" not in outcome.output, "the worker's promoter stopped"
 
 

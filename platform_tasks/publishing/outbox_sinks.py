@@ -1,0 +1,141 @@
+"""Where the outbox relay hands a claimed batch: the broker, as few round trips as it takes.
+
+The relay (:mod:`~platform_tasks.publishing.outbox_relay`) claims rows and commits their
+delete; a sink publishes them and says which ones the broker accepted. A row is deleted
+only once its sink returned its id, so a sink that fails, or accepts only part of a
+batch, leaves the rest in the outbox for the next pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import redis
+
+from platform_tasks.keys import DelayKeys, delay_keys, rabbitmq_delay_keys
+
+if TYPE_CHECKING:
+    from redis.typing import EncodableT, FieldT
+
+    from platform_tasks.kernel import PlatformCelery
+    from platform_tasks.publishing.confirmed_publisher import ConfirmedPublisher
+    from platform_tasks.settings import PlatformSettings
+
+__all__ = ["AmqpSink", "RedisSink", "Row"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Row:
+    """A claimed outbox row."""
+
+    id: int
+    broker: str
+    queue: str
+    target: str | None
+    message: str
+    entry_id: str | None
+    due_ms: int | None
+
+
+class RedisSink:
+    """Publishes rows onto a Redis broker in one pipelined round trip per batch (a failure
+    anywhere in it republishes the whole batch: the copies carry the same job ids).
+
+    The rows of one list go in one variadic ``LPUSH`` (Redis pushes its values in order,
+    exactly as one ``LPUSH`` per row would, so consumers still see publish order); the
+    rows due later go into the delay store in one ``HSET`` and one ``ZADD``. A batch costs
+    Redis a few commands instead of one per row, and the relay no per-row command."""
+
+    def __init__(self, settings: PlatformSettings) -> None:
+        self.client = redis.Redis.from_url(
+            settings.effective_broker_url, socket_timeout=10, socket_connect_timeout=5
+        )
+        self.keys: DelayKeys = delay_keys(settings.profile)
+
+    def publish(self, rows: list[Row]) -> list[int]:
+        """Ids of the rows Redis accepted: all of them, or an exception. ``rows`` are in
+        publish order."""
+        lists: dict[str, list[str]] = {}
+        entries: dict[FieldT, EncodableT] = {}
+        due: dict[str, EncodableT] = {}
+        for row in rows:
+            if row.target is not None:
+                lists.setdefault(row.target, []).append(row.message)
+            else:
+                assert row.entry_id is not None and row.due_ms is not None
+                entries[row.entry_id] = row.message
+                due[row.entry_id] = row.due_ms
+        with self.client.pipeline(transaction=False) as pipe:
+            for target, messages in lists.items():
+                pipe.lpush(target, *messages)
+            if entries:
+                pipe.hset(self.keys.entries, mapping=entries)
+                pipe.zadd(self.keys.schedule, due)
+            pipe.execute()
+        return [row.id for row in rows]
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class AmqpSink:
+    """Publishes rows into RabbitMQ with publisher confirms; rows due later go into the
+    delay store on the platform's Redis, which the RabbitMQ promoter drains."""
+
+    def __init__(self, app: PlatformCelery) -> None:
+        from platform_tasks.publishing.confirmed_publisher import ConfirmedPublisher
+
+        self.app = app
+        self.settings: PlatformSettings = app.platform_settings
+        from platform_tasks.publishing.native_delays import NativeDelays
+
+        self.publisher: ConfirmedPublisher = ConfirmedPublisher(app)
+        self._native = NativeDelays(app)
+        self._store: redis.Redis | None = None
+
+    def _delay_store(self) -> redis.Redis:
+        if self._store is None:
+            from platform_tasks.brokers.redis_client import build_redis
+
+            self._store = build_redis(self.settings)
+        return self._store
+
+    def publish(self, rows: list[Row]) -> list[int]:
+        from platform_tasks.publishing.amqp_wire import AmqpMessage
+
+        accepted: list[int] = []
+        later = [row for row in rows if row.entry_id is not None]  # for the delay store
+        now = [row for row in rows if row.entry_id is None]  # countdown rows included
+        if later:
+            keys = rabbitmq_delay_keys(self.settings.profile)
+            with self._delay_store().pipeline(transaction=True) as pipe:
+                for row in later:
+                    assert row.entry_id is not None and row.due_ms is not None
+                    pipe.hset(keys.entries, row.entry_id, row.message)
+                    pipe.zadd(keys.schedule, {row.entry_id: row.due_ms})
+                pipe.execute()
+            accepted.extend(row.id for row in later)
+        if now:
+            messages = [AmqpMessage.decode(row.message) for row in now]
+            for row, message in zip(now, messages, strict=True):
+                if row.due_ms is not None:  # through the delayed-delivery queues
+                    self._native.ensure_routable(message.queue)
+            confirmed = self.publisher.publish(messages)
+            accepted.extend(row.id for row, ok in zip(now, confirmed, strict=True) if ok)
+            if not all(confirmed):
+                logger.warning(
+                    "RabbitMQ did not confirm %d outbox messages; they stay for the next pass",
+                    confirmed.count(False),
+                    extra={"event": "outbox.unconfirmed", "count": confirmed.count(False)},
+                )
+        return accepted
+
+    def close(self) -> None:
+        self.publisher.close()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
