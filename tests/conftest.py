@@ -1,4 +1,4 @@
-"""Session-wide real servers for the whole suite, and how it is split between two processes.
+"""Session-wide real servers for the whole suite, and how it is split between processes.
 
 One Redis and one PostgreSQL serve every test of a pytest session (of an xdist worker:
 see :func:`pytest_collection_modifyitems`); each test starts from an empty Redis
@@ -64,12 +64,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> FileUnitSche
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Queue the suite's work units for the two processes that share them (``-n 2``).
+    """Queue the suite's work units for the processes that share them (``-n 3``).
 
     Each test file is one work unit (its tests run in order in one process, so a module's
     fixtures start once), and every test file that uses RabbitMQ is in one unit of its own
     (tests/support/work_units.py says why and how). A process takes the next unit from the
-    queue whenever it runs low, so the two finish within about one file's time of each
+    queue whenever it runs low, so they finish within about one file's time of each
     other; end-to-end files run beside each other, as they have since pytest 9 (the suite
     waits on real processes far more than it computes). The queue (``--no-loadscope-reorder``
     keeps this order) has the RabbitMQ unit first, then the end-to-end, integration,
