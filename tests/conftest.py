@@ -64,7 +64,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> FileUnitSche
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Queue the suite's work units for the processes that share them (``-n 3``).
+    """Queue the suite's work units for the processes that share them (``-n 4``).
 
     Each test file is one work unit (its tests run in order in one process, so a module's
     fixtures start once), and every test file that uses RabbitMQ is in one unit of its own
