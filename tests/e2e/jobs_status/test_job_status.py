@@ -8,6 +8,10 @@ failure and an output over the cap, schedules a retry, runs a job that reports p
 (and holds a concurrency slot, so the next job of its tenant waits on the cap), and
 throttles the second job of a tenant. 200 jobs of another correlation id are spread over
 three queues (one consumed, one paused, one nobody consumes) and listed with their states.
+
+The worker is started with ``-Q status,status_paused``, unlike the README's command: a
+third queue that no worker consumes is what keeps jobs ``waiting`` for the test to find,
+and a worker without ``-Q`` would consume every queue the test app declares.
 """
 
 from __future__ import annotations
