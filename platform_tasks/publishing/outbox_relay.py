@@ -148,13 +148,26 @@ class OutboxRelay(BackgroundThread):
         commits it); a failure rolls it back or, if that fails too, closes ``conn``."""
         try:
             with conn.cursor() as cur:
+                # text columns as bytes: the messages go to the broker as PostgreSQL sent them
+                psycopg2.extensions.register_type(psycopg2.extensions.BYTES, cur)
                 cur.execute(self._claim, (self.settings.profile, self.settings.outbox_batch_size))
                 records = cur.fetchall()
         except BaseException:
             self._roll_back(conn)
             raise
         records.sort()  # by id (unique, first): publish order
-        return [Row(*record) for record in records]
+        return [
+            Row(
+                row_id,
+                broker.decode(),
+                queue.decode(),
+                target and target.decode(),
+                message,
+                entry_id and entry_id.decode(),
+                due_ms,
+            )
+            for row_id, broker, queue, target, message, entry_id, due_ms in records
+        ]
 
     def _roll_back(self, conn: Any) -> None:
         """Give a claimed batch back (its rows are there for the next pass)."""
