@@ -32,15 +32,17 @@ def maintenance() -> None:
     help="Rows deleted per short transaction.",
 )
 def purge_processed_jobs_command(batch_size: int) -> None:
-    """Delete idempotency rows older than PLATFORM_PROCESSED_JOBS_TTL_DAYS (default 30)."""
+    """Delete idempotency rows, delivery marks and completed job batches older than
+    PLATFORM_PROCESSED_JOBS_TTL_DAYS (default 30)."""
     settings = database_settings()
     try:
         result = purge_processed_jobs(settings, batch_size=batch_size)
     except Exception as exc:  # psycopg2 errors too: report, do not dump a traceback
         raise cli_error(exc, settings) from None
     click.echo(
-        f"deleted {result.deleted} processed_jobs rows older than {result.cutoff.isoformat()} "
-        f"in {result.batches} batches ({result.seconds:.2f}s)"
+        f"deleted {result.deleted} processed_jobs rows, {result.marks_deleted} delivery marks "
+        f"and {result.batches_deleted} completed job batches older than "
+        f"{result.cutoff.isoformat()} in {result.batches} transactions ({result.seconds:.2f}s)"
     )
 
 

@@ -1,4 +1,5 @@
-"""Housekeeping of schema core: TTL cleanup of idempotency rows and stale dead-letter alerts.
+"""Housekeeping of schema core: TTL cleanup of idempotency rows (with the delivery marks and
+the completed batches of the same age) and stale dead-letter alerts.
 
 Both run from the CLI (``platform-tasks maintenance ...``) and as scheduled jobs. The purge
 deletes in small batches, each its own short transaction addressing rows by ``ctid`` with
@@ -24,6 +25,8 @@ from platform_tasks.settings import PlatformSettings, variable_name
 logger = logging.getLogger(__name__)
 
 DEFAULT_PURGE_BATCH_SIZE = 5000
+BATCHES_PER_PURGE_TRANSACTION = 20
+"""Completed batches deleted per transaction: each takes its children's rows along."""
 STALE_ALERT_FINGERPRINT = ("dead-letters", "pending-review-too-long")
 
 
@@ -50,6 +53,7 @@ class PurgeResult:
     seconds: float
     cutoff: datetime
     marks_deleted: int = 0
+    batches_deleted: int = 0
 
 
 def purge_processed_jobs(
@@ -62,31 +66,42 @@ def purge_processed_jobs(
 
     Each batch commits on its own; the loop ends at the first batch that deletes nothing,
     so rows a consumer holds at that moment are simply left for the next run. Delivery
-    marks (``core.delivery_marks``) older than the same cutoff are purged after them.
+    marks (``core.delivery_marks``) older than the same cutoff are purged after them, then
+    the batches (``core.batches`` with their children) that completed before it: past the
+    idempotency window a replayed dead letter is a new job anyway, and re-opens nothing.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     cutoff = _now(now) - timedelta(days=settings.processed_jobs_ttl_days)
     queries = load_queries("maintenance")
     started = time.monotonic()
-    deleted = batches = marks_deleted = 0
+    names = ("purge_processed_jobs_batch", "purge_delivery_marks_batch", "purge_batches_batch")
+    counts = dict.fromkeys(names, 0)
+    batches = 0
     conn = _connect(settings)
     try:
-        for name in ("purge_processed_jobs_batch", "purge_delivery_marks_batch"):
+        for name in counts:
+            size = BATCHES_PER_PURGE_TRANSACTION if name == "purge_batches_batch" else batch_size
             while True:
                 with conn, conn.cursor() as cur:
-                    cur.execute(queries[name], {"cutoff": cutoff, "batch_size": batch_size})
+                    cur.execute(queries[name], {"cutoff": cutoff, "batch_size": size})
                     count = cur.rowcount
                 if count <= 0:
                     break
-                if name == "purge_processed_jobs_batch":
-                    deleted += count
-                else:
-                    marks_deleted += count
+                counts[name] += count
                 batches += 1
     finally:
         conn.close()
-    result = PurgeResult(deleted, batches, time.monotonic() - started, cutoff, marks_deleted)
+    deleted = counts["purge_processed_jobs_batch"]
+    marks_deleted = counts["purge_delivery_marks_batch"]
+    result = PurgeResult(
+        deleted,
+        batches,
+        time.monotonic() - started,
+        cutoff,
+        marks_deleted,
+        counts["purge_batches_batch"],
+    )
     logger.info(
         "purged %d processed_jobs rows older than %s in %d batches (%.2fs)",
         deleted,
@@ -97,6 +112,7 @@ def purge_processed_jobs(
             "event": "processed_jobs.purged",
             "deleted": deleted,
             "marks_deleted": marks_deleted,
+            "batches_deleted": result.batches_deleted,
             "batches": batches,
             "cutoff": cutoff.isoformat(),
             "seconds": round(result.seconds, 3),

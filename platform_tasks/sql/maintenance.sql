@@ -25,3 +25,17 @@ WHERE ctid = ANY(ARRAY(
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED
 ));
+
+-- name: purge_batches_batch
+-- At most %(batch_size)s batches that completed before the cutoff (the idempotency rows')
+-- and made no progress since (a replay re-opening one moves progressed_at): their shards
+-- and children go with them (ON DELETE CASCADE). A batch still open is never purged,
+-- however old. A batch holds up to thousands of child rows, hence few per transaction.
+DELETE FROM core.batches
+WHERE batch_id = ANY(ARRAY(
+    SELECT batch_id
+    FROM core.batches
+    WHERE complete_fired_at < %(cutoff)s AND progressed_at < %(cutoff)s
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+));

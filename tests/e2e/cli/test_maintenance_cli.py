@@ -43,7 +43,7 @@ def test_purge_processed_jobs_command(redis_url: str, database_url: str) -> None
         result = run(env, "purge-processed-jobs", "--batch-size", "100")
         assert result.returncode == 0, result.stderr
         assert "deleted 250 processed_jobs rows" in result.stdout
-        assert "in 3 batches" in result.stdout
+        assert "in 3 transactions" in result.stdout
         with conn, conn.cursor() as cur:
             cur.execute("SELECT consumer, count(*) FROM core.processed_jobs GROUP BY consumer")
             assert dict(cur.fetchall()) == {"young": 5}

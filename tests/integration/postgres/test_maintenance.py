@@ -82,6 +82,51 @@ def test_purge_deletes_delivery_marks_past_the_ttl_too(
         assert dict(cur.fetchall()) == {"young": 1200}
 
 
+def _add_batch(
+    conn: Connection, children: int, progressed_at: datetime, completed_at: datetime | None
+) -> str:
+    with conn, conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO core.batches (batch_id, profile, shards, created_at, progressed_at, "
+            "complete_fired_at) VALUES (gen_random_uuid(), 'default', 1, %s, %s, %s) "
+            "RETURNING batch_id::text",
+            (progressed_at, progressed_at, completed_at),
+        )
+        (batch_id,) = cur.fetchone()
+        remaining = children if completed_at is None else 0
+        cur.execute("INSERT INTO core.batch_shards VALUES (%s, 0, %s)", (batch_id, remaining))
+        cur.execute(
+            "INSERT INTO core.batch_jobs (batch_id, job_id, queue, kind, tenant_id, outcome) "
+            "SELECT %s, gen_random_uuid(), 'default', 'k', 't', %s FROM generate_series(1, %s)",
+            (batch_id, None if completed_at is None else "applied", children),
+        )
+    return str(batch_id)
+
+
+def test_purge_deletes_batches_completed_before_the_cutoff_with_their_children(
+    conn: Connection, ttl_settings: PlatformSettings
+) -> None:
+    """A completed batch keeps its rows for the idempotency window, then goes with its
+    shards and children; a batch still open, or re-opened by a replay since (its
+    progress is recent), stays whatever its age."""
+    old, recent = NOW - timedelta(days=40), NOW - timedelta(days=2)
+    gone = [_add_batch(conn, 300, old, old) for _ in range(45)]
+    kept = {
+        _add_batch(conn, 5, recent, recent),  # completed two days ago
+        _add_batch(conn, 5, old, None),  # open for 40 days (the watchdog's business)
+        _add_batch(conn, 5, recent, old),  # completed long ago, re-opened by a replay
+    }
+    result = purge_processed_jobs(ttl_settings, batch_size=1_000, now=NOW)
+    assert result.batches_deleted == len(gone)
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT batch_id::text FROM core.batches")
+        assert {row[0] for row in cur.fetchall()} == kept
+        cur.execute("SELECT count(*), count(DISTINCT batch_id) FROM core.batch_jobs")
+        assert cur.fetchone() == (15, 3)
+        cur.execute("SELECT count(*) FROM core.batch_shards")
+        assert cur.fetchone() == (3,)
+
+
 def test_ttl_comes_from_settings(conn: Connection, database_url: str) -> None:
     add_processed(conn, 10, NOW - timedelta(days=8))
     week = PlatformSettings.build(database_url=database_url, processed_jobs_ttl_days=7)
