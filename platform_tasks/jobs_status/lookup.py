@@ -28,7 +28,7 @@ import psycopg2.extras
 from platform_tasks.brokers.redis_client import build_redis
 from platform_tasks.consumer.queue_pause import read_paused
 from platform_tasks.jobs_status.model import Facts, JobStatus, decide, job_time, publish_order
-from platform_tasks.jobs_status.redis_search import Places, RedisSearch
+from platform_tasks.jobs_status.redis_search import Places, RedisSearch, wire_text
 from platform_tasks.keys import running_key
 from platform_tasks.postgres.database import require_database_url
 from platform_tasks.postgres.queries import load_queries
@@ -101,9 +101,11 @@ class StatusReader:
         with self._cursor() as cur:
             self._rows(cur, "by_correlation", params, facts)
             self._paused()
-            needle = f"correlation_id={correlation_id}"
+            tail = f" correlation_id={correlation_id})"
             matches = [
-                m for m in self.search.find(needle, CORRELATION_LIMIT) if needle in m.argsrepr
+                m
+                for m in self.search.find(wire_text(tail), CORRELATION_LIMIT)
+                if m.argsrepr.endswith(tail)
             ]
             for match in matches:
                 self._facts(facts, match.job_id).found.append(match.found)

@@ -36,7 +36,7 @@ from platform_tasks.settings import PlatformSettings
 if TYPE_CHECKING:
     from platform_tasks.kernel import PlatformCelery
 
-__all__ = ["Match", "Places", "RedisSearch"]
+__all__ = ["Match", "Places", "RedisSearch", "wire_text"]
 
 CHUNK = 1000
 """Messages read per Redis command inside the search script."""
@@ -212,6 +212,13 @@ class RedisSearch:
             for (match, _), score in zip(delayed, pipe.execute(), strict=True):
                 match.found = _with_due(match.found, score)
         return matches
+
+
+def wire_text(text: str) -> str:
+    """``text`` as it is spelled inside a JSON string of a wire message (kombu writes
+    ASCII JSON: a quote, a backslash or a non-ASCII letter is escaped), the form the
+    search must look for."""
+    return json.dumps(text)[1:-1]
 
 
 def _text(value: Any) -> str:
