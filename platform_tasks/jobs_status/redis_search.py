@@ -6,8 +6,9 @@ Redis server (``find_messages.lua``): it reads the lists and hashes in chunks an
 only the messages whose text holds the job id (Celery's task id header) or the
 correlation id (the ``argsrepr`` header), so 100,000 waiting messages cost the server a
 scan of memory and the client one reply of a few hundred bytes. The script runs in one
-call per server; on a broker holding millions of waiting messages it keeps that server
-busy for the scan (about a quarter of a microsecond per message, BENCHMARKS.md).
+call per server; a search that reads every message (an id no store has, a correlation
+id) keeps that server busy for about a microsecond per waiting message of 1.5 KB, almost
+all of it Redis copying each message into Lua (``bench/job_status_scan.py``, BENCHMARKS.md).
 
 What is searched: every priority list of each queue of :class:`Places` (the app's
 queues, or without an app ``default``, ``PLATFORM_CONSOLE_QUEUES`` and the paused and
