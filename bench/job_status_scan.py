@@ -8,6 +8,8 @@ This script fills one private Redis as ``bench/job_status_latency.py`` does (rea
 messages over ``--queues`` queues) and times, in alternating order within each round,
 scripts that read all of them:
 
+- ``lpos``: ``LPOS`` of an absent message over every list: Redis's own C loop over every
+  message, nothing copied (what a search would cost if Redis could match a substring);
 - ``read N``: ``LRANGE`` in chunks of N messages and nothing else: the floor any search in
   Lua pays (Redis builds each chunk's reply, Lua copies every message into a string);
 - ``find id`` / ``find corr``: the same read plus one plain ``string.find`` per message
@@ -18,7 +20,7 @@ scripts that read all of them:
 - ``script id`` / ``script corr``: ``find_messages.lua`` itself, at the search's chunk
   (``redis_search.CHUNK``) and, for the id, at 250 and 1,000.
 
-The baseline, in the same round: ``read 1000`` (the chunk the search used before).
+The baseline, in the same round: ``read 1000`` (the chunk the search used before 250).
 Printed per variant: median and min over the rounds, µs per message, and the median's
 ratio to the baseline.
 """
@@ -64,6 +66,13 @@ end
 return n
 """
 READ = SCAN % "n = n + 1"
+LPOS = """
+local n = 0
+for _, k in ipairs(KEYS) do
+  n = n + (redis.call('LPOS', k, ARGV[1], 'MAXLEN', 0) or 0)
+end
+return n
+"""
 FIND = SCAN % "if find(it, a, 1, true) then n = n + 1 end"
 ANCHOR = SCAN % "if find(it, a, 1, true) and find(it, b, 1, true) then n = n + 1 end"
 
@@ -89,6 +98,7 @@ def main() -> None:
         corr = wire_text(" correlation_id=absent-correlation-id)")
         script = script_source("find_messages")
         variants: dict[str, tuple[str, list[Any]]] = {
+            "lpos": (LPOS, ["absent"]),
             **{f"read {n}": (READ, [n, "", ""]) for n in (100, 250, 500, 1000, 2000)},
             "find id, chunk 1000": (FIND, [1000, job, ""]),
             "find corr, chunk 1000": (FIND, [1000, corr, ""]),
