@@ -230,7 +230,9 @@ def anchor_of(needle: str) -> str:
 
     Neither character is in a base64 body, and both are rare in a message's headers, so
     ``string.find``, which runs ``memchr`` for the first character and compares from
-    there, crosses most of each message in one call (BENCHMARKS.md, "Job status").
+    there, crosses most of each message in one call: a correlation search costs 0.9-1.3x
+    the bare read of the messages instead of 1.7-1.9x; a job id's, the same as before
+    (BENCHMARKS.md, "Job status").
     """
     for mark in ("=", "-"):
         at = needle.find(mark)
