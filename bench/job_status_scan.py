@@ -20,6 +20,9 @@ scripts that read all of them:
 - ``script id`` / ``script corr``: ``find_messages.lua`` itself, at the search's chunk
   (``redis_search.CHUNK``) and, for the id, at 250 and 1,000.
 
+With ``--sizes 100,400,1560,6000`` it then times ``read 250`` over as many messages of
+random hex text of each size instead (is the read's cost per message or per byte?).
+
 The baseline, in the same round: ``read 1000`` (the chunk the search used before 250).
 Printed per variant: median and min over the rounds, µs per message, and the median's
 ratio to the baseline.
@@ -28,6 +31,7 @@ ratio to the baseline.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -77,11 +81,36 @@ FIND = SCAN % "if find(it, a, 1, true) then n = n + 1 end"
 ANCHOR = SCAN % "if find(it, a, 1, true) and find(it, b, 1, true) then n = n + 1 end"
 
 
+def by_size(client: redis.Redis, size: int, count: int, rounds: int) -> None:
+    """``read 250`` over ``count`` messages of ``size`` bytes of random hex text."""
+    client.delete("sized")
+    pipe = client.pipeline(transaction=False)
+    for index in range(count):
+        pipe.lpush("sized", os.urandom(size // 2).hex())
+        if index % 5000 == 4999:
+            pipe.execute()
+    pipe.execute()
+    script = client.register_script(READ)
+    times = []
+    for round_ in range(rounds + 1):
+        started = time.perf_counter()
+        script(keys=["sized"], args=[250, "", ""])
+        if round_:
+            times.append((time.perf_counter() - started) * 1000)
+    median = statistics.median(times)
+    print(
+        f"read 250, {size:>5} B each    median {median:7.1f} ms  min {min(times):7.1f} ms  "
+        f"{median * 1000 / count:5.2f} µs/message",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--waiting", type=int, default=100_000)
     parser.add_argument("--queues", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--sizes", default="", help="e.g. 100,400,1560,6000 (bytes)")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-status-scan-"))
     rs = RedisServer(base / "redis").start()
@@ -134,6 +163,8 @@ def main() -> None:
                 f"{median / baseline:5.2f}x read 1000",
                 flush=True,
             )
+        for size in [int(n) for n in args.sizes.split(",") if n.strip()]:
+            by_size(client, size, args.waiting, args.rounds)
     finally:
         rs.stop()
 
