@@ -10,6 +10,8 @@ scripts that read all of them:
 
 - ``lpos``: ``LPOS`` of an absent message over every list: Redis's own C loop over every
   message, nothing copied (what a search would cost if Redis could match a substring);
+- ``hscan 250``: the same messages read from a hash with ``HSCAN`` (as the search reads
+  kombu's unacked hash and the delay store's entries), 250 per call;
 - ``read N``: ``LRANGE`` in chunks of N messages and nothing else: the floor any search in
   Lua pays (Redis builds each chunk's reply, Lua copies every message into a string);
 - ``find id`` / ``find corr``: the same read plus one plain ``string.find`` per message
@@ -70,6 +72,15 @@ end
 return n
 """
 READ = SCAN % "n = n + 1"
+HSCAN = """
+local cursor, n = '0', 0
+repeat
+  local page = redis.call('HSCAN', KEYS[1], cursor, 'COUNT', tonumber(ARGV[1]))
+  cursor = page[1]
+  n = n + #page[2] / 2
+until cursor == '0'
+return n
+"""
 LPOS = """
 local n = 0
 for _, k in ipairs(KEYS) do
@@ -123,11 +134,19 @@ def main() -> None:
         client = redis.Redis.from_url(rs.url)
         size = statistics.mean(len(client.lindex(q, 0) or b"") for q in queues)
         print(f"{args.waiting:,} waiting messages of {size:.0f} bytes over {args.queues} queues")
+        for queue in queues:  # the same messages in a hash, for the hscan variant
+            messages = client.lrange(queue, 0, -1)
+            for start in range(0, len(messages), 5000):
+                batch = messages[start : start + 5000]
+                client.hset(
+                    "as_hash", mapping={f"{queue}:{start + i}": m for i, m in enumerate(batch)}
+                )
         job = str(uuid.uuid4())
         corr = wire_text(" correlation_id=absent-correlation-id)")
         script = script_source("find_messages")
         variants: dict[str, tuple[str, list[Any]]] = {
             "lpos": (LPOS, ["absent"]),
+            "hscan 250": (HSCAN, [250]),
             **{f"read {n}": (READ, [n, "", ""]) for n in (100, 250, 500, 1000, 2000)},
             "find id, chunk 1000": (FIND, [1000, job, ""]),
             "find corr, chunk 1000": (FIND, [1000, corr, ""]),
@@ -151,7 +170,8 @@ def main() -> None:
             order = list(variants) if round_ % 2 else list(reversed(variants))
             for name in order:
                 started = time.perf_counter()
-                scripts[name](keys=queues, args=variants[name][1])
+                keys = ["as_hash"] if name.startswith("hscan") else queues
+                scripts[name](keys=keys, args=variants[name][1])
                 if round_:  # round 0 warms (scripts loaded, memory touched)
                     times[name].append((time.perf_counter() - started) * 1000)
         baseline = statistics.median(times["read 1000"])
