@@ -13,8 +13,11 @@ reader (connections kept, as the console does; the CLI adds its process start):
 - applied: a random row of the million (answered by PostgreSQL alone);
 - waiting: a random waiting message (PostgreSQL finds nothing, then the marker, then the
   server-side search of every list, lane, the unacked hash and the delay store);
-- unknown: an id no store has (the whole search, nothing found: the worst case);
-- correlation: the 10 applied jobs of one correlation id.
+- unknown: an id no store has (the whole search, nothing found: the worst case), a UUIDv4
+  (no time to bisect on) and a UUIDv7 of now (bisected first, then the whole search);
+- correlation: the 10 applied jobs of one correlation id, and apart its three PostgreSQL
+  reads alone (claims, dead letters, outbox), whose plan on the million rows is printed
+  (``EXPLAIN ANALYZE``) to show the index it uses.
 
 The baseline, measured in the same run on the same connection: one primary-key
 ``SELECT`` on ``core.processed_jobs``. Printed: p50, p99 and max per kind, in ms.
@@ -43,9 +46,14 @@ sys.path.insert(0, str(ROOT))
 from platform_tasks.app import platform_queue_port  # noqa: E402
 from platform_tasks.envelope import uuid7  # noqa: E402
 from platform_tasks.jobs_status import StatusReader  # noqa: E402
+from platform_tasks.jobs_status.lookup import CORRELATION_LIMIT  # noqa: E402
+from platform_tasks.jobs_status.outbox_rows import spellings  # noqa: E402
 from platform_tasks.postgres.migrations import migrate  # noqa: E402
+from platform_tasks.postgres.queries import load_queries  # noqa: E402
 from platform_tasks.settings import PlatformSettings  # noqa: E402
 from platform_tasks.testing.servers import PostgresServer, RedisServer  # noqa: E402
+
+STATUS_QUERIES = load_queries("job_status")
 
 FILL_SQL = """
 INSERT INTO core.processed_jobs (job_id, consumer, processed_at, correlation_id, output)
@@ -136,6 +144,11 @@ def main() -> None:
             flush=True,
         )
         rng = random.Random(7)
+
+        def correlation_params() -> dict[str, object]:
+            correlation_id = f"corr-{rng.randrange(args.rows // 10)}"
+            return {**spellings(correlation_id), "limit": CORRELATION_LIMIT}
+
         with StatusReader(settings, queues=queues) as reader:
             assert reader.job(rng.choice(applied)).state == "applied"
             assert reader.job(rng.choice(waiting)).state == "waiting"
@@ -149,13 +162,23 @@ def main() -> None:
                 ("jobs show: applied (1M rows)", lambda: reader.job(rng.choice(applied))),
                 ("jobs show: waiting (search)", lambda: reader.job(rng.choice(waiting))),
                 ("jobs show: unknown (full search)", lambda: reader.job(str(uuid.uuid4()))),
+                ("jobs show: unknown UUIDv7", lambda: reader.job(str(uuid7()))),
                 (
                     "jobs list --correlation-id (10)",
                     lambda: reader.correlation(f"corr-{rng.randrange(args.rows // 10)}"),
                 ),
+                (
+                    "  its PostgreSQL reads alone",
+                    lambda: reader._rows(cur, "by_correlation", correlation_params(), {}),
+                ),
             ):
                 call()  # warm: plans, scripts loaded
                 report(label, timed(call, args.lookups))
+            cur.execute(
+                "EXPLAIN (ANALYZE, BUFFERS) " + STATUS_QUERIES["processed_by_correlation"],
+                {**correlation_params(), "profile": "bench"},
+            )
+            print("\n".join(str(row["QUERY PLAN"]) for row in cur.fetchall()))
         print(json.dumps({"rows": args.rows, "waiting": args.waiting, "queues": args.queues}))
     finally:
         pg.stop()

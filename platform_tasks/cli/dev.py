@@ -139,10 +139,14 @@ def _start(platform: DevPlatform, login: DevLogin) -> None:
     job_ids = platform.publish_samples()
     logs = platform.logs_dir
     click.echo(f"Samples     published {len(job_ids)}: {' '.join(job_ids)}")
+    if platform.samples_correlation_id:
+        click.echo(f"Samples     correlation id {platform.samples_correlation_id}")
     click.echo(f"Flower      http://127.0.0.1:{platform.options.flower_port}/")
     if console_up:
         click.echo(f"Console     {platform.console_url}")
         click.echo(f"Login       {login.describe()}")
+        if job_ids:
+            click.echo(f"Find a job  {platform.job_search_url(job_ids[0])}")
     else:
         click.echo(f"Console     not started: see {logs}/console.log")
     click.echo(

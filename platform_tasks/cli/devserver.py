@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 from platform_tasks.postgres.migrations import migrate
 from platform_tasks.settings import PlatformSettings, redact_url
@@ -95,6 +97,7 @@ class DevPlatform:
         self.flower: ManagedProcess | None = None
         self.console: ManagedProcess | None = None
         self.generation = 0
+        self.samples_correlation_id: str | None = None
 
     @property
     def logs_dir(self) -> Path:
@@ -188,6 +191,10 @@ class DevPlatform:
     def console_url(self) -> str:
         return f"http://127.0.0.1:{self.options.console_port}/"
 
+    def job_search_url(self, text: str) -> str:
+        """The console's "Find a job" page answering ``text`` (a job or correlation id)."""
+        return f"{self.console_url}admin/platform_console/queue/jobs/?q={quote(text)}"
+
     def start_console(self, login_env: Mapping[str, str]) -> None:
         """``platform-tasks console`` on loopback, its admin user set from ``login_env``
         (:mod:`platform_tasks.cli.dev_login`); the password travels in its environment
@@ -219,13 +226,19 @@ class DevPlatform:
         """Call the app module's ``publish_samples(count)``, in a child process.
 
         The samples belong to the application (its kinds, its queues), so the composition
-        root defines them; an app without the function simply gets none.
+        root defines them; an app without the function simply gets none. They are
+        published under one correlation id (:attr:`samples_correlation_id`, set as the
+        current one unless the app's function names its own), so a newcomer can find
+        them together in the console as well as one by one.
         """
         if self.options.samples <= 0:
             return []
         module_name = self.options.app.split(":")[0]
+        correlation_id = f"dev-samples-{secrets.token_hex(4)}"
         code = (
             "import importlib\n"
+            "from platform_tasks.observability.context import current_correlation_id\n"
+            f"current_correlation_id.set({correlation_id!r})\n"
             f"module = importlib.import_module({module_name!r})\n"
             "publish = getattr(module, 'publish_samples', None)\n"
             f"for job_id in (publish({self.options.samples}) if publish else []):\n"
@@ -243,7 +256,9 @@ class DevPlatform:
         if out.returncode != 0:
             self.say(f"Samples     not published: {out.stderr.strip().splitlines()[-1:]}")
             return []
-        return out.stdout.split()
+        job_ids = out.stdout.split()
+        self.samples_correlation_id = correlation_id if job_ids else None
+        return job_ids
 
     def all_pids(self) -> list[int]:
         processes: Iterable[ManagedProcess | None] = [

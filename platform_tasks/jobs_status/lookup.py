@@ -28,7 +28,8 @@ import psycopg2.extras
 from platform_tasks.brokers.redis_client import build_redis
 from platform_tasks.consumer.queue_pause import read_paused
 from platform_tasks.jobs_status.model import Facts, JobStatus, decide, job_time, publish_order
-from platform_tasks.jobs_status.redis_search import Places, RedisSearch
+from platform_tasks.jobs_status.outbox_rows import belongs, spellings
+from platform_tasks.jobs_status.redis_search import Places, RedisSearch, wire_text
 from platform_tasks.keys import running_key
 from platform_tasks.postgres.database import require_database_url
 from platform_tasks.postgres.queries import load_queries
@@ -97,13 +98,15 @@ class StatusReader:
         if not correlation_id.strip():
             raise ValueError("correlation id must not be empty")
         facts: dict[str, Facts] = {}
-        params = {"correlation_id": correlation_id, "limit": CORRELATION_LIMIT}
+        params = {**spellings(correlation_id), "limit": CORRELATION_LIMIT}
         with self._cursor() as cur:
             self._rows(cur, "by_correlation", params, facts)
             self._paused()
-            needle = f"correlation_id={correlation_id}"
+            tail = f" correlation_id={correlation_id})"
             matches = [
-                m for m in self.search.find(needle, CORRELATION_LIMIT) if needle in m.argsrepr
+                m
+                for m in self.search.find(wire_text(tail), CORRELATION_LIMIT)
+                if m.argsrepr.endswith(tail)
             ]
             for match in matches:
                 self._facts(facts, match.job_id).found.append(match.found)
@@ -143,7 +146,13 @@ class StatusReader:
         for store in ("processed", "dead_letters", "outbox"):
             cur.execute(_QUERIES[f"{store}_{suffix}"], params)
             for row in cur.fetchall():
-                getattr(self._facts(facts, str(row["job_id"])), store).append(dict(row))
+                found = dict(row)
+                message = found.pop("message", None)  # outbox by correlation: checked here
+                if message is not None and not belongs(
+                    found["broker"], message, params["correlation_id"]
+                ):
+                    continue
+                getattr(self._facts(facts, str(found["job_id"])), store).append(found)
 
     def _operations(self, cur: Any, facts: list[Facts]) -> None:
         for item in facts:

@@ -6,8 +6,9 @@ Redis server (``find_messages.lua``): it reads the lists and hashes in chunks an
 only the messages whose text holds the job id (Celery's task id header) or the
 correlation id (the ``argsrepr`` header), so 100,000 waiting messages cost the server a
 scan of memory and the client one reply of a few hundred bytes. The script runs in one
-call per server; on a broker holding millions of waiting messages it keeps that server
-busy for the scan (about a quarter of a microsecond per message, BENCHMARKS.md).
+call per server; a search that reads every message (an id no store has, a correlation
+id) keeps that server busy for about a microsecond per waiting message of 1.5 KB, almost
+all of it Redis copying each message into Lua (``bench/job_status_scan.py``, BENCHMARKS.md).
 
 What is searched: every priority list of each queue of :class:`Places` (the app's
 queues, or without an app ``default``, ``PLATFORM_CONSOLE_QUEUES`` and the paused and
@@ -36,10 +37,12 @@ from platform_tasks.settings import PlatformSettings
 if TYPE_CHECKING:
     from platform_tasks.kernel import PlatformCelery
 
-__all__ = ["Match", "Places", "RedisSearch"]
+__all__ = ["Match", "Places", "RedisSearch", "anchor_of", "wire_text"]
 
-CHUNK = 1000
-"""Messages read per Redis command inside the search script."""
+CHUNK = 250
+"""Messages read per Redis command inside the search script: 250 wire messages (about
+400 KB) searched faster than 1,000 or 2,000 (``bench/job_status_scan.py``), as a chunk's
+reply and its Lua strings then stay in the CPU's cache."""
 
 WINDOW = 300
 """Messages read on each side of the spot the bisection of a list found (jobs published
@@ -193,7 +196,7 @@ class RedisSearch:
             )
         names = list(keys)
         near = "" if near_ms is None else near_ms
-        flat = script(keys=names, args=[needle, limit, CHUNK, near, WINDOW])
+        flat = script(keys=names, args=[needle, anchor_of(needle), limit, CHUNK, near, WINDOW])
         matches: list[Match] = []
         delayed: list[tuple[Match, str]] = []
         for i in range(0, len(flat), 3):
@@ -212,6 +215,30 @@ class RedisSearch:
             for (match, _), score in zip(delayed, pipe.execute(), strict=True):
                 match.found = _with_due(match.found, score)
         return matches
+
+
+def wire_text(text: str) -> str:
+    """``text`` as it is spelled inside a JSON string of a wire message (kombu writes
+    ASCII JSON: a quote, a backslash or a non-ASCII letter is escaped), the form the
+    search must look for."""
+    return json.dumps(text)[1:-1]
+
+
+def anchor_of(needle: str) -> str:
+    """The part of ``needle`` the search tests every message for first: from its first
+    ``=`` (a correlation id's ending), else its first ``-`` (a job id), else all of it.
+
+    Neither character is in a base64 body, and both are rare in a message's headers, so
+    ``string.find``, which runs ``memchr`` for the first character and compares from
+    there, crosses most of each message in one call: a correlation search costs 0.9-1.3x
+    the bare read of the messages instead of 1.7-1.9x; a job id's, the same as before
+    (BENCHMARKS.md, "Job status").
+    """
+    for mark in ("=", "-"):
+        at = needle.find(mark)
+        if at >= 0:
+            return needle[at:]
+    return needle
 
 
 def _text(value: Any) -> str:

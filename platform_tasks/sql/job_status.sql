@@ -41,9 +41,16 @@ SELECT job_id, id, queue, broker, due_ms, created_at FROM core.outbox
 WHERE profile = %(profile)s AND job_id = %(job_id)s
 
 -- name: outbox_by_correlation
--- The correlation id is in each row's finished message (Celery's argsrepr header).
-SELECT job_id, id, queue, broker, due_ms, created_at FROM core.outbox
-WHERE profile = %(profile)s AND strpos(message, %(correlation_id)s) > 0
+-- The correlation id is in each row's message: Celery's argsrepr header of a wire message
+-- (JSON-escaped once, twice in a delayed Redis entry that holds the wire message as a
+-- string), a unique publish's payload. This finds the rows that hold its text in any of
+-- those spellings; the caller keeps those whose message carries it whole
+-- (platform_tasks.jobs_status.outbox_rows). No index: the outbox holds only what the
+-- relays have not caught up with.
+SELECT job_id, id, queue, broker, due_ms, created_at, message FROM core.outbox
+WHERE profile = %(profile)s
+  AND (strpos(message, %(correlation_id)s) > 0 OR strpos(message, %(escaped)s) > 0
+       OR strpos(message, %(escaped_twice)s) > 0)
 ORDER BY id LIMIT %(limit)s
 
 -- name: operation

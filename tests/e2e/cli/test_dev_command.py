@@ -1,6 +1,16 @@
 """``platform-tasks dev``: all starts, samples run, the console answers with the printed
-development login (in headless Chromium), a job file added while it runs restarts worker
-and beat cold and then runs, Ctrl-C cleans up."""
+development login (in headless Chromium) and its job search finds the printed samples (by
+job id and by their shared correlation id), a job file added while it runs restarts worker
+and beat cold and then runs, Ctrl-C cleans up.
+
+``make run`` starts ``dev`` without flags; the test adds some so it can run beside other
+tests: ``--flower-port 0`` and ``--console-port 0`` pick free ports (the defaults 5555
+and 8000 would collide with a parallel test or a developer's own ``make run``),
+``--data-dir`` keeps its Redis, PostgreSQL, logs and login file in the test's private
+directory instead of the checkout's ``.data/``, ``--jobs-dir`` points at an empty
+directory the test adds a job file to (not the checkout's ``beat_schedules/``), and
+``--samples 2`` fixes how many sample ids it waits for.
+"""
 
 from __future__ import annotations
 
@@ -64,8 +74,16 @@ job = define_job(handler=run, interval=timedelta(seconds=2))
 """
 
 
-def _console_shows_the_queues(output: str, tmp_path: Path) -> None:
-    """Log in with the printed development login and see the dead letters and queues."""
+def _job_rows(web) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """The job search page's answer: job id -> state."""
+    rows = web.find_elements(By.CSS_SELECTOR, "tr.job-row")
+    return {row.get_attribute("data-job"): row.get_attribute("data-state") for row in rows}
+
+
+def _console_shows_the_queues(output: str, tmp_path: Path, job_ids: tuple[str, ...]) -> None:
+    """Log in with the printed development login, see the dead letters and queues, then
+    find the (already applied) samples with the job search: the printed link for the
+    first one, the search box for their correlation id."""
     console = re.search(r"Console\s+(http://\S+/)", output)
     login = re.search(r"Login\s+(\S+) / (\S+) \(development only", output)
     assert console and login, output
@@ -84,6 +102,23 @@ def _console_shows_the_queues(output: str, tmp_path: Path) -> None:
         web.get(f"{url}admin/platform_console/queue/")
         queues = [row.text for row in web.find_elements(By.CSS_SELECTOR, "tr.queue-row")]
         assert any(text.startswith("default") for text in queues), queues
+
+        find = re.search(r"Find a job\s+(http://\S+)", output)
+        correlation = re.search(r"Samples\s+correlation id (\S+)", output)
+        assert find and correlation, output
+        assert find.group(1) == f"{url}admin/platform_console/queue/jobs/?q={job_ids[0]}"
+        web.get(find.group(1))
+        WebDriverWait(web, 30).until(lambda w: w.find_elements(By.ID, "found-count"))
+        assert _job_rows(web) == {job_ids[0]: "applied"}, web.page_source[:3000]
+
+        answered = web.find_element(By.ID, "found-count")
+        box = web.find_element(By.ID, "id_q")
+        box.clear()
+        box.send_keys(correlation.group(1))
+        web.find_element(By.ID, "find").click()
+        WebDriverWait(web, 30).until(expected_conditions.staleness_of(answered))
+        WebDriverWait(web, 30).until(lambda w: w.find_elements(By.ID, "found-count"))
+        assert _job_rows(web) == dict.fromkeys(job_ids, "applied"), web.page_source[:3000]
 
 
 def test_dev_runs_everything_and_stops_everything(tmp_path: Path) -> None:
@@ -136,7 +171,7 @@ def test_dev_runs_everything_and_stops_everything(tmp_path: Path) -> None:
                 timeout=60,
                 message=f"sample {job_id} processed",
             )
-        _console_shows_the_queues(out.text(), tmp_path)
+        _console_shows_the_queues(out.text(), tmp_path, samples.groups())
         seen |= _descendants(proc.pid)
         assert len(seen) >= 7, "redis, postgres, worker (+pool), two beats, flower, console"
 

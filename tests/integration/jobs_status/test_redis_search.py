@@ -58,3 +58,35 @@ def test_lane_fetched_and_out_of_order_jobs_are_found(
         assert (out_of_order.state, out_of_order.details["ahead"]) == ("waiting", 3)
         assert [reader.job(job).details["ahead"] for job, _ in newer] == [0, 1, 2]
         assert reader.job(str(uuid7())).state == "unknown"
+
+
+def test_a_correlation_id_lists_its_waiting_jobs_only(settings: PlatformSettings) -> None:
+    """The search matches the whole correlation id as the wire message spells it: not the
+    jobs of a longer id that starts with it, and an id with a quote or a non-ASCII letter
+    (escaped in the message's JSON) still finds its jobs."""
+    port = platform_queue_port(settings)
+    published: dict[str, list[str]] = {}
+    try:
+        for correlation_id in ("order-5", "order-50", "order-5 b", 'café "5"'):
+            published[correlation_id] = [
+                str(
+                    port.publish(
+                        "reports",
+                        {
+                            "tenant_id": "acme",
+                            "kind": "reports.build",
+                            "correlation_id": correlation_id,
+                            "data": {},
+                        },
+                    )
+                )
+                for _ in range(2)
+            ]
+    finally:
+        port.close()
+
+    with StatusReader(settings, queues=["reports"]) as reader:
+        for correlation_id, jobs in published.items():
+            listed = reader.correlation(correlation_id)
+            assert [status.job_id for status in listed] == jobs, correlation_id
+            assert {status.state for status in listed} == {"waiting"}
