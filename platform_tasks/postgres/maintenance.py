@@ -1,5 +1,6 @@
-"""Housekeeping of schema core: TTL cleanup of idempotency rows (with the delivery marks and
-the completed batches of the same age) and stale dead-letter alerts.
+"""Housekeeping of schema core: TTL cleanup of idempotency rows and stale dead-letter alerts.
+
+The cleanup takes the delivery marks and the completed batches of the same age along.
 
 Both run from the CLI (``platform-tasks maintenance ...``) and as scheduled jobs. The purge
 deletes in small batches, each its own short transaction addressing rows by ``ctid`` with
