@@ -102,7 +102,7 @@ def add_jobs(cur: Any, batch_id: uuid.UUID, children: Sequence[ChildRow]) -> Non
     )
 
 
-_PREPARED_NAME = "platform_batch_end"
+_PREPARED_NAME = "platform_batch_end_by_key"
 _prepared: set[tuple[int, int]] = set()
 """``(id(connection), backend pid)`` of the sessions :data:`_PREPARED_NAME` was prepared
 in: a psycopg2 connection takes no attribute and no weak reference, and the pair tells
@@ -122,18 +122,38 @@ def end_job(
     cur: Any, job_id: uuid.UUID | str, outcome: str, batch_id: uuid.UUID | str | None = None
 ) -> list[tuple[uuid.UUID, int]]:
     """Count the child's ending once: ``(batch id, its shard's remaining)`` per batch it
-    was counted in; empty when it is no child or had ended already. One round trip, which
-    also moves the batch's ``progressed_at`` (at most once a second).
+    was counted in; empty when it is no child or had ended already. Each count also moves
+    the batch's ``progressed_at`` (at most once a second).
 
-    It runs once per child, so it is a prepared statement of the session (planning the
-    statement took longer than running it): prepared in the round trip of its first
-    execution (a ``PREPARE`` outlives a rollback), prepared again after the session lost
-    it (its error ends this transaction; the delivery starts over)."""
+    With ``batch_id`` (the batch its message named: every ending the consumer counts)
+    one round trip; without, the job's batches are looked up first (a cancel, a dead
+    letter without the header), then counted one by one.
+
+    It runs once per child, so it is a prepared statement of the session, which finds
+    the child by primary key and runs one generic plan (planning the statement took
+    longer than running it): prepared in the round trip of its first execution (a
+    ``PREPARE`` outlives a rollback), prepared again after the session lost it (its error
+    ends this transaction; the delivery starts over)."""
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
+    if batch_id is not None:
+        batches = [str(batch_id)]
+    else:
+        cur.execute(sql("batches_of_job"), {"job": str(job_id)})
+        batches = [str(batch) for (batch,) in cur.fetchall()]
+    counted = []
+    for batch in batches:
+        counted += [
+            (uuid.UUID(str(found)), int(remaining))
+            for found, remaining in _execute_end_job(cur, str(job_id), outcome, batch)
+        ]
+    return counted
+
+
+def _execute_end_job(cur: Any, job_id: str, outcome: str, batch_id: str) -> list[tuple[Any, Any]]:
     session = (id(cur.connection), cur.connection.get_backend_pid())
     execute = f"EXECUTE {_PREPARED_NAME} (%s, %s, %s)"
-    params = (str(job_id), outcome, None if batch_id is None else str(batch_id))
+    params = (job_id, outcome, batch_id)
     try:
         if session in _prepared:
             cur.execute(execute, params)
@@ -146,7 +166,7 @@ def end_job(
     except psycopg2.errors.DuplicatePreparedStatement:
         _prepared.add(session)  # prepared by an earlier try whose transaction failed
         raise
-    return [(uuid.UUID(str(batch)), int(remaining)) for batch, remaining in cur.fetchall()]
+    return list(cur.fetchall())
 
 
 def remaining_after_lock(cur: Any, batch_id: uuid.UUID) -> int:

@@ -35,17 +35,25 @@ SELECT %(batch)s, shard, n FROM per_shard ORDER BY shard
 ON CONFLICT (batch_id, shard)
 DO UPDATE SET remaining = core.batch_shards.remaining + EXCLUDED.remaining
 
+-- name: batches_of_job
+-- The batches a job is a child of, for an ending whose message did not name its batch (a
+-- cancel, a dead letter without the header). Index batch_jobs_job_id.
+SELECT batch_id FROM core.batch_jobs WHERE job_id = %(job)s
+
 -- name: end_job
--- Count one ending of a child: its row gets the outcome only if it has none (a duplicate
--- or a redelivery finds it set and counts nothing) and its shard's remaining drops by
--- one. Found by job id (index batch_jobs_job_id); %(batch)s narrows it when the message
--- named its batch. Returns (batch_id, remaining of the shard) per batch it counted in.
+-- Count one ending of a child of a batch: its row gets the outcome only if it has none (a
+-- duplicate or a redelivery finds it set and counts nothing) and its shard's remaining
+-- drops by one. Returns (batch_id, remaining of the shard), or no row.
+-- The child's row is found by its primary key (batch, job), whatever the parameters: the
+-- statement is prepared once per session and runs its generic plan, which PostgreSQL
+-- keeps only when it is no dearer than one planned for the parameters (an "IS NULL OR"
+-- lookup the generic plan cannot make by key had it planned again for every child).
 -- The row is locked first, whatever its outcome: a replay re-opening it (outcome back to
 -- NULL, not yet committed) is waited for and its NULL seen; an UPDATE filtering on
 -- "outcome IS NULL" alone would skip the row it still sees dead-lettered.
 WITH locked AS (
     SELECT batch_id, job_id, outcome FROM core.batch_jobs
-    WHERE job_id = %(job)s AND (%(batch)s::uuid IS NULL OR batch_id = %(batch)s::uuid)
+    WHERE batch_id = %(batch)s AND job_id = %(job)s
     FOR UPDATE
 ), ended AS (
     UPDATE core.batch_jobs bj

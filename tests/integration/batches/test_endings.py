@@ -288,3 +288,54 @@ def test_a_session_that_lost_the_prepared_ending_prepares_it_again(
         assert count_ending(cur, second, "applied", lambda: port) == [batch]
     conn.close()
     assert [c["name"] for c in callbacks_in_outbox(database_url)] == ["complete", "success"]
+
+
+def test_the_ending_is_planned_once_per_session_not_once_per_child(
+    port: QueuePort, database_url: str
+) -> None:
+    """A consumer's session counts thousands of endings with the batch id its message
+    named: the prepared ending must run its generic plan, not be planned again per child
+    (planning took twice as long as running it). PostgreSQL plans a prepared statement
+    for its parameters five times, then keeps the generic plan unless that one looks
+    dearer: a lookup the generic plan cannot make by primary key kept it replanning."""
+    query(database_url, "TRUNCATE core.outbox, core.batches CASCADE")
+    batch, *children = make_batch(port, database_url, 300)
+    # the children of another batch of 20,000 just inserted, which no autovacuum has
+    # analyzed yet (as in a fresh install's first big batch): no statistics
+    other = uuid7()
+    query(
+        database_url,
+        "INSERT INTO core.batches (batch_id, profile, shards) VALUES (%s, 'test', 32); "
+        "INSERT INTO core.batch_jobs (batch_id, job_id, queue, kind, tenant_id) "
+        "SELECT %s, gen_random_uuid(), 'q', 'k', 't1' FROM generate_series(1, 20000); "
+        "DELETE FROM pg_statistic WHERE starelid = 'core.batch_jobs'::regclass; "
+        "UPDATE pg_class SET reltuples = -1 WHERE oid = 'core.batch_jobs'::regclass",
+        str(other),
+        str(other),
+    )
+    jobs = children[:12]
+    conn = psycopg2.connect(database_url)
+    try:
+        for job in jobs:
+            with conn, conn.cursor() as cur:
+                assert count_ending(cur, job, "applied", lambda: port, batch) == [batch]
+                assert count_ending(cur, job, "applied", lambda: port, batch) == []  # once
+        with conn, conn.cursor() as cur:  # a cancel does not know the batch: found by job
+            assert count_ending(cur, children[12], "cancelled", lambda: port) == [batch]
+            cur.execute(
+                "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE name LIKE 'platform_batch_end%%'"
+            )
+            plans = cur.fetchall()
+    finally:
+        conn.close()
+    assert len(plans) == 1, plans
+    _name, generic, custom = plans[0]
+    assert custom == 5 and generic == 2 * len(jobs) + 1 - custom, plans
+    assert query(
+        database_url,
+        "SELECT (SELECT sum(remaining) FROM core.batch_shards), "
+        "(SELECT count(*) FROM core.batch_jobs WHERE outcome IS NOT NULL)",
+    ) == [(300 - 13, 13)]
+    assert callbacks_in_outbox(database_url) == []
+    query(database_url, "DELETE FROM core.batches WHERE batch_id = %s", str(other))
