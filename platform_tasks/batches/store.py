@@ -20,11 +20,13 @@ from platform_tasks.postgres.queries import load_queries
 __all__ = [
     "LOCK_CLASS",
     "OUTCOMES",
+    "SHARD_EMPTIED",
     "ChildRow",
     "Completion",
     "add_jobs",
     "counts",
     "create_batch",
+    "end_applied_and_commit",
     "end_job",
     "mark_complete",
     "mark_death",
@@ -109,13 +111,19 @@ in: a psycopg2 connection takes no attribute and no weak reference, and the pair
 a reconnected session apart."""
 
 
+SHARD_EMPTIED = "PTB01"
+"""The SQLSTATE of the ending sent with the COMMIT when it brought a shard to zero
+(migration 0012): nothing was committed; count it again with :func:`end_job`."""
+_SAVEPOINT = "platform_batch_ending"
+
+
 def _prepared_end_job() -> str:
-    """``end_job`` as the body of a ``PREPARE`` (``$1`` job, ``$2`` outcome, ``$3`` batch),
-    its ``%%`` kept: it is sent with the ``EXECUTE``'s parameters."""
+    """``end_job`` as the body of a ``PREPARE`` (``$1`` job, ``$2`` outcome, ``$3`` batch,
+    ``$4`` before_commit), its ``%%`` kept: it is sent with the ``EXECUTE``'s parameters."""
     text = sql("end_job")
-    for name, number in (("job", 1), ("outcome", 2), ("batch", 3)):
+    for name, number in (("job", 1), ("outcome", 2), ("batch", 3), ("before_commit", 4)):
         text = text.replace(f"%({name})s", f"${number}")
-    return f"PREPARE {_PREPARED_NAME} (uuid, text, uuid) AS {text}"
+    return f"PREPARE {_PREPARED_NAME} (uuid, text, uuid, boolean) AS {text}"
 
 
 def end_job(
@@ -144,16 +152,42 @@ def end_job(
     counted = []
     for batch in batches:
         counted += [
-            (uuid.UUID(str(found)), int(remaining))
-            for found, remaining in _execute_end_job(cur, str(job_id), outcome, batch)
+            (uuid.UUID(str(row[0])), int(row[1]))
+            for row in _execute_end_job(cur, str(job_id), outcome, batch)
         ]
     return counted
 
 
-def _execute_end_job(cur: Any, job_id: str, outcome: str, batch_id: str) -> list[tuple[Any, Any]]:
+def _execute_end_job(cur: Any, job_id: str, outcome: str, batch_id: str) -> list[tuple[Any, ...]]:
+    _execute_prepared(cur, "{execute}", (job_id, outcome, batch_id, False))
+    return list(cur.fetchall())
+
+
+def end_applied_and_commit(cur: Any, job_id: uuid.UUID | str, batch_id: uuid.UUID | str) -> bool:
+    """Count the child's ``applied`` ending and commit its transaction, in one round trip
+    (a savepoint, the ending, the ``COMMIT``): ``True`` when that committed, counted or not
+    (ended already). ``False`` when the ending brought a shard to zero: nothing was
+    counted nor committed, the transaction is open again at the savepoint, the handler's
+    work in it; count with :func:`end_job` (which may complete the batch) and commit.
+
+    Whether the ``COMMIT`` itself committed is the caller's to check
+    (``cur.statusmessage``), as after any ``COMMIT``."""
+    params = (str(job_id), "applied", str(batch_id), True)
+    try:
+        _execute_prepared(cur, f"SAVEPOINT {_SAVEPOINT}; {{execute}}; COMMIT", params)
+    except psycopg2.Error as exc:
+        if exc.pgcode != SHARD_EMPTIED:
+            raise
+        cur.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+        return False
+    return True
+
+
+def _execute_prepared(cur: Any, template: str, params: tuple[Any, ...]) -> None:
+    """Run ``template`` with ``{execute}`` the ``EXECUTE`` of the ending, preparing it in
+    the same round trip the first time in the session."""
     session = (id(cur.connection), cur.connection.get_backend_pid())
-    execute = f"EXECUTE {_PREPARED_NAME} (%s, %s, %s)"
-    params = (job_id, outcome, batch_id)
+    execute = template.format(execute=f"EXECUTE {_PREPARED_NAME} (%s, %s, %s, %s)")
     try:
         if session in _prepared:
             cur.execute(execute, params)
@@ -166,7 +200,10 @@ def _execute_end_job(cur: Any, job_id: str, outcome: str, batch_id: str) -> list
     except psycopg2.errors.DuplicatePreparedStatement:
         _prepared.add(session)  # prepared by an earlier try whose transaction failed
         raise
-    return list(cur.fetchall())
+    except psycopg2.Error as exc:
+        if exc.pgcode == SHARD_EMPTIED:
+            _prepared.add(session)  # it ran, so it was prepared
+        raise
 
 
 def remaining_after_lock(cur: Any, batch_id: uuid.UUID) -> int:

@@ -51,6 +51,9 @@ SELECT batch_id FROM core.batch_jobs WHERE job_id = %(job)s
 -- The row is locked first, whatever its outcome: a replay re-opening it (outcome back to
 -- NULL, not yet committed) is waited for and its NULL seen; an UPDATE filtering on
 -- "outcome IS NULL" alone would skip the row it still sees dead-lettered.
+-- %(before_commit)s: the statement is sent with the COMMIT (after a savepoint); a shard it
+-- brings to zero raises PTB01 (migration 0012) so that nothing commits before the
+-- batch's completion was checked.
 WITH locked AS (
     SELECT batch_id, job_id, outcome FROM core.batch_jobs
     WHERE batch_id = %(batch)s AND job_id = %(job)s
@@ -78,7 +81,9 @@ WITH locked AS (
     WHERE batch_id IN (SELECT batch_id FROM counted WHERE remaining > 0)
       AND progressed_at < clock_timestamp() - interval '1 second'
 )
-SELECT batch_id, remaining FROM counted
+SELECT batch_id, remaining,
+       CASE WHEN remaining = 0 AND %(before_commit)s THEN core.batch_shard_emptied(batch_id) END
+FROM counted
 
 -- name: lock_batch
 -- A shard reached zero: lock the batch's row, then its advisory lock, in that order in

@@ -13,10 +13,14 @@ from typing import Any
 import psycopg2
 import psycopg2.errors
 import pytest
+from psycopg2.extensions import TRANSACTION_STATUS_IDLE, TRANSACTION_STATUS_INTRANS
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.batches import Callback
-from platform_tasks.batches.endings import count_ending
+from platform_tasks.batches.children import RunningChild
+from platform_tasks.batches.endings import count_applied, count_applied_with_commit, count_ending
+from platform_tasks.batches.store import ChildRow
+from platform_tasks.consumer.idempotency import claim, is_processed
 from platform_tasks.dead_letters.dead_letter import DeadLetter
 from platform_tasks.dead_letters.store import replay_dead_letters
 from platform_tasks.envelope import uuid7
@@ -339,3 +343,78 @@ def test_the_ending_is_planned_once_per_session_not_once_per_child(
     ) == [(300 - 13, 13)]
     assert callbacks_in_outbox(database_url) == []
     query(database_url, "DELETE FROM core.batches WHERE batch_id = %s", str(other))
+
+
+def test_an_ending_sent_with_the_commit_counts_once_and_the_last_of_a_shard_falls_back(
+    port: QueuePort, database_url: str
+) -> None:
+    """The consumer sends a child's ending with its COMMIT, in one round trip. An ending
+    that brings a shard to zero must not commit before the batch's completion is checked:
+    nothing is counted or committed, the transaction is open again with the handler's
+    work, and the ordinary count then fires the callbacks, once."""
+    query(database_url, "TRUNCATE core.outbox, core.batches CASCADE")
+    batch, first, second, last = make_batch(port, database_url, 3, shards=1)
+    conn = psycopg2.connect(database_url)
+    conn.autocommit = True  # as the consumer's connection: the claim's BEGIN opens it
+    cur = conn.cursor()
+
+    def outcomes() -> dict[str, str | None]:
+        rows = query(database_url, "SELECT job_id::text, outcome FROM core.batch_jobs")
+        return {job: outcome for job, outcome in rows}
+
+    def applied(job: uuid.UUID) -> bool:
+        return is_processed_elsewhere(database_url, job)
+
+    try:
+        for job in (first, second):
+            assert claim(cur, job, "c1", begin_transaction=True)
+            assert count_applied_with_commit(cur, job, RunningChild(batch)) is True
+            assert cur.statusmessage == "COMMIT"
+            assert conn.info.transaction_status == TRANSACTION_STATUS_IDLE
+            assert applied(job)
+        cur.execute("BEGIN")  # counted again (an ending that raced another): nothing
+        assert count_applied_with_commit(cur, first, RunningChild(batch)) is True
+        assert outcomes() == {str(first): "applied", str(second): "applied", str(last): None}
+        assert query(database_url, "SELECT remaining FROM core.batch_shards") == [(1,)]
+
+        added = RunningChild(batch, [ChildRow(uuid7(), QUEUE, CHILD, "t1")])
+        assert claim(cur, last, "c1", begin_transaction=True)
+        assert count_applied_with_commit(cur, last, added) is False  # they join first
+        assert count_applied_with_commit(cur, last, RunningChild(batch)) is False
+        assert conn.info.transaction_status == TRANSACTION_STATUS_INTRANS
+        assert not applied(last)  # not committed
+        assert outcomes()[str(last)] is None  # not counted
+        assert callbacks_in_outbox(database_url) == []
+        count_applied(cur, last, RunningChild(batch), lambda: port)
+        cur.execute("COMMIT")
+    finally:
+        conn.close()
+    assert applied(last)
+    assert outcomes()[str(last)] == "applied"
+    assert query(database_url, "SELECT remaining FROM core.batch_shards") == [(0,)]
+    assert [c["name"] for c in callbacks_in_outbox(database_url)] == ["complete", "success"]
+
+    # a session whose first ending is the last of its shard: prepared by that round trip
+    query(database_url, "TRUNCATE core.outbox")
+    batch, only = make_batch(port, database_url, 1, shards=1)
+    conn = psycopg2.connect(database_url)
+    conn.autocommit = True
+    cur = conn.cursor()
+    try:
+        assert claim(cur, only, "c1", begin_transaction=True)
+        assert count_applied_with_commit(cur, only, RunningChild(batch)) is False
+        count_applied(cur, only, RunningChild(batch), lambda: port)
+        cur.execute("COMMIT")
+    finally:
+        conn.close()
+    assert [c["name"] for c in callbacks_in_outbox(database_url)] == ["complete", "success"]
+
+
+def is_processed_elsewhere(database_url: str, job: uuid.UUID) -> bool:
+    """Whether the job's claim is committed (read on a connection of its own)."""
+    conn = psycopg2.connect(database_url)
+    try:
+        with conn, conn.cursor() as cur:
+            return is_processed(cur, job, "c1")
+    finally:
+        conn.close()
