@@ -13,11 +13,13 @@ between runs: compare the per-round ratios and their median):
   ``COMMIT`` until the ``on_complete`` callback ran (so it includes the last shard's
   check and the callback's own relay and run).
 
-While each runs, ``pg_stat_activity`` is sampled every 20 ms: samples of backends waiting
+The end is polled every 50 ms on one connection (before 2026-12-07 11:45 UTC: a new
+connection per poll, whose backend start-ups PostgreSQL's CPU counted too). While each
+runs, ``pg_stat_activity`` is sampled every 20 ms: samples of backends waiting
 on a lock (``wait_event_type = 'Lock'``) are counted, by wait event; and the CPU seconds
 the workers (every process of both, the relay threads included) and PostgreSQL (every
 backend) used from the ``COMMIT`` to the end are read from ``/proc``: on a shared machine
-the wall time follows everyone else's load, the CPU per child much less, and it says on
+the wall time follows everyone else's load, the CPU per child less so, and it says on
 which side a difference lies. ``--statements`` loads ``pg_stat_statements`` and prints,
 per run, the statements that took the most time in PostgreSQL. Then Celery's
 ``chord`` of the same number of tasks, on the same Redis as broker and result backend,
@@ -59,6 +61,27 @@ CELERY = str(Path(sys.executable).parent / "celery")
 
 def child() -> dict[str, Any]:
     return {"tenant_id": "t1", "kind": CHILD, "data": {}}
+
+
+class Poll:
+    """Counts rows on one autocommit connection, every 50 ms until a condition holds: a
+    connection per poll would have PostgreSQL start a backend 20 times a second, CPU the
+    measured run pays for in proportion to its length."""
+
+    def __init__(self, db_url: str) -> None:
+        self.conn = psycopg2.connect(db_url)
+        self.conn.autocommit = True
+
+    def count(self, sql: str) -> int:
+        with self.conn.cursor() as cur:
+            cur.execute(sql)
+            return int(cur.fetchone()[0])
+
+    def until(self, sql: str, at_least: int) -> None:
+        wait_until(lambda: self.count(sql) >= at_least, timeout=900, interval=0.05)
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 def count(db_url: str, sql: str) -> int:
@@ -179,12 +202,10 @@ def run_plain(port: QueuePort, db_url: str, n: int) -> Measured:
     with conn:
         for _ in range(n):
             port.publish(QUEUE, child(), tx=conn)
+    poll = Poll(db_url)
     with Measured(db_url) as measured:
-        wait_until(
-            lambda: count(db_url, "SELECT count(*) FROM public.batch_effects") >= n,
-            timeout=900,
-            interval=0.05,
-        )
+        poll.until("SELECT count(*) FROM public.batch_effects", n)
+    poll.close()
     conn.close()
     return measured
 
@@ -211,12 +232,10 @@ def run_batch(port: QueuePort, db_url: str, n: int) -> Measured:
     ):
         for _ in range(n):
             batch.publish(QUEUE, child())
+    poll = Poll(db_url)
     with Measured(db_url) as measured:
-        wait_until(
-            lambda: count(db_url, "SELECT count(*) FROM public.batch_callbacks") >= 1,
-            timeout=900,
-            interval=0.05,
-        )
+        poll.until("SELECT count(*) FROM public.batch_callbacks", 1)
+    poll.close()
     conn.close()
     assert count(db_url, "SELECT count(*) FROM public.batch_effects") == n
     return measured
