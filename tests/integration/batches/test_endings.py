@@ -394,19 +394,28 @@ def test_an_ending_sent_with_the_commit_counts_once_and_the_last_of_a_shard_fall
     assert query(database_url, "SELECT remaining FROM core.batch_shards") == [(0,)]
     assert [c["name"] for c in callbacks_in_outbox(database_url)] == ["complete", "success"]
 
-    # a session whose first ending is the last of its shard: prepared by that round trip
+    # a session that lost the prepared ending: the delivery fails once; its next try
+    # prepares it again in the round trip of an ending that is the last of its shard
     query(database_url, "TRUNCATE core.outbox")
-    batch, only = make_batch(port, database_url, 1, shards=1)
+    batch, only, lost = make_batch(port, database_url, 2, shards=1)
     conn = psycopg2.connect(database_url)
     conn.autocommit = True
     cur = conn.cursor()
     try:
+        assert claim(cur, lost, "c1", begin_transaction=True)
+        assert count_applied_with_commit(cur, lost, RunningChild(batch)) is True
+        cur.execute("DEALLOCATE ALL")  # e.g. a pooler's reset between sessions
         assert claim(cur, only, "c1", begin_transaction=True)
+        with pytest.raises(psycopg2.errors.InvalidSqlStatementName):
+            count_applied_with_commit(cur, only, RunningChild(batch))
+        cur.execute("ROLLBACK")
+        assert claim(cur, only, "c1", begin_transaction=True)  # the delivery's next try
         assert count_applied_with_commit(cur, only, RunningChild(batch)) is False
         count_applied(cur, only, RunningChild(batch), lambda: port)
         cur.execute("COMMIT")
     finally:
         conn.close()
+    assert applied(only)
     assert [c["name"] for c in callbacks_in_outbox(database_url)] == ["complete", "success"]
 
 
