@@ -1,6 +1,7 @@
 """Where a worker's CPU goes for batch children against the same plain jobs (cProfile).
 
 Run: .venv/bin/python bench/batch_worker_profile.py [--children 3000] [--top 25]
+     [--no-profile --repeat 3]
 
 For each kind (plain, then batch) the children are published in one transaction first,
 then one ``celery worker -P solo`` of ``tests.apps.batch_app`` runs under cProfile until
@@ -8,7 +9,9 @@ they were all applied (the batch: until its ``on_complete`` ran) and is stopped.
 pool runs the handlers in the profiled main thread (the outbox relay runs in a thread of
 its own and is not in the profile: it is the same for both kinds). Printed: the worker's
 CPU seconds, the profile's total per child, and the functions whose cumulative time per
-child differs most between the two kinds.
+child differs most between the two kinds. ``--no-profile`` runs the workers without the
+profiler and only prints their CPU (start-up included, the same for both kinds);
+``--repeat`` alternates the two kinds that many times on the same database.
 """
 
 from __future__ import annotations
@@ -65,13 +68,11 @@ def publish(kind: str, port: QueuePort, db_url: str, n: int) -> None:
     conn.close()
 
 
-def profile(kind: str, env: dict[str, str], db_url: str, n: int, out: Path) -> float:
+def profile(kind: str, env: dict[str, str], db_url: str, n: int, out: Path | None) -> float:
+    profiler = [] if out is None else ["-m", "cProfile", "-o", str(out)]
     argv = [
         sys.executable,
-        "-m",
-        "cProfile",
-        "-o",
-        str(out),
+        *profiler,
         CELERY,
         "-A",
         "tests.apps.batch_app",
@@ -113,6 +114,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--children", type=int, default=3000)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
     n = args.children
     tmp = Path(tempfile.mkdtemp(prefix="batch-profile-"))
@@ -134,14 +137,22 @@ def main() -> None:
             PYTHONPATH=str(ROOT),
         )
         found = {}
-        for kind in ("plain", "batch"):
+        for kind in ("plain", "batch") * args.repeat:
             reset = psycopg2.connect(pg.url)
             with reset, reset.cursor() as cur:
                 cur.execute("TRUNCATE public.batch_effects, public.batch_callbacks")
             reset.close()
             publish(kind, port, pg.url, n)
-            cpu = profile(kind, env, pg.url, n, tmp / f"{kind}.prof")
-            total, functions = cumulative(tmp / f"{kind}.prof")
+            out = None if args.no_profile else tmp / f"{kind}.prof"
+            cpu = profile(kind, env, pg.url, n, out)
+            if out is None:
+                print(
+                    f"[{kind}] {n} children: worker CPU {cpu:.2f} s "
+                    f"({cpu / n * 1000:.3f} ms/child, start-up included)",
+                    flush=True,
+                )
+                continue
+            total, functions = cumulative(out)
             found[kind] = functions
             print(
                 f"[{kind}] {n} children: worker CPU {cpu:.1f} s, profiled main thread "
@@ -149,6 +160,8 @@ def main() -> None:
                 flush=True,
             )
         port.close()
+    if args.no_profile:
+        return
     plain, batch = found["plain"], found["batch"]
     differences = sorted(
         ((batch.get(k, 0.0) - plain.get(k, 0.0), k) for k in set(plain) | set(batch)),
