@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from platform_tasks.testing.servers import PostgresServer, RedisServer
@@ -22,11 +22,25 @@ def bench_redis() -> Iterator[RedisServer]:
         server.stop()
 
 
+class _ConfiguredPostgres(PostgresServer):
+    """The harness's PostgreSQL with more settings (``shared_preload_libraries``...)."""
+
+    def __init__(self, data_dir: Path, options: Mapping[str, str]) -> None:
+        super().__init__(data_dir)
+        self.options = dict(options)
+
+    def argv(self) -> list[str]:
+        extra = [arg for key, value in self.options.items() for arg in ("-c", f"{key}={value}")]
+        return [*super().argv(), *extra]
+
+
 @contextlib.contextmanager
-def bench_postgres() -> Iterator[PostgresServer]:
+def bench_postgres(options: Mapping[str, str] | None = None) -> Iterator[PostgresServer]:
+    """A PostgreSQL for one bench run; ``options``: settings beyond the harness's."""
     base = Path(tempfile.mkdtemp(prefix="platform-bench-pg-"))
     os.chmod(base, 0o755)
-    server = PostgresServer(base / "pg" / "data").start()
+    data = base / "pg" / "data"
+    server = (_ConfiguredPostgres(data, options) if options else PostgresServer(data)).start()
     try:
         yield server
     finally:

@@ -2,12 +2,14 @@
 
 Run: .venv/bin/python bench/batch_ending_cost.py [--children 4000] [--rounds 2]
 
-A batch of ``--children`` children is made; then, alternating per round, half of a
-round's children each get a transaction with an ``INSERT`` (the handler's work) and
-``COMMIT`` (the baseline), and the other half the same plus the ending's count
-(``platform_tasks.batches.endings.count_ending``, the statement the consumer runs
-before its commit). Milliseconds per transaction, measured in the same run; the last
-child's transaction also publishes the callback.
+A batch of ``--children`` children is made; then, per round, a third of a round's
+children each get a transaction with an ``INSERT`` (the handler's work) and ``COMMIT``
+(the baseline), a third the same plus the ending counted on its own round trip before the
+``COMMIT`` (``platform_tasks.batches.endings.count_ending`` with the batch id), and a
+third the ending sent with the ``COMMIT`` (``count_applied_with_commit``, what the
+consumer does; the last ending of a shard falls back to the ordinary count).
+Milliseconds per transaction, measured in the same run; the last child's transaction
+also publishes the callback.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import psycopg2
 from bench._servers import bench_postgres, bench_redis
 from platform_tasks import QueuePort, create_app
 from platform_tasks.batches import Callback
-from platform_tasks.batches.endings import count_ending
+from platform_tasks.batches.children import RunningChild
+from platform_tasks.batches.endings import count_applied, count_applied_with_commit, count_ending
 from platform_tasks.postgres.migrations import migrate
 from platform_tasks.settings import PlatformSettings
 
@@ -49,11 +52,18 @@ def main() -> None:
             ]
         with conn, conn.cursor() as cur:
             cur.execute("CREATE TABLE bench_effects (job_id uuid)")
+        conn.autocommit = True  # as the consumer's connection: each BEGIN is sent by us
         cur = conn.cursor()
         per_round = args.children // args.rounds
+        batch_id = b.id
         for r in range(args.rounds):
             chunk = jobs[r * per_round : (r + 1) * per_round]
-            base, counted = chunk[: len(chunk) // 2], chunk[len(chunk) // 2 :]
+            third = len(chunk) // 3
+            base, counted, with_commit = (
+                chunk[:third],
+                chunk[third : 2 * third],
+                chunk[2 * third : 3 * third],
+            )
             start = time.perf_counter()
             for job in base:
                 cur.execute("BEGIN; INSERT INTO bench_effects VALUES (%s)", (str(job),))
@@ -62,12 +72,20 @@ def main() -> None:
             start = time.perf_counter()
             for job in counted:
                 cur.execute("BEGIN; INSERT INTO bench_effects VALUES (%s)", (str(job),))
-                count_ending(cur, job, "applied", lambda: port)
+                count_ending(cur, job, "applied", lambda: port, batch_id)
                 cur.execute("COMMIT")
             ending = (time.perf_counter() - start) / len(counted) * 1e3
+            start = time.perf_counter()
+            for job in with_commit:
+                cur.execute("BEGIN; INSERT INTO bench_effects VALUES (%s)", (str(job),))
+                if not count_applied_with_commit(cur, job, RunningChild(batch_id)):
+                    count_applied(cur, job, RunningChild(batch_id), lambda: port)
+                    cur.execute("COMMIT")
+            sent = (time.perf_counter() - start) / len(with_commit) * 1e3
             print(
-                f"[round {r + 1}] transaction {plain:.3f} ms; with the ending counted "
-                f"{ending:.3f} ms (+{ending - plain:.3f} ms)"
+                f"[round {r + 1}] transaction {plain:.3f} ms; the ending on its own round "
+                f"trip {ending:.3f} ms (+{ending - plain:.3f} ms); the ending with the "
+                f"COMMIT {sent:.3f} ms (+{sent - plain:.3f} ms)"
             )
         port.close()
         conn.close()

@@ -1,7 +1,7 @@
 """A 10,000-child batch against the same 10,000 plain jobs, and Celery's chord, one run.
 
 Run: .venv/bin/python bench/batches.py [--children 10000] [--rounds 3] [--no-chord]
-     [--shards 32]
+     [--shards 32] [--statements]
 
 Two ``celery worker -P prefork -c 2`` processes of ``tests.apps.batch_app`` (the app of
 the batch tests) consume. Per round, in ABBA order (the machine's load moves a lot
@@ -13,8 +13,15 @@ between runs: compare the per-round ratios and their median):
   ``COMMIT`` until the ``on_complete`` callback ran (so it includes the last shard's
   check and the callback's own relay and run).
 
-While each runs, ``pg_stat_activity`` is sampled every 20 ms: samples of backends waiting
-on a lock (``wait_event_type = 'Lock'``) are counted, by wait event. Then Celery's
+The end is polled every 50 ms on one connection (before 2026-12-07 11:45 UTC: a new
+connection per poll, whose backend start-ups PostgreSQL's CPU counted too). While each
+runs, ``pg_stat_activity`` is sampled every 20 ms: samples of backends waiting
+on a lock (``wait_event_type = 'Lock'``) are counted, by wait event; and the CPU seconds
+the workers (every process of both, the relay threads included) and PostgreSQL (every
+backend) used from the ``COMMIT`` to the end are read from ``/proc``: on a shared machine
+the wall time follows everyone else's load, the CPU per child less so, and it says on
+which side a difference lies. ``--statements`` loads ``pg_stat_statements`` and prints,
+per run, the statements that took the most time in PostgreSQL. Then Celery's
 ``chord`` of the same number of tasks, on the same Redis as broker and result backend,
 with two workers of ``bench/chord_app.py``: its time and whether the callback ran
 within 600 s.
@@ -39,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psycopg2
 import redis
 
+from bench._cpu import postmaster_pid, tree_cpu_seconds
 from bench._servers import bench_postgres, bench_redis
 from platform_tasks import QueuePort, create_app
 from platform_tasks.batches import Callback
@@ -53,6 +61,27 @@ CELERY = str(Path(sys.executable).parent / "celery")
 
 def child() -> dict[str, Any]:
     return {"tenant_id": "t1", "kind": CHILD, "data": {}}
+
+
+class Poll:
+    """Counts rows on one autocommit connection, every 50 ms until a condition holds: a
+    connection per poll would have PostgreSQL start a backend 20 times a second, CPU the
+    measured run pays for in proportion to its length."""
+
+    def __init__(self, db_url: str) -> None:
+        self.conn = psycopg2.connect(db_url)
+        self.conn.autocommit = True
+
+    def count(self, sql: str) -> int:
+        with self.conn.cursor() as cur:
+            cur.execute(sql)
+            return int(cur.fetchone()[0])
+
+    def until(self, sql: str, at_least: int) -> None:
+        wait_until(lambda: self.count(sql) >= at_least, timeout=900, interval=0.05)
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 def count(db_url: str, sql: str) -> int:
@@ -103,28 +132,95 @@ class LockSampler:
         return f"{total} backend-samples waiting on a lock in {self.samples} samples ({detail})"
 
 
-def run_plain(port: QueuePort, db_url: str, n: int) -> tuple[float, str]:
+class Measured:
+    """From the ``COMMIT`` to the end of a run: wall time, lock waits, CPU per side, and
+    (with ``--statements``) PostgreSQL's busiest statements."""
+
+    def __init__(self, db_url: str) -> None:
+        self.db_url = db_url
+        self.sampler = LockSampler(db_url)
+        self.elapsed = 0.0
+        self.worker_cpu = 0.0
+        self.postgres_cpu = 0.0
+        self.statements: list[tuple[int, int, float, float, str]] = []
+
+    def __enter__(self) -> Measured:
+        if STATEMENTS:
+            run_sql(self.db_url, "SELECT pg_stat_statements_reset()")
+        self._cpu = (tree_cpu_seconds(WORKER_PIDS), tree_cpu_seconds([POSTMASTER]))
+        self._start = time.perf_counter()
+        self.sampler.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.elapsed = time.perf_counter() - self._start
+        self.worker_cpu = tree_cpu_seconds(WORKER_PIDS) - self._cpu[0]
+        self.postgres_cpu = tree_cpu_seconds([POSTMASTER]) - self._cpu[1]
+        self.sampler.__exit__(*exc)
+        if STATEMENTS:
+            self.statements = top_statements(self.db_url)
+
+    def describe(self, n: int) -> str:
+        lines = [
+            f"{self.sampler.describe()}; CPU from the COMMIT: workers {self.worker_cpu:.1f} s "
+            f"({self.worker_cpu / n * 1000:.3f} ms/child), PostgreSQL {self.postgres_cpu:.1f} s "
+            f"({self.postgres_cpu / n * 1000:.3f} ms/child)"
+        ]
+        for calls, plans, total, mean, query in self.statements:
+            lines.append(
+                f"    {total:8.0f} ms {calls:7d} calls {plans:7d} plans {mean:7.3f} ms  {query}"
+            )
+        return "\n".join(lines)
+
+
+def run_sql(db_url: str, sql: str) -> list[tuple[Any, ...]]:
+    conn = psycopg2.connect(db_url)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return list(cur.fetchall()) if cur.description else []
+    finally:
+        conn.close()
+
+
+def top_statements(db_url: str) -> list[tuple[int, int, float, float, str]]:
+    """The statements PostgreSQL spent the most time on (planning included: ``plans``
+    counts how often each was planned)."""
+    rows = run_sql(
+        db_url,
+        "SELECT calls, plans, total_exec_time + total_plan_time, "
+        "(total_exec_time + total_plan_time) / calls, "
+        "regexp_replace(left(query, 400), '\\s+', ' ', 'g') FROM pg_stat_statements "
+        "WHERE query NOT LIKE '%pg_stat%' ORDER BY 2 DESC LIMIT 12",
+    )
+    return [(int(c), int(p), float(t), float(m), str(q)[:150]) for c, p, t, m, q in rows]
+
+
+def run_plain(port: QueuePort, db_url: str, n: int) -> Measured:
     conn = psycopg2.connect(db_url)
     with conn:
         for _ in range(n):
             port.publish(QUEUE, child(), tx=conn)
-    start = time.perf_counter()
-    with LockSampler(db_url) as sampler:
-        wait_until(
-            lambda: count(db_url, "SELECT count(*) FROM public.batch_effects") >= n,
-            timeout=900,
-            interval=0.05,
-        )
-        elapsed = time.perf_counter() - start
+    poll = Poll(db_url)
+    with Measured(db_url) as measured:
+        poll.until("SELECT count(*) FROM public.batch_effects", n)
+    poll.close()
     conn.close()
-    return elapsed, sampler.describe()
+    return measured
 
 
 SHARDS = 32
 """``--shards``: the batch's shard count (1 makes the one hot row the shards avoid)."""
 
 
-def run_batch(port: QueuePort, db_url: str, n: int) -> tuple[float, str]:
+STATEMENTS = False
+"""``--statements``: PostgreSQL runs with ``pg_stat_statements``, printed per run."""
+WORKER_PIDS: list[int] = []
+POSTMASTER = 0
+
+
+def run_batch(port: QueuePort, db_url: str, n: int) -> Measured:
     conn = psycopg2.connect(db_url)
     with (
         conn,
@@ -136,17 +232,13 @@ def run_batch(port: QueuePort, db_url: str, n: int) -> tuple[float, str]:
     ):
         for _ in range(n):
             batch.publish(QUEUE, child())
-    start = time.perf_counter()
-    with LockSampler(db_url) as sampler:
-        wait_until(
-            lambda: count(db_url, "SELECT count(*) FROM public.batch_callbacks") >= 1,
-            timeout=900,
-            interval=0.05,
-        )
-        elapsed = time.perf_counter() - start
+    poll = Poll(db_url)
+    with Measured(db_url) as measured:
+        poll.until("SELECT count(*) FROM public.batch_callbacks", 1)
+    poll.close()
     conn.close()
     assert count(db_url, "SELECT count(*) FROM public.batch_effects") == n
-    return elapsed, sampler.describe()
+    return measured
 
 
 def start_workers(
@@ -226,16 +318,29 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-chord", action="store_true")
     parser.add_argument("--shards", type=int, default=32)
+    parser.add_argument("--statements", action="store_true")
     args = parser.parse_args()
-    global SHARDS
+    global SHARDS, STATEMENTS, POSTMASTER
     SHARDS = args.shards
+    STATEMENTS = args.statements
     tmp = Path(tempfile.mkdtemp())
-    with bench_redis() as server, bench_postgres() as pg:
+    options = (
+        {
+            "shared_preload_libraries": "pg_stat_statements",
+            "pg_stat_statements.track_planning": "on",
+        }
+        if STATEMENTS
+        else None
+    )
+    with bench_redis() as server, bench_postgres(options) as pg:
         migrate(pg.url)
         conn = psycopg2.connect(pg.url)
         with conn, conn.cursor() as cur:
             cur.execute(TABLES_SQL)
+            if STATEMENTS:
+                cur.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         conn.close()
+        POSTMASTER = postmaster_pid(pg.data_dir)
         settings = PlatformSettings.build(
             redis_url=server.url, database_url=pg.url, profile="bench"
         )
@@ -249,6 +354,7 @@ def main() -> None:
             PYTHONPATH=str(ROOT),
         )
         workers = start_workers(env, "tests.apps.batch_app", tmp, "w")
+        WORKER_PIDS[:] = [worker.pid for worker in workers]
         try:
             warm = [port.publish(QUEUE, child(), tx=None) for _ in range(50)]
             wait_until(
@@ -256,23 +362,37 @@ def main() -> None:
                 timeout=120,
             )
             ratios = []
+            cpu_ratios = []
             for r in range(args.rounds):
                 results = {}
+                cpu: dict[str, float] = {}
                 order = (("plain", run_plain), ("batch", run_batch))
                 for kind, run in order if r % 2 == 0 else order[::-1]:  # ABBA
                     reset = psycopg2.connect(pg.url)
                     with reset, reset.cursor() as cur:
                         cur.execute("TRUNCATE public.batch_effects, public.batch_callbacks")
                     reset.close()
-                    elapsed, locks = run(port, pg.url, args.children)
+                    measured = run(port, pg.url, args.children)
+                    elapsed = measured.elapsed
                     results[kind] = elapsed
+                    cpu[kind] = measured.worker_cpu + measured.postgres_cpu
                     print(
                         f"[round {r + 1}] {kind}: {args.children} children in {elapsed:.1f} s "
-                        f"({args.children / elapsed:.0f}/s); {locks}"
+                        f"({args.children / elapsed:.0f}/s); {measured.describe(args.children)}",
+                        flush=True,
                     )
                 ratios.append(results["batch"] / results["plain"])
-                print(f"[round {r + 1}] batch / plain = {ratios[-1]:.3f}")
+                cpu_ratios.append(cpu["batch"] / cpu["plain"])
+                print(
+                    f"[round {r + 1}] batch / plain = {ratios[-1]:.3f} "
+                    f"(CPU, workers + PostgreSQL: {cpu_ratios[-1]:.3f})",
+                    flush=True,
+                )
             print(f"[all] batch / plain: median {statistics.median(ratios):.3f} of {ratios}")
+            print(
+                "[all] CPU batch / plain: median "
+                f"{statistics.median(cpu_ratios):.3f} of {cpu_ratios}"
+            )
         finally:
             stop(workers)
             port.close()

@@ -40,6 +40,7 @@ __all__ = [
     "batch_id_of",
     "complete_if_done",
     "count_applied",
+    "count_applied_with_commit",
     "count_ending",
 ]
 
@@ -85,6 +86,18 @@ def count_applied(cur: Any, job_id: uuid.UUID, child: RunningChild, port: PortFa
         store.add_jobs(cur, child.batch_id, child.added)
         child.added.clear()
     count_ending(cur, job_id, "applied", port, child.batch_id)
+
+
+def count_applied_with_commit(cur: Any, job_id: uuid.UUID, child: RunningChild) -> bool:
+    """The handler's commit with its ending counted in the same round trip: ``True`` when
+    the ``COMMIT`` was sent (the caller checks it committed). ``False`` when nothing was
+    sent or counted, the transaction still open: the handler added children (they join
+    first), or the ending brought a shard to zero (rolled back to its savepoint): count
+    it with :func:`count_applied`, which completes the batch when it is the last, then
+    commit."""
+    if child.added:
+        return False
+    return store.end_applied_and_commit(cur, job_id, child.batch_id)
 
 
 def count_ending(

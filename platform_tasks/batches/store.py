@@ -20,11 +20,13 @@ from platform_tasks.postgres.queries import load_queries
 __all__ = [
     "LOCK_CLASS",
     "OUTCOMES",
+    "SHARD_EMPTIED",
     "ChildRow",
     "Completion",
     "add_jobs",
     "counts",
     "create_batch",
+    "end_applied_and_commit",
     "end_job",
     "mark_complete",
     "mark_death",
@@ -102,38 +104,90 @@ def add_jobs(cur: Any, batch_id: uuid.UUID, children: Sequence[ChildRow]) -> Non
     )
 
 
-_PREPARED_NAME = "platform_batch_end"
+_PREPARED_NAME = "platform_batch_end_by_key"
 _prepared: set[tuple[int, int]] = set()
 """``(id(connection), backend pid)`` of the sessions :data:`_PREPARED_NAME` was prepared
 in: a psycopg2 connection takes no attribute and no weak reference, and the pair tells
 a reconnected session apart."""
 
 
+SHARD_EMPTIED = "PTB01"
+"""The SQLSTATE of the ending sent with the COMMIT when it brought a shard to zero
+(migration 0012): nothing was committed; count it again with :func:`end_job`."""
+_SAVEPOINT = "platform_batch_ending"
+
+
 def _prepared_end_job() -> str:
-    """``end_job`` as the body of a ``PREPARE`` (``$1`` job, ``$2`` outcome, ``$3`` batch),
-    its ``%%`` kept: it is sent with the ``EXECUTE``'s parameters."""
+    """``end_job`` as the body of a ``PREPARE`` (``$1`` job, ``$2`` outcome, ``$3`` batch,
+    ``$4`` before_commit), its ``%%`` kept: it is sent with the ``EXECUTE``'s parameters."""
     text = sql("end_job")
-    for name, number in (("job", 1), ("outcome", 2), ("batch", 3)):
+    for name, number in (("job", 1), ("outcome", 2), ("batch", 3), ("before_commit", 4)):
         text = text.replace(f"%({name})s", f"${number}")
-    return f"PREPARE {_PREPARED_NAME} (uuid, text, uuid) AS {text}"
+    return f"PREPARE {_PREPARED_NAME} (uuid, text, uuid, boolean) AS {text}"
 
 
 def end_job(
     cur: Any, job_id: uuid.UUID | str, outcome: str, batch_id: uuid.UUID | str | None = None
 ) -> list[tuple[uuid.UUID, int]]:
     """Count the child's ending once: ``(batch id, its shard's remaining)`` per batch it
-    was counted in; empty when it is no child or had ended already. One round trip, which
-    also moves the batch's ``progressed_at`` (at most once a second).
+    was counted in; empty when it is no child or had ended already. Each count also moves
+    the batch's ``progressed_at`` (at most once a second).
 
-    It runs once per child, so it is a prepared statement of the session (planning the
-    statement took longer than running it): prepared in the round trip of its first
-    execution (a ``PREPARE`` outlives a rollback), prepared again after the session lost
-    it (its error ends this transaction; the delivery starts over)."""
+    With ``batch_id`` (the batch its message named: every ending the consumer counts)
+    one round trip; without, the job's batches are looked up first (a cancel, a dead
+    letter without the header), then counted one by one.
+
+    It runs once per child, so it is a prepared statement of the session, which finds
+    the child by primary key and runs one generic plan (planning the statement took
+    longer than running it): prepared in the round trip of its first execution (a
+    ``PREPARE`` outlives a rollback), prepared again after the session lost it (its error
+    ends this transaction; the delivery starts over)."""
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
+    if batch_id is not None:
+        batches = [str(batch_id)]
+    else:
+        cur.execute(sql("batches_of_job"), {"job": str(job_id)})
+        batches = [str(batch) for (batch,) in cur.fetchall()]
+    counted = []
+    for batch in batches:
+        counted += [
+            (uuid.UUID(str(row[0])), int(row[1]))
+            for row in _execute_end_job(cur, str(job_id), outcome, batch)
+        ]
+    return counted
+
+
+def _execute_end_job(cur: Any, job_id: str, outcome: str, batch_id: str) -> list[tuple[Any, ...]]:
+    _execute_prepared(cur, "{execute}", (job_id, outcome, batch_id, False))
+    return list(cur.fetchall())
+
+
+def end_applied_and_commit(cur: Any, job_id: uuid.UUID | str, batch_id: uuid.UUID | str) -> bool:
+    """Count the child's ``applied`` ending and commit its transaction, in one round trip
+    (a savepoint, the ending, the ``COMMIT``): ``True`` when that committed, counted or not
+    (ended already). ``False`` when the ending brought a shard to zero: nothing was
+    counted nor committed, the transaction is open again at the savepoint, the handler's
+    work in it; count with :func:`end_job` (which may complete the batch) and commit.
+
+    Whether the ``COMMIT`` itself committed is the caller's to check
+    (``cur.statusmessage``), as after any ``COMMIT``."""
+    params = (str(job_id), "applied", str(batch_id), True)
+    try:
+        _execute_prepared(cur, f"SAVEPOINT {_SAVEPOINT}; {{execute}}; COMMIT", params)
+    except psycopg2.Error as exc:
+        if exc.pgcode != SHARD_EMPTIED:
+            raise
+        cur.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+        return False
+    return True
+
+
+def _execute_prepared(cur: Any, template: str, params: tuple[Any, ...]) -> None:
+    """Run ``template`` with ``{execute}`` the ``EXECUTE`` of the ending, preparing it in
+    the same round trip the first time in the session."""
     session = (id(cur.connection), cur.connection.get_backend_pid())
-    execute = f"EXECUTE {_PREPARED_NAME} (%s, %s, %s)"
-    params = (str(job_id), outcome, None if batch_id is None else str(batch_id))
+    execute = template.format(execute=f"EXECUTE {_PREPARED_NAME} (%s, %s, %s, %s)")
     try:
         if session in _prepared:
             cur.execute(execute, params)
@@ -146,7 +200,10 @@ def end_job(
     except psycopg2.errors.DuplicatePreparedStatement:
         _prepared.add(session)  # prepared by an earlier try whose transaction failed
         raise
-    return [(uuid.UUID(str(batch)), int(remaining)) for batch, remaining in cur.fetchall()]
+    except psycopg2.Error as exc:
+        if exc.pgcode == SHARD_EMPTIED:
+            _prepared.add(session)  # it ran, so it was prepared
+        raise
 
 
 def remaining_after_lock(cur: Any, batch_id: uuid.UUID) -> int:

@@ -48,7 +48,11 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import Retry
 
 from platform_tasks.app_state import ProcessState
-from platform_tasks.batches.endings import batch_child, count_applied
+from platform_tasks.batches.endings import (
+    batch_child,
+    count_applied,
+    count_applied_with_commit,
+)
 from platform_tasks.brokers.redis_client import build_redis
 from platform_tasks.consumer.attempts import DeliveryCounter, delivery_ttl_seconds
 from platform_tasks.consumer.cancels import CancelCheck, running_job
@@ -276,9 +280,16 @@ class DeliveryPipeline:
         if error is None:
             error = tx.broken()
         if error is None:
-            if child is not None:  # counted beside the idempotency row; raises to a Wait
-                count_applied(tx.cursor, run.envelope.job_id, child, self.port)
-            error = tx.commit()
+            # a batch child's ending counts beside the idempotency row (an error raises to
+            # a Wait), sent with the COMMIT unless it may complete the batch
+            if child is not None and count_applied_with_commit(
+                tx.cursor, run.envelope.job_id, child
+            ):
+                error = tx.committed()
+            else:
+                if child is not None:
+                    count_applied(tx.cursor, run.envelope.job_id, child, self.port)
+                error = tx.commit()
             if error is None:
                 return Applied(run.attempt, result, tracked=run.state.tracked)
         # counted while the claim holds copies back; a refusal raises out to a Wait

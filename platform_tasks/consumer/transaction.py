@@ -88,6 +88,11 @@ class JobTransaction:
     def commit(self) -> TransactionBroken | None:
         """Commit; a problem when PostgreSQL did not commit (it answered ``ROLLBACK``)."""
         self.cursor.execute("COMMIT")
+        return self.committed()
+
+    def committed(self) -> TransactionBroken | None:
+        """The ``COMMIT`` was the last statement the cursor ran (sent in the round trip of
+        a statement before it): the transaction is over; a problem as for :meth:`commit`."""
         self.open = False
         if self.cursor.statusmessage != "COMMIT":
             return TransactionBroken(

@@ -35,17 +35,28 @@ SELECT %(batch)s, shard, n FROM per_shard ORDER BY shard
 ON CONFLICT (batch_id, shard)
 DO UPDATE SET remaining = core.batch_shards.remaining + EXCLUDED.remaining
 
+-- name: batches_of_job
+-- The batches a job is a child of, for an ending whose message did not name its batch (a
+-- cancel, a dead letter without the header). Index batch_jobs_job_id.
+SELECT batch_id FROM core.batch_jobs WHERE job_id = %(job)s
+
 -- name: end_job
--- Count one ending of a child: its row gets the outcome only if it has none (a duplicate
--- or a redelivery finds it set and counts nothing) and its shard's remaining drops by
--- one. Found by job id (index batch_jobs_job_id); %(batch)s narrows it when the message
--- named its batch. Returns (batch_id, remaining of the shard) per batch it counted in.
+-- Count one ending of a child of a batch: its row gets the outcome only if it has none (a
+-- duplicate or a redelivery finds it set and counts nothing) and its shard's remaining
+-- drops by one. Returns (batch_id, remaining of the shard), or no row.
+-- The child's row is found by its primary key (batch, job), whatever the parameters: the
+-- statement is prepared once per session and runs its generic plan, which PostgreSQL
+-- keeps only when it is no dearer than one planned for the parameters (an "IS NULL OR"
+-- lookup the generic plan cannot make by key had it planned again for every child).
 -- The row is locked first, whatever its outcome: a replay re-opening it (outcome back to
 -- NULL, not yet committed) is waited for and its NULL seen; an UPDATE filtering on
 -- "outcome IS NULL" alone would skip the row it still sees dead-lettered.
+-- %(before_commit)s: the statement is sent with the COMMIT (after a savepoint); a shard it
+-- brings to zero raises PTB01 (migration 0012) so that nothing commits before the
+-- batch's completion was checked.
 WITH locked AS (
     SELECT batch_id, job_id, outcome FROM core.batch_jobs
-    WHERE job_id = %(job)s AND (%(batch)s::uuid IS NULL OR batch_id = %(batch)s::uuid)
+    WHERE batch_id = %(batch)s AND job_id = %(job)s
     FOR UPDATE
 ), ended AS (
     UPDATE core.batch_jobs bj
@@ -70,7 +81,9 @@ WITH locked AS (
     WHERE batch_id IN (SELECT batch_id FROM counted WHERE remaining > 0)
       AND progressed_at < clock_timestamp() - interval '1 second'
 )
-SELECT batch_id, remaining FROM counted
+SELECT batch_id, remaining,
+       CASE WHEN remaining = 0 AND %(before_commit)s THEN core.batch_shard_emptied(batch_id) END
+FROM counted
 
 -- name: lock_batch
 -- A shard reached zero: lock the batch's row, then its advisory lock, in that order in

@@ -13,10 +13,14 @@ from typing import Any
 import psycopg2
 import psycopg2.errors
 import pytest
+from psycopg2.extensions import TRANSACTION_STATUS_IDLE, TRANSACTION_STATUS_INTRANS
 
 from platform_tasks import QueuePort, create_app
 from platform_tasks.batches import Callback
-from platform_tasks.batches.endings import count_ending
+from platform_tasks.batches.children import RunningChild
+from platform_tasks.batches.endings import count_applied, count_applied_with_commit, count_ending
+from platform_tasks.batches.store import ChildRow
+from platform_tasks.consumer.idempotency import claim, is_processed
 from platform_tasks.dead_letters.dead_letter import DeadLetter
 from platform_tasks.dead_letters.store import replay_dead_letters
 from platform_tasks.envelope import uuid7
@@ -288,3 +292,138 @@ def test_a_session_that_lost_the_prepared_ending_prepares_it_again(
         assert count_ending(cur, second, "applied", lambda: port) == [batch]
     conn.close()
     assert [c["name"] for c in callbacks_in_outbox(database_url)] == ["complete", "success"]
+
+
+def test_the_ending_is_planned_once_per_session_not_once_per_child(
+    port: QueuePort, database_url: str
+) -> None:
+    """A consumer's session counts thousands of endings with the batch id its message
+    named: the prepared ending must run its generic plan, not be planned again per child
+    (planning took twice as long as running it). PostgreSQL plans a prepared statement
+    for its parameters five times, then keeps the generic plan unless that one looks
+    dearer: a lookup the generic plan cannot make by primary key kept it replanning."""
+    query(database_url, "TRUNCATE core.outbox, core.batches CASCADE")
+    batch, *children = make_batch(port, database_url, 300)
+    # the children of another batch of 20,000 just inserted, which no autovacuum has
+    # analyzed yet (as in a fresh install's first big batch): no statistics
+    other = uuid7()
+    query(
+        database_url,
+        "INSERT INTO core.batches (batch_id, profile, shards) VALUES (%s, 'test', 32); "
+        "INSERT INTO core.batch_jobs (batch_id, job_id, queue, kind, tenant_id) "
+        "SELECT %s, gen_random_uuid(), 'q', 'k', 't1' FROM generate_series(1, 20000); "
+        "DELETE FROM pg_statistic WHERE starelid = 'core.batch_jobs'::regclass; "
+        "UPDATE pg_class SET reltuples = -1 WHERE oid = 'core.batch_jobs'::regclass",
+        str(other),
+        str(other),
+    )
+    jobs = children[:12]
+    conn = psycopg2.connect(database_url)
+    try:
+        for job in jobs:
+            with conn, conn.cursor() as cur:
+                assert count_ending(cur, job, "applied", lambda: port, batch) == [batch]
+                assert count_ending(cur, job, "applied", lambda: port, batch) == []  # once
+        with conn, conn.cursor() as cur:  # a cancel does not know the batch: found by job
+            assert count_ending(cur, children[12], "cancelled", lambda: port) == [batch]
+            cur.execute(
+                "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE name LIKE 'platform_batch_end%%'"
+            )
+            plans = cur.fetchall()
+    finally:
+        conn.close()
+    assert len(plans) == 1, plans
+    _name, generic, custom = plans[0]
+    assert custom == 5 and generic == 2 * len(jobs) + 1 - custom, plans
+    assert query(
+        database_url,
+        "SELECT (SELECT sum(remaining) FROM core.batch_shards), "
+        "(SELECT count(*) FROM core.batch_jobs WHERE outcome IS NOT NULL)",
+    ) == [(300 - 13, 13)]
+    assert callbacks_in_outbox(database_url) == []
+    query(database_url, "DELETE FROM core.batches WHERE batch_id = %s", str(other))
+
+
+def test_an_ending_sent_with_the_commit_counts_once_and_the_last_of_a_shard_falls_back(
+    port: QueuePort, database_url: str
+) -> None:
+    """The consumer sends a child's ending with its COMMIT, in one round trip. An ending
+    that brings a shard to zero must not commit before the batch's completion is checked:
+    nothing is counted or committed, the transaction is open again with the handler's
+    work, and the ordinary count then fires the callbacks, once."""
+    query(database_url, "TRUNCATE core.outbox, core.batches CASCADE")
+    batch, first, second, last = make_batch(port, database_url, 3, shards=1)
+    conn = psycopg2.connect(database_url)
+    conn.autocommit = True  # as the consumer's connection: the claim's BEGIN opens it
+    cur = conn.cursor()
+
+    def outcomes() -> dict[str, str | None]:
+        rows = query(database_url, "SELECT job_id::text, outcome FROM core.batch_jobs")
+        return {job: outcome for job, outcome in rows}
+
+    def applied(job: uuid.UUID) -> bool:
+        return is_processed_elsewhere(database_url, job)
+
+    try:
+        for job in (first, second):
+            assert claim(cur, job, "c1", begin_transaction=True)
+            assert count_applied_with_commit(cur, job, RunningChild(batch)) is True
+            assert cur.statusmessage == "COMMIT"
+            assert conn.info.transaction_status == TRANSACTION_STATUS_IDLE
+            assert applied(job)
+        cur.execute("BEGIN")  # counted again (an ending that raced another): nothing
+        assert count_applied_with_commit(cur, first, RunningChild(batch)) is True
+        assert outcomes() == {str(first): "applied", str(second): "applied", str(last): None}
+        assert query(database_url, "SELECT remaining FROM core.batch_shards") == [(1,)]
+
+        added = RunningChild(batch, [ChildRow(uuid7(), QUEUE, CHILD, "t1")])
+        assert claim(cur, last, "c1", begin_transaction=True)
+        assert count_applied_with_commit(cur, last, added) is False  # they join first
+        assert count_applied_with_commit(cur, last, RunningChild(batch)) is False
+        assert conn.info.transaction_status == TRANSACTION_STATUS_INTRANS
+        assert not applied(last)  # not committed
+        assert outcomes()[str(last)] is None  # not counted
+        assert callbacks_in_outbox(database_url) == []
+        count_applied(cur, last, RunningChild(batch), lambda: port)
+        cur.execute("COMMIT")
+    finally:
+        conn.close()
+    assert applied(last)
+    assert outcomes()[str(last)] == "applied"
+    assert query(database_url, "SELECT remaining FROM core.batch_shards") == [(0,)]
+    assert [c["name"] for c in callbacks_in_outbox(database_url)] == ["complete", "success"]
+
+    # a session that lost the prepared ending: the delivery fails once; its next try
+    # prepares it again in the round trip of an ending that is the last of its shard
+    query(database_url, "TRUNCATE core.outbox")
+    batch, only, lost = make_batch(port, database_url, 2, shards=1)
+    conn = psycopg2.connect(database_url)
+    conn.autocommit = True
+    cur = conn.cursor()
+    try:
+        assert claim(cur, lost, "c1", begin_transaction=True)
+        assert count_applied_with_commit(cur, lost, RunningChild(batch)) is True
+        cur.execute("DEALLOCATE ALL")  # e.g. a pooler's reset between sessions
+        assert claim(cur, only, "c1", begin_transaction=True)
+        with pytest.raises(psycopg2.errors.InvalidSqlStatementName):
+            count_applied_with_commit(cur, only, RunningChild(batch))
+        cur.execute("ROLLBACK")
+        assert claim(cur, only, "c1", begin_transaction=True)  # the delivery's next try
+        assert count_applied_with_commit(cur, only, RunningChild(batch)) is False
+        count_applied(cur, only, RunningChild(batch), lambda: port)
+        cur.execute("COMMIT")
+    finally:
+        conn.close()
+    assert applied(only)
+    assert [c["name"] for c in callbacks_in_outbox(database_url)] == ["complete", "success"]
+
+
+def is_processed_elsewhere(database_url: str, job: uuid.UUID) -> bool:
+    """Whether the job's claim is committed (read on a connection of its own)."""
+    conn = psycopg2.connect(database_url)
+    try:
+        with conn, conn.cursor() as cur:
+            return is_processed(cur, job, "c1")
+    finally:
+        conn.close()
