@@ -57,6 +57,28 @@ class PurgeResult:
     batches_deleted: int = 0
 
 
+def _purge_older_than(
+    conn: Connection, cutoff: datetime, batch_size: int
+) -> tuple[dict[str, int], int]:
+    """Rows deleted by each purge query of ``maintenance.sql``, and the transactions it
+    took: each query runs until a transaction of it deletes nothing."""
+    queries = load_queries("maintenance")
+    names = ("purge_processed_jobs_batch", "purge_delivery_marks_batch", "purge_batches_batch")
+    counts = dict.fromkeys(names, 0)
+    transactions = 0
+    for name in names:
+        size = BATCHES_PER_PURGE_TRANSACTION if name == "purge_batches_batch" else batch_size
+        while True:
+            with conn, conn.cursor() as cur:
+                cur.execute(queries[name], {"cutoff": cutoff, "batch_size": size})
+                count = cur.rowcount
+            if count <= 0:
+                break
+            counts[name] += count
+            transactions += 1
+    return counts, transactions
+
+
 def purge_processed_jobs(
     settings: PlatformSettings,
     *,
@@ -74,47 +96,32 @@ def purge_processed_jobs(
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     cutoff = _now(now) - timedelta(days=settings.processed_jobs_ttl_days)
-    queries = load_queries("maintenance")
     started = time.monotonic()
-    names = ("purge_processed_jobs_batch", "purge_delivery_marks_batch", "purge_batches_batch")
-    counts = dict.fromkeys(names, 0)
-    batches = 0
     conn = _connect(settings)
     try:
-        for name in counts:
-            size = BATCHES_PER_PURGE_TRANSACTION if name == "purge_batches_batch" else batch_size
-            while True:
-                with conn, conn.cursor() as cur:
-                    cur.execute(queries[name], {"cutoff": cutoff, "batch_size": size})
-                    count = cur.rowcount
-                if count <= 0:
-                    break
-                counts[name] += count
-                batches += 1
+        counts, transactions = _purge_older_than(conn, cutoff, batch_size)
     finally:
         conn.close()
-    deleted = counts["purge_processed_jobs_batch"]
-    marks_deleted = counts["purge_delivery_marks_batch"]
     result = PurgeResult(
-        deleted,
-        batches,
+        counts["purge_processed_jobs_batch"],
+        transactions,
         time.monotonic() - started,
         cutoff,
-        marks_deleted,
+        counts["purge_delivery_marks_batch"],
         counts["purge_batches_batch"],
     )
     logger.info(
-        "purged %d processed_jobs rows older than %s in %d batches (%.2fs)",
-        deleted,
+        "purged %d processed_jobs rows older than %s in %d transactions (%.2fs)",
+        result.deleted,
         cutoff.isoformat(),
-        batches,
+        transactions,
         result.seconds,
         extra={
             "event": "processed_jobs.purged",
-            "deleted": deleted,
-            "marks_deleted": marks_deleted,
+            "deleted": result.deleted,
+            "marks_deleted": result.marks_deleted,
             "batches_deleted": result.batches_deleted,
-            "batches": batches,
+            "batches": transactions,
             "cutoff": cutoff.isoformat(),
             "seconds": round(result.seconds, 3),
         },
