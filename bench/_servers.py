@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -20,6 +21,7 @@ def bench_redis() -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 class _ConfiguredPostgres(PostgresServer):
@@ -44,4 +46,5 @@ def bench_postgres(options: Mapping[str, str] | None = None) -> Iterator[Postgre
     try:
         yield server
     finally:
-        server.stop()
+        server.close()
+        shutil.rmtree(base, ignore_errors=True)

@@ -491,7 +491,7 @@ def main() -> None:
             )
         print(f"\nload average at end: {os.getloadavg()}")
     finally:
-        postgres.stop()
+        postgres.close()
         redis_server.stop()
 
 

@@ -168,7 +168,7 @@ def main() -> None:
                 f"{min(values) * 1e6:.0f}-{max(values) * 1e6:.0f})"
             )
     finally:
-        pg.stop()
+        pg.close()
 
 
 if __name__ == "__main__":

@@ -186,7 +186,7 @@ def main() -> None:
                     f"min {min(values):.2f}, max {max(values):.2f} over {len(values)} runs"
                 )
     finally:
-        pg.stop()
+        pg.close()
         rs.stop()
 
 

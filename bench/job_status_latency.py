@@ -181,7 +181,7 @@ def main() -> None:
             print("\n".join(str(row["QUERY PLAN"]) for row in cur.fetchall()))
         print(json.dumps({"rows": args.rows, "waiting": args.waiting, "queues": args.queues}))
     finally:
-        pg.stop()
+        pg.close()
         rs.stop()
 
 

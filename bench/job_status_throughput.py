@@ -220,7 +220,7 @@ def main() -> None:
                 f"max {max(values):.3f} over {len(values)} runs"
             )
     finally:
-        pg.stop()
+        pg.close()
         rs.stop()
 
 

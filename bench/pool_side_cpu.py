@@ -62,7 +62,7 @@ def pool_side_servers(prefix: str) -> Iterator[dict[str, str]]:
         }
     finally:
         rs.stop()
-        pg.stop()
+        pg.close()
 
 
 def tracers(app: Any) -> dict[str, Callable[..., Any]]:

@@ -181,7 +181,7 @@ def main() -> None:
     finally:
         for proc in workers:
             stop(proc)
-        pg.stop()
+        pg.close()
         rs.stop()
     print(f"worker logs: {base}")
 

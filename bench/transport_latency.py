@@ -151,7 +151,7 @@ def main() -> None:
         for transport in args.transports.split(","):
             run(transport, redis_server.url, postgres.url, args, base)
     finally:
-        postgres.stop()
+        postgres.close()
         redis_server.stop()
 
 

@@ -187,7 +187,7 @@ def main() -> None:
                 f"{_spread(cpus, '.3f')} |"
             )
     finally:
-        postgres.stop()
+        postgres.close()
         redis_server.stop()
 
 

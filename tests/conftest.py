@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,9 +85,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def servers_dir() -> Iterator[Path]:
+    """Where the session's servers keep their files; deleted at the end (the servers
+    stop first: their fixtures depend on this one)."""
     base = Path(tempfile.mkdtemp(prefix="platform-tests-"))
     os.chmod(base, 0o755)
     yield base
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -127,7 +131,7 @@ def rabbitmq_url(rabbitmq_server: RabbitMQServer, request: pytest.FixtureRequest
 def postgres_server(servers_dir: Path) -> Iterator[PostgresServer]:
     server = PostgresServer(servers_dir / "postgres" / "data").start()
     yield server
-    server.stop()
+    server.close()
 
 
 @pytest.fixture(scope="session")
@@ -202,7 +206,10 @@ class ServerFactory:
 
     def stop_all(self) -> None:
         for server in reversed(self.started):
-            server.stop()
+            if isinstance(server, PostgresServer):
+                server.close()
+            else:
+                server.stop()
 
 
 @pytest.fixture

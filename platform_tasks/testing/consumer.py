@@ -264,7 +264,7 @@ def platform_database_url(request: pytest.FixtureRequest) -> Iterator[str]:
         migrate(server.url)
         yield server.url
     finally:
-        server.stop()
+        server.close()
 
 
 @pytest.fixture(scope="session")

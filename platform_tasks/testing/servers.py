@@ -254,13 +254,15 @@ class PostgresServer:
         self.durable = durable
         self.bin_dir = find_postgres_bin()
         self._ids: tuple[int, int] | None = _unprivileged_ids() if os.geteuid() == 0 else None
+        self._private_dir: Path | None = None
         self.data_dir = self._choose_data_dir()
         self._process: _Process | None = None
 
     def _choose_data_dir(self) -> Path:
         if self._ids is None or _traversable_by_others(self.requested_dir.parent.resolve()):
             return self.requested_dir.resolve()
-        return Path(tempfile.mkdtemp(prefix="platform-pg-")) / "data"
+        self._private_dir = Path(tempfile.mkdtemp(prefix="platform-pg-"))
+        return self._private_dir / "data"
 
     @property
     def url(self) -> str:
@@ -387,11 +389,20 @@ class PostgresServer:
         self.stop(mode=mode)
         self.start()
 
+    def close(self) -> None:
+        """Stop the server for good: also delete the private folder it was given when
+        ``data_dir`` was out of its reach (a cluster is hundreds of megabytes; each run of
+        a suite would leave one behind). A requested ``data_dir`` is the caller's to keep."""
+        self.stop()
+        if self._private_dir is not None:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
+            self._private_dir = None
+
     def __enter__(self) -> PostgresServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.close()
 
 
 @contextlib.contextmanager
@@ -403,6 +414,6 @@ def running_servers(data_dir: Path) -> Iterator[tuple[RedisServer, PostgresServe
         try:
             yield redis_server, postgres_server
         finally:
-            postgres_server.stop()
+            postgres_server.close()
     finally:
         redis_server.stop()

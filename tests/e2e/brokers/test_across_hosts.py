@@ -186,7 +186,7 @@ def test_partition_of_a_worker_host_and_a_beat_host(tmp_path: Path, network: Hos
         try:
             _run(tmp_path, network, redis_server, postgres, jobs_root, job_names)
         finally:
-            postgres.stop()
+            postgres.close()
     finally:
         redis_server.stop()
 

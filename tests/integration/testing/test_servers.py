@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import psycopg2
@@ -78,4 +80,28 @@ def test_postgres_from_the_bundled_wheel_when_path_has_none(
             assert cur.fetchone()[0]
         conn.close()
     finally:
-        server.stop()
+        server.close()
+
+
+def test_close_deletes_a_private_cluster_folder_and_keeps_a_requested_one(tmp_path: Path) -> None:
+    """As root, a cluster whose requested folder ``nobody`` cannot reach lives in a private
+    temporary folder: ``close`` deletes it (each suite run left one behind, hundreds of
+    megabytes each). A requested folder it could use stays, for the caller to keep."""
+    if os.geteuid() != 0:
+        pytest.fail("the private folder exists only when the harness runs as root (as here)")
+    private_parent = tmp_path / "private"
+    private_parent.mkdir(mode=0o700)
+    with PostgresServer(private_parent / "pg" / "data") as server:
+        private = server.data_dir
+        assert not private.is_relative_to(private_parent) and (private / "PG_VERSION").exists()
+    assert not private.parent.exists()
+
+    shared = Path(tempfile.mkdtemp(prefix="platform-tests-"))  # reachable by nobody
+    try:
+        os.chmod(shared, 0o755)
+        requested = shared / "pg" / "data"
+        server = PostgresServer(requested).start()
+        server.close()
+        assert server.data_dir == requested.resolve() and (requested / "PG_VERSION").exists()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
