@@ -95,8 +95,9 @@ class RedisSink:
         return [row.id for row in rows]
 
     def _push(self, lists: dict[str, list[bytes]]) -> None:
-        """The ``LPUSH`` of every list in one write and one read of the replies; a
-        connection that fails is dropped by redis-py (the caller sees the error)."""
+        """The ``LPUSH`` of every list in one write and one read of the replies. A failure
+        (or an error reply) leaves replies unread, so the connection is closed before it
+        goes back to the pool; the caller sees the error and the batch is not deleted."""
         pool = self.client.connection_pool
         connection: Any = pool.get_connection()  # redis-py leaves its methods untyped
         try:
