@@ -290,7 +290,11 @@ def chord(redis_url: str, n: int, tmp: Path) -> None:
     workers = start_workers(env, "bench.chord_app", tmp, "chord")
     client = redis.Redis.from_url(redis_url)
     try:
-        time.sleep(5)  # workers start; not a synchronisation of the measured part
+        wait_until(  # both workers answer before the clock starts
+            lambda: len(chord_app.app.control.ping(timeout=0.5)) >= len(workers),
+            timeout=120,
+            message="chord workers answering",
+        )
         start = time.time()
         make_chord(chord_app.child.s(i) for i in range(n))(chord_app.done.s())
         published = time.time() - start
