@@ -106,6 +106,9 @@ def test_plain_worker_and_beat_run_a_new_job_and_the_shipped_platform_jobs(
         worker.wait_for_log("1 stale dead letter(s)", timeout=30)
         log = worker.log()
 
-    assert _count(database_url, "SELECT count(*) FROM core.processed_jobs") == 0
+    # the 40-day-old rows are gone; jobs applied in the same minute (the shipped fan-out
+    # jobs' own idempotency rows, committed as the worker stops) are new rows and stay
+    old_rows = "SELECT count(*) FROM core.processed_jobs WHERE consumer = 'old'"
+    assert _count(database_url, old_rows) == 0
     assert "does not consume platform queue" not in log, log[-4000:]
     assert "platform.jobs" in log.split("[tasks]")[0], "the banner lists the job queue"
