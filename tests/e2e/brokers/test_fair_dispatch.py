@@ -167,6 +167,13 @@ def test_a_busy_worker_sorts_a_burst_and_a_worker_without_fairness_drains_it(
             )
             assert client.llen(STARTS_KEY) == 2, "nothing else started meanwhile"
             old.kill_group()
+            # the killed process's blocked BLPOP must be gone from Redis before the release:
+            # Redis would hand the value to a connection it has not yet seen close
+            wait_until(
+                lambda: sum(c.get("cmd") == "blpop" for c in client.client_list()) == 1,
+                timeout=30,
+                message="only the new worker's held job still waits for its release",
+            )
             client.rpush("test:fair:hold", 1)
 
             wait_until(
