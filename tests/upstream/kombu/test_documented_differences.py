@@ -13,7 +13,9 @@ import contextlib
 import os
 import select
 import socket
+import time
 from unittest.mock import patch
+from uuid import uuid4
 
 import pytest
 import redis
@@ -22,6 +24,11 @@ from kombu.asynchronous.hub import Hub
 from kombu.message import Message
 
 from platform_tasks.brokers.transport import TRANSPORT_PATH
+from tests.upstream.kombu import test_redis as upstream_redis  # its classes: not collected here
+from tests.upstream.kombu.test_redis import (  # the upstream fixture and helper
+    _FreezableProxy,
+    connection,
+)
 from tests.upstream.kombu.test_redis_brpop_qos import (  # the upstream fixture and helpers
     assert_paused,
     consuming,
@@ -29,7 +36,7 @@ from tests.upstream.kombu.test_redis_brpop_qos import (  # the upstream fixture 
     tick,
 )
 
-__all__ = ["consuming"]  # a fixture, used by name
+__all__ = ["connection", "consuming"]  # fixtures, used by name
 
 Consuming = tuple  # (connection, queue, consumer, received), as the upstream fixture yields
 
@@ -161,3 +168,69 @@ def test_on_a_fair_queue_a_requeued_message_is_next_of_its_tenant() -> None:
         assert [m.payload["msg"] for m in received] == ["fourth", "second", "third", "first"]
         for message in received:
             message.ack()
+
+
+def _wait_until_the_server_answered(proxy: _FreezableProxy, deadline: float = 10.0) -> None:
+    """Wait until the command the consumer sent before the freeze has been answered by
+    Redis (into the void): its proxy-side connection is no longer blocked."""
+    client = _broker()
+    upstream = {"{}:{}".format(*pair[1].getsockname()[:2]) for pair in proxy._pairs}
+    until = time.monotonic() + deadline
+    while time.monotonic() < until:
+        blocked = [
+            entry
+            for entry in client.client_list()
+            if entry["addr"] in upstream and "b" in entry["flags"]
+        ]
+        if not blocked:
+            return
+        time.sleep(0.01)  # polling interval of a condition wait, not a synchronisation sleep
+    raise AssertionError(f"Redis still blocks a command of the frozen consumer: {blocked}")
+
+
+def test_half_open_connection_is_dropped_by_drain_events(connection: Connection) -> None:
+    """Pairs with ``test_RedisBrpopHealthCheck::test_half_open_connection_dropped_by_drain_events``.
+
+    The same scenario: the proxy freezes, a message waits, an idle ``drain_events()``
+    must drop the half-open connection, and the next one reconnects and consumes. Two
+    things differ, both about timing, not behaviour. Upstream sleeps ``brpop_timeout +
+    0.5`` s for the in-flight BRPOP to be answered into the void; here the test waits
+    until Redis no longer blocks that connection. And upstream freezes the health
+    check's clock past the deadline of the command in flight *before* the drain; the
+    platform's idle command answers within 0.1 s, so its reply may reach the client just
+    before the freeze and the drain then reads it and sends the next command, which the
+    frozen proxy swallows. Here the clock the check reads is past the deadline of
+    whichever command is in flight when it looks, which is what "the reply is overdue"
+    means.
+    """
+    upstream = upstream_redis.test_RedisBrpopHealthCheck()
+    proxy = _FreezableProxy((os.environ["REDIS_HOST"], int(os.environ["REDIS_6379_TCP"])))
+    try:
+        name = f"brpop_drain_{uuid4().hex}"
+        received: list[object] = []
+        conn, channel, queue = upstream._consumer(connection, proxy.port, name, received)
+        with conn:
+            proxy.freeze()
+            _wait_until_the_server_answered(proxy)
+            upstream._publish(connection, queue, {"msg": "recovered"})
+
+            deadline = channel.brpop_timeout + channel.health_check_interval
+            with patch(
+                "kombu.transport.redis.monotonic",
+                side_effect=lambda: (channel._brpop_sent_at or 0.0) + deadline + 1,
+            ):
+                with pytest.raises(socket.timeout):
+                    conn.drain_events(timeout=1)
+                assert received == []
+                assert channel.client.connection._sock is None
+                assert not channel._in_poll
+
+                for _ in range(5):
+                    with contextlib.suppress(socket.timeout):
+                        conn.drain_events(timeout=1)
+                    if received:
+                        break
+
+            assert received == [{"msg": "recovered"}]
+    finally:
+        proxy.close()
