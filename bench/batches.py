@@ -15,13 +15,13 @@ between runs: compare the per-round ratios and their median):
 
 The end is polled every 50 ms on one connection (before 2026-12-07 11:45 UTC: a new
 connection per poll, whose backend start-ups PostgreSQL's CPU counted too). While each
-runs, ``pg_stat_activity`` is sampled every 20 ms: samples of backends waiting
-on a lock (``wait_event_type = 'Lock'``) are counted, by wait event; and the CPU seconds
-the workers (every process of both, the relay threads included) and PostgreSQL (every
-backend) used from the ``COMMIT`` to the end are read from ``/proc``: on a shared machine
-the wall time follows everyone else's load, the CPU per child less so, and it says on
-which side a difference lies. ``--statements`` loads ``pg_stat_statements`` and prints,
-per run, the statements that took the most time in PostgreSQL. Then Celery's
+runs, ``pg_stat_activity`` is sampled every 20 ms: samples of backends waiting on a lock
+(``wait_event_type`` ``Lock`` or ``LWLock``) are counted, by wait event; and the CPU
+seconds the workers (every process of both, the relay threads included) and PostgreSQL
+(every backend) used from the ``COMMIT`` to the end are read from ``/proc``: on a shared
+machine the wall time follows everyone else's load, the CPU per child less so, and it
+says on which side a difference lies. ``--statements`` loads ``pg_stat_statements`` and
+prints, per run, the statements that took the most time in PostgreSQL. Then Celery's
 ``chord`` of the same number of tasks, on the same Redis as broker and result backend,
 with two workers of ``bench/chord_app.py``: its time and whether the callback ran
 within 600 s.
@@ -95,7 +95,9 @@ def count(db_url: str, sql: str) -> int:
 
 
 class LockSampler:
-    """Samples pg_stat_activity for backends waiting on locks until stopped."""
+    """Samples pg_stat_activity for backends waiting on locks until stopped: heavyweight
+    locks (rows, transactions) and lightweight ones (a buffer's content lock is where
+    updates of rows on one hot page would queue, which no row lock shows)."""
 
     def __init__(self, db_url: str) -> None:
         self.db_url = db_url
@@ -118,8 +120,9 @@ class LockSampler:
         with conn.cursor() as cur:
             while not self._stop.wait(0.02):
                 cur.execute(
-                    "SELECT wait_event, count(*) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' GROUP BY 1"
+                    "SELECT wait_event_type || ':' || wait_event, count(*) "
+                    "FROM pg_stat_activity WHERE wait_event_type IN ('Lock', 'LWLock') "
+                    "GROUP BY 1"
                 )
                 self.samples += 1
                 for event, n in cur.fetchall():
