@@ -13,7 +13,6 @@ import contextlib
 import os
 import select
 import socket
-import time
 from unittest.mock import patch
 from uuid import uuid4
 
@@ -24,6 +23,7 @@ from kombu.asynchronous.hub import Hub
 from kombu.message import Message
 
 from platform_tasks.brokers.transport import TRANSPORT_PATH
+from platform_tasks.testing.servers import wait_until
 from tests.upstream.kombu import test_redis as upstream_redis  # its classes: not collected here
 from tests.upstream.kombu.test_redis import (  # the upstream fixture and helper
     _FreezableProxy,
@@ -170,22 +170,22 @@ def test_on_a_fair_queue_a_requeued_message_is_next_of_its_tenant() -> None:
             message.ack()
 
 
-def _wait_until_the_server_answered(proxy: _FreezableProxy, deadline: float = 10.0) -> None:
+def _wait_until_the_server_answered(proxy: _FreezableProxy) -> None:
     """Wait until the command the consumer sent before the freeze has been answered by
     Redis (into the void): its proxy-side connection is no longer blocked."""
     client = _broker()
     upstream = {"{}:{}".format(*pair[1].getsockname()[:2]) for pair in proxy._pairs}
-    until = time.monotonic() + deadline
-    while time.monotonic() < until:
-        blocked = [
-            entry
-            for entry in client.client_list()
-            if entry["addr"] in upstream and "b" in entry["flags"]
-        ]
-        if not blocked:
-            return
-        time.sleep(0.01)  # polling interval of a condition wait, not a synchronisation sleep
-    raise AssertionError(f"Redis still blocks a command of the frozen consumer: {blocked}")
+    wait_until(
+        lambda: (
+            not any(
+                entry["addr"] in upstream and "b" in entry["flags"]
+                for entry in client.client_list()
+            )
+        ),
+        timeout=10,
+        interval=0.01,
+        message="Redis to answer the command the frozen consumer sent",
+    )
 
 
 def test_half_open_connection_is_dropped_by_drain_events(connection: Connection) -> None:
