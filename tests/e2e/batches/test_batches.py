@@ -16,20 +16,19 @@ import os
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import psycopg2
 
 from platform_tasks import QueuePort
-from platform_tasks.batches import Callback
 from platform_tasks.dead_letters.store import replay_dead_letters
 from platform_tasks.envelope import uuid7
 from platform_tasks.headers import BATCH_HEADER
 from platform_tasks.operations import cancel_jobs
 from platform_tasks.operations.filters import JobFilter
 from platform_tasks.settings import PlatformSettings
-from tests.apps.batch_app import CALLBACK, CHILD, QUEUE, TABLES_SQL
+from tests.apps.batch_app import QUEUE, TABLES_SQL
 from tests.conftest import REPO_ROOT
+from tests.e2e.batches.batching import cb, child, fired, last_effect, names, publish_batch
 from tests.e2e.publishing.outbox import producer, wait_for
 from tests.support.database import query
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
@@ -60,65 +59,6 @@ def start_worker(
     started.append(worker)
     worker.wait_for_log("ready.", timeout=60)
     return worker
-
-
-def cb(name: str) -> Callback:
-    return Callback(QUEUE, CALLBACK, "t1", {"name": name})
-
-
-def child(tenant: str = "t1", **data: Any) -> dict[str, Any]:
-    return {"tenant_id": tenant, "kind": CHILD, "data": data}
-
-
-def fired(database_url: str, batch: uuid.UUID) -> list[tuple[str, dict[str, int], datetime]]:
-    return [
-        (name, counts, ran_at)
-        for name, counts, ran_at in query(
-            database_url,
-            "SELECT name, counts, ran_at FROM public.batch_callbacks WHERE batch_id = %s "
-            "ORDER BY ran_at",
-            str(batch),
-        )
-    ]
-
-
-def names(database_url: str, batch: uuid.UUID) -> list[str]:
-    return [name for name, _, _ in fired(database_url, batch)]
-
-
-def last_effect(database_url: str, jobs: list[uuid.UUID]) -> datetime:
-    value = query(
-        database_url,
-        "SELECT max(applied_at) FROM public.batch_effects WHERE job_id = ANY(%s::uuid[])",
-        [str(job) for job in jobs],
-    )[0][0]
-    assert isinstance(value, datetime)
-    return value
-
-
-def publish_batch(
-    port: QueuePort, database_url: str, payloads: list[dict[str, Any]], **run_at: Any
-) -> tuple[uuid.UUID, list[uuid.UUID]]:
-    conn = psycopg2.connect(database_url)
-    with (
-        conn,
-        conn.cursor() as cur,
-        port.batch(
-            on_complete=cb("complete"),
-            on_success=cb("success"),
-            on_death=cb("death"),
-            description="e2e",
-            tx=cur,
-        ) as batch,
-    ):
-        jobs = [
-            batch.schedule(QUEUE, p, run_at["due"])
-            if p.get("tenant_id") == "t-later"
-            else batch.publish(QUEUE, p)
-            for p in payloads
-        ]
-    conn.close()
-    return batch.id, jobs
 
 
 def last_two_at_once(
