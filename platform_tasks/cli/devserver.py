@@ -276,7 +276,11 @@ class DevPlatform:
                 process.stop()
         self.console = self.flower = None
         if self.postgres is not None:
-            self.postgres.stop()
+            # close, not stop: a cluster the harness had to put in a private temporary
+            # folder (the data folder unreachable by the unprivileged user it runs as) is
+            # deleted with it, instead of one left in /tmp per run; the data folder's own
+            # cluster is kept for the next run.
+            self.postgres.close()
             self.postgres = None
         if self.redis is not None:
             self.redis.stop()

@@ -203,6 +203,15 @@ def test_dev_runs_everything_and_stops_everything(tmp_path: Path) -> None:
             message="every started process gone",
         )
         assert "Stopped" in out.text()
+        # PostgreSQL's files: kept in --data-dir; a private temporary folder (--data-dir
+        # unreachable by the user the cluster runs as) deleted, not left behind per run
+        files = re.search(r"PostgreSQL .*\(embedded, files in (\S+)\)", out.text())
+        assert files, out.text()
+        cluster = Path(files.group(1))
+        if cluster.is_relative_to(tmp_path / "data"):
+            assert (cluster / "PG_VERSION").exists()
+        else:
+            assert not cluster.parent.exists(), f"{cluster.parent} left behind"
     finally:
         if proc.poll() is None:
             proc.kill()
