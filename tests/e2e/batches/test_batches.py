@@ -20,7 +20,6 @@ from pathlib import Path
 import psycopg2
 
 from platform_tasks import QueuePort
-from platform_tasks.dead_letters.store import replay_dead_letters
 from platform_tasks.envelope import uuid7
 from platform_tasks.headers import BATCH_HEADER
 from platform_tasks.operations import cancel_jobs
@@ -28,7 +27,16 @@ from platform_tasks.operations.filters import JobFilter
 from platform_tasks.settings import PlatformSettings
 from tests.apps.batch_app import QUEUE, TABLES_SQL
 from tests.conftest import REPO_ROOT
-from tests.e2e.batches.batching import cb, child, fired, last_effect, names, publish_batch
+from tests.e2e.batches.batching import (
+    assert_completed_once,
+    cb,
+    child,
+    fired,
+    fix_and_replay,
+    last_effect,
+    names,
+    publish_batch,
+)
 from tests.e2e.publishing.outbox import producer, wait_for
 from tests.support.database import query
 from tests.support.processes import CeleryProcess, celery_processes, platform_env, worker_argv
@@ -176,31 +184,10 @@ def test_batches_through_workers_sigkills_duplicates_replay_cancel_and_growth(
             [str(j) for j in failing],
         )
         assert dead == len(failing), outcomes
-        calls = fired(database_url, batch)
-        assert sorted(names(database_url, batch)) == ["complete", "death"]
-        complete = next(c for c in calls if c[0] == "complete")
-        assert complete[1] == {
-            "applied": CHILDREN - len(failing),
-            "dead_lettered": len(failing),
-            "discarded": 0,
-            "cancelled": 0,
-            "total": CHILDREN,
-        }
-        assert complete[2] > last_effect(database_url, jobs), "after the last child ended"
-        doubled = query(
-            database_url,
-            "SELECT count(*) FROM (SELECT job_id FROM public.batch_effects "
-            "WHERE job_id = ANY(%s::uuid[]) GROUP BY job_id HAVING count(*) > 1 ) d",
-            [str(j) for j in jobs if j not in failing],
-        )[0][0]
-        assert doubled == 0, "no child applied twice"
+        assert_completed_once(database_url, batch, jobs, failing)
 
         # -- fix the failing children, replay their dead letters: on_success once
-        for job in failing:
-            query(database_url, "INSERT INTO public.batch_fixed VALUES (%s)", str(job))
-        conn = psycopg2.connect(database_url)
-        replay_dead_letters(conn, port.publish, ids=None)
-        conn.close()
+        fix_and_replay(port, database_url, failing)
         wait_for(
             lambda: "success" in names(database_url, batch),
             timeout=90,

@@ -12,15 +12,20 @@ started again. ``on_complete`` runs once, after the last child ended; ``on_death
 
 from __future__ import annotations
 
-import psycopg2
 import pytest
 
 from platform_tasks import QueuePort, create_app
-from platform_tasks.dead_letters.store import replay_dead_letters
 from platform_tasks.headers import BATCH_HEADER
 from platform_tasks.settings import PlatformSettings
 from tests.apps.batch_app import QUEUE, TABLES_SQL
-from tests.e2e.batches.batching import child, fired, last_effect, names, publish_batch
+from tests.e2e.batches.batching import (
+    assert_completed_once,
+    child,
+    fired,
+    fix_and_replay,
+    names,
+    publish_batch,
+)
 from tests.e2e.brokers.rabbitmq.conftest import Workers, vhost_of
 from tests.e2e.publishing.outbox import wait_for
 from tests.support.database import query
@@ -71,29 +76,9 @@ def test_a_batch_on_rabbitmq_fires_each_callback_once_through_a_sigkill_and_dupl
             message="on_complete ran",
             worker=one,
         )
-        assert sorted(names(database_url, batch)) == ["complete", "death"]
-        complete = next(call for call in fired(database_url, batch) if call[0] == "complete")
-        assert complete[1] == {
-            "applied": CHILDREN - len(failing),
-            "dead_lettered": len(failing),
-            "discarded": 0,
-            "cancelled": 0,
-            "total": CHILDREN,
-        }
-        assert complete[2] > last_effect(database_url, jobs), "after the last child ended"
-        doubled = query(
-            database_url,
-            "SELECT count(*) FROM (SELECT job_id FROM public.batch_effects "
-            "WHERE job_id = ANY(%s::uuid[]) GROUP BY job_id HAVING count(*) > 1) d",
-            [str(job) for job in jobs if job not in failing],
-        )[0][0]
-        assert doubled == 0, "no child applied twice"
+        assert_completed_once(database_url, batch, jobs, failing)
 
-        for job in failing:
-            query(database_url, "INSERT INTO public.batch_fixed VALUES (%s)", str(job))
-        conn = psycopg2.connect(database_url)
-        replay_dead_letters(conn, port.publish, ids=None)
-        conn.close()
+        fix_and_replay(port, database_url, failing)
         wait_for(
             lambda: "success" in names(database_url, batch),
             timeout=90,
