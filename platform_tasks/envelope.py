@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -43,13 +44,51 @@ KIND_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
 DataT = TypeVar("DataT")
 
 
+class _MonotonicUuid7:
+    """The last id this process made, so the next is greater (RFC 9562, 6.2, method 2).
+
+    Ids made within one millisecond would otherwise sort by their random bits, and
+    ``jobs list --correlation-id`` lists a request's jobs in publish order by their ids.
+    In the same (or an earlier) millisecond the next id is the last one's random part
+    plus one. A forked child (a prefork pool process) starts afresh, so it never counts
+    on from its parent's last id and makes the same one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: tuple[int, int] = (-1, 0)
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._last = (-1, 0)
+
+    def next(self, ms: int) -> uuid.UUID:
+        with self._lock:
+            last_ms, last_rand = self._last
+            if ms > last_ms:
+                rand = int.from_bytes(os.urandom(10), "big") & _RAND_MASK
+            else:
+                ms, rand = last_ms, last_rand + 1
+                if rand > _RAND_MASK:  # 74 bits used up within one millisecond
+                    ms, rand = ms + 1, int.from_bytes(os.urandom(10), "big") & _RAND_MASK
+            self._last = (ms, rand)
+        return _uuid7_of(ms, rand)
+
+
+_RAND_MASK = (1 << 74) - 1
+_monotonic_uuid7 = _MonotonicUuid7()
+
+
 def uuid7(timestamp_ms: int | None = None) -> uuid.UUID:
     """A version 7 UUID: 48 bits of Unix milliseconds, then random bits (RFC 9562).
 
     Time-ordered ids keep the idempotency index and the dead-letter table append-mostly.
+    Without ``timestamp_ms``, ids made by one process only grow, even within a
+    millisecond; with it, the random bits are fresh.
     """
-    ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-    return _uuid7_of(ms, int.from_bytes(os.urandom(10), "big"))
+    if timestamp_ms is None:
+        return _monotonic_uuid7.next(int(time.time() * 1000))
+    return _uuid7_of(timestamp_ms, int.from_bytes(os.urandom(10), "big"))
 
 
 _ID_PART_SEPARATOR = "\x1f"  # unit separator: cannot occur in job names, kinds or tenant ids

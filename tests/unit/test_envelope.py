@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import operator
+import os
 import string
 import uuid
 
@@ -12,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
+from platform_tasks import envelope as envelope_module
 from platform_tasks.envelope import Envelope, parse_envelope, uuid7
 from platform_tasks.errors import EnvelopeError, SettingsError
 from tests.support.strategies import tenant_ids
@@ -199,3 +201,27 @@ def test_nul_is_reported_beside_other_field_errors() -> None:
 def test_the_text_backslash_u0000_is_not_a_nul() -> None:
     envelope = parse_envelope(valid(data={"note": "\\u0000 is how JSON spells NUL"}), dict)
     assert envelope.data["note"].startswith("\\u0000")
+
+
+def test_uuid7_ids_of_one_process_only_grow_within_a_millisecond() -> None:
+    """Thousands of ids a millisecond: sorted by id they stay in the order they were made
+    (``jobs list --correlation-id`` lists a request's jobs in publish order by id)."""
+    ids = [uuid7() for _ in range(20_000)]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert {(i.version, i.variant) for i in ids} == {(7, uuid.RFC_4122)}
+    assert len({i.int >> 80 for i in ids}) < len(ids), "several ids share a millisecond"
+
+
+def test_uuid7_in_a_forked_child_does_not_count_on_from_the_parent() -> None:
+    """A prefork pool process starts afresh: counting on from its parent's last id, a
+    child and its parent would make the same id in the same millisecond."""
+    uuid7()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.write(write, repr(envelope_module._monotonic_uuid7._last).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    assert os.read(read, 100).decode() == repr((-1, 0))
+    os.close(read)
